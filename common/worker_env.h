@@ -1,0 +1,40 @@
+// The worker environment contract: the variables a launcher sets for every
+// worker and a worker library reads. Names are torchrun's, so scripts written
+// for torchrun run unchanged; ELASTRUN_* are elastrun's own additions.
+#ifndef ELASTRUN_COMMON_WORKER_ENV_H_
+#define ELASTRUN_COMMON_WORKER_ENV_H_
+
+namespace elastrun::env {
+
+// torchrun / torch.distributed.elastic
+inline constexpr char kRank[] = "RANK";
+inline constexpr char kLocalRank[] = "LOCAL_RANK";
+inline constexpr char kWorldSize[] = "WORLD_SIZE";
+inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";
+inline constexpr char kGroupRank[] = "GROUP_RANK";
+inline constexpr char kGroupWorldSize[] = "GROUP_WORLD_SIZE";
+inline constexpr char kRoleRank[] = "ROLE_RANK";
+inline constexpr char kRoleWorldSize[] = "ROLE_WORLD_SIZE";
+inline constexpr char kRoleName[] = "ROLE_NAME";
+inline constexpr char kMasterAddr[] = "MASTER_ADDR";
+inline constexpr char kMasterPort[] = "MASTER_PORT";
+inline constexpr char kRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr char kMaxRestarts[] = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr char kRunId[] = "TORCHELASTIC_RUN_ID";
+inline constexpr char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";
+// "False": rank 0 hosts the c10d TCPStore at MASTER_ADDR:MASTER_PORT, which
+// is what unmodified PyTorch (init_process_group with env://) expects.
+inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+
+// elastrun's own
+// Unix socket of the local launcher/daemon (heartbeats, barriers, snapshots).
+inline constexpr char kAgentSocket[] = "ELASTRUN_AGENT_SOCKET";
+// Rendezvous round id of this attempt (equal on every node).
+inline constexpr char kRound[] = "ELASTRUN_ROUND";
+// Name of the shared-memory checkpoint snapshot of this job on this node.
+inline constexpr char kSnapshot[] = "ELASTRUN_SNAPSHOT";
+
+}  // namespace elastrun::env
+
+#endif  // ELASTRUN_COMMON_WORKER_ENV_H_

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every Debian package elastrun needs (idempotent, non-interactive):
+# skips packages that are already present, so a second run costs a second.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config git
+  # LibTorch (CPU, c10d, Gloo) and a BLAS that honours torch::set_num_threads
+  libtorch-dev libgloo-dev libopenblas0-openmp libgoogle-glog-dev
+  # gRPC / protobuf / Abseil
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  # tests, configs, state
+  libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev zlib1g-dev nlohmann-json3-dev
+  # reference PyTorch (tests run real torchrun-style scripts; benches compare)
+  python3 python3-torch
+  # data for the trainer
+  dataset-fashion-mnist
+  # network namespaces for multi-host tests
+  iproute2 procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
