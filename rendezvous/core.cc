@@ -1,0 +1,588 @@
+#include "rendezvous/core.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace elastrun::rendezvous {
+
+absl::Status ValidateRoundConfig(const RoundConfig& c) {
+  if (c.min_nodes < 1 || c.min_nodes > kMaxNodes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "min_nodes is %d; it must be in [1, %d]", c.min_nodes, kMaxNodes));
+  }
+  if (c.max_nodes < c.min_nodes || c.max_nodes > kMaxNodes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_nodes is %d; it must be in [min_nodes=%d, %d]", c.max_nodes,
+        c.min_nodes, kMaxNodes));
+  }
+  if (c.last_call_timeout < absl::ZeroDuration() ||
+      c.last_call_timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("last_call_timeout is ", absl::FormatDuration(c.last_call_timeout),
+                     "; it must be finite and >= 0"));
+  }
+  if (c.join_timeout <= absl::ZeroDuration() ||
+      c.join_timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("join_timeout is ", absl::FormatDuration(c.join_timeout),
+                     "; it must be finite and > 0"));
+  }
+  if (c.max_restarts < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_restarts is %d; it must be >= 0", c.max_restarts));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateJoinRequest(const JoinRequest& r) {
+  if (r.node_id.empty() || r.node_id.size() > kMaxIdLength) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "join request: node_id must have 1 to %d characters (got %d)",
+        kMaxIdLength, r.node_id.size()));
+  }
+  if (r.addr.empty() || r.addr.size() > kMaxIdLength) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "join request of node \"%s\": addr must have 1 to %d characters "
+        "(got %d)",
+        r.node_id, kMaxIdLength, r.addr.size()));
+  }
+  if (r.master_port < 1 || r.master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "join request of node \"%s\": master_port is %d; it must be in "
+        "[1, 65535]",
+        r.node_id, r.master_port));
+  }
+  if (r.local_world_size < 1 || r.local_world_size > kMaxLocalWorldSize) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "join request of node \"%s\": local_world_size is %d; it must be in "
+        "[1, %d]",
+        r.node_id, r.local_world_size, kMaxLocalWorldSize));
+  }
+  return absl::OkStatus();
+}
+
+const NodeAssignment* RoundAssignment::Find(absl::string_view node_id) const {
+  for (const NodeAssignment& n : nodes) {
+    if (n.node_id == node_id) return &n;
+  }
+  return nullptr;
+}
+
+absl::string_view JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kJoining:
+      return "JOINING";
+    case JobState::kRunning:
+      return "RUNNING";
+    case JobState::kSucceeded:
+      return "SUCCEEDED";
+    case JobState::kFailed:
+      return "FAILED";
+    case JobState::kCancelled:
+      return "CANCELLED";
+  }
+  return "UNKNOWN";
+}
+
+namespace {
+
+bool IsFinal(JobState s) {
+  return s == JobState::kSucceeded || s == JobState::kFailed ||
+         s == JobState::kCancelled;
+}
+
+Event RoundEnded(int64_t round, absl::string_view reason) {
+  Event e;
+  e.kind = Event::Kind::kRoundEnded;
+  e.round = round;
+  e.reason = std::string(reason);
+  return e;
+}
+
+}  // namespace
+
+RendezvousCore::RendezvousCore(std::string run_id, RoundConfig config,
+                               absl::Time now) {
+  if (absl::Status st = ValidateRoundConfig(config); !st.ok()) {
+    // A programming error: the caller promised a validated config.
+    std::fprintf(stderr, "RendezvousCore: invalid RoundConfig: %s\n",
+                 std::string(st.message()).c_str());
+    std::abort();
+  }
+  s_.run_id = std::move(run_id);
+  s_.config = config;
+  RoundRecord r;
+  r.id = 0;
+  r.opened_time = now;
+  s_.rounds.push_back(std::move(r));
+}
+
+RendezvousCore::RendezvousCore(RendezvousState state) : s_(std::move(state)) {
+  RebuildIndexes();
+}
+
+absl::StatusOr<std::unique_ptr<RendezvousCore>> RendezvousCore::Create(
+    std::string run_id, RoundConfig config, absl::Time now) {
+  RETURN_IF_ERROR(ValidateRoundConfig(config));
+  return std::make_unique<RendezvousCore>(std::move(run_id), config, now);
+}
+
+absl::StatusOr<std::unique_ptr<RendezvousCore>> RendezvousCore::Restore(
+    RendezvousState state) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot restore rendezvous state of run \"", state.run_id, "\": ", why));
+  };
+  if (absl::Status st = ValidateRoundConfig(state.config); !st.ok()) {
+    return bad(st.message());
+  }
+  if (state.rounds.empty()) return bad("no rounds");
+  for (size_t i = 0; i < state.rounds.size(); ++i) {
+    const RoundRecord& r = state.rounds[i];
+    if (r.id != static_cast<int64_t>(i)) {
+      return bad(absl::StrCat("round at index ", i, " has id ", r.id));
+    }
+    if (!r.assignment) continue;
+    const RoundAssignment& a = *r.assignment;
+    if (a.round != r.id || a.group_world_size != static_cast<int>(a.nodes.size()) ||
+        a.nodes.empty()) {
+      return bad(absl::StrCat("round ", r.id, " has an inconsistent assignment"));
+    }
+    for (size_t k = 0; k < a.nodes.size(); ++k) {
+      if (a.nodes[k].group_rank != static_cast<int>(k)) {
+        return bad(absl::StrCat("round ", r.id, ": nodes[", k,
+                                "] has group_rank ", a.nodes[k].group_rank));
+      }
+    }
+  }
+  if (state.restart_count < 0 ||
+      state.restart_count > state.config.max_restarts) {
+    return bad(absl::StrCat("restart_count ", state.restart_count,
+                            " outside [0, max_restarts=",
+                            state.config.max_restarts, "]"));
+  }
+  const RoundRecord& cur = state.rounds.back();
+  const bool joining = state.state == JobState::kJoining;
+  if (state.state == JobState::kRunning && !cur.assignment) {
+    return bad("state RUNNING but the current round never closed");
+  }
+  if (joining && cur.assignment) return bad("state JOINING but the round closed");
+  if (!joining && !state.joined.empty()) {
+    return bad("joined nodes outside a JOINING round");
+  }
+  if (joining && static_cast<int>(state.joined.size()) >= state.config.max_nodes) {
+    return bad("a JOINING round already holds max_nodes nodes");
+  }
+  absl::flat_hash_map<std::string, bool> seen;
+  for (const auto* m : {&state.joined, &state.spares}) {
+    for (const auto& [seq, w] : *m) {
+      if (seq < 0 || seq >= state.next_seq) return bad("join sequence out of range");
+      if (absl::Status st = ValidateJoinRequest(w.request); !st.ok()) {
+        return bad(st.message());
+      }
+      if (!seen.emplace(w.request.node_id, true).second) {
+        return bad(absl::StrCat("node \"", w.request.node_id,
+                                "\" is waiting twice"));
+      }
+    }
+  }
+  return std::unique_ptr<RendezvousCore>(new RendezvousCore(std::move(state)));
+}
+
+bool RendezvousCore::finished() const { return IsFinal(s_.state); }
+
+const RoundAssignment* RendezvousCore::assignment() const {
+  if (s_.state != JobState::kRunning) return nullptr;
+  return &*current().assignment;
+}
+
+void RendezvousCore::RebuildIndexes() {
+  joined_index_.clear();
+  spare_index_.clear();
+  rank_index_.clear();
+  succeeded_by_rank_.clear();
+  succeeded_count_ = 0;
+  for (const auto& [seq, n] : s_.joined) joined_index_[n.request.node_id] = seq;
+  for (const auto& [seq, n] : s_.spares) spare_index_[n.request.node_id] = seq;
+  for (auto it = s_.rounds.rbegin(); it != s_.rounds.rend(); ++it) {
+    if (!it->assignment) continue;
+    for (const NodeAssignment& n : it->assignment->nodes) {
+      rank_index_[n.node_id] = n.group_rank;
+    }
+    succeeded_by_rank_.assign(it->assignment->nodes.size(), false);
+    for (const std::string& id : it->succeeded) {
+      auto r = rank_index_.find(id);
+      if (r != rank_index_.end() && !succeeded_by_rank_[r->second]) {
+        succeeded_by_rank_[r->second] = true;
+        ++succeeded_count_;
+      }
+    }
+    break;
+  }
+}
+
+absl::StatusOr<std::vector<Event>> RendezvousCore::Join(
+    const JoinRequest& request, absl::Time now) {
+  RETURN_IF_ERROR(ValidateJoinRequest(request));
+  const std::string& id = request.node_id;
+  auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "join of node \"%s\" to run \"%s\" refused: %s (round %d, job %s)", id,
+        s_.run_id, why, round(), JobStateName(s_.state)));
+  };
+  if (finished()) return refuse("the job is finished");
+  if (joined_index_.contains(id)) {
+    return refuse("the node already joined this round");
+  }
+  if (spare_index_.contains(id)) {
+    return refuse("the node is already waiting as a spare for the next round");
+  }
+  std::vector<Event> events;
+  WaitingNode node{request, now};
+  if (s_.state == JobState::kJoining) {
+    AddJoined(std::move(node), events);
+    return events;
+  }
+  // RUNNING.
+  if (rank_index_.contains(id)) {
+    return refuse("the node is already in the running round");
+  }
+  const int participants = current().assignment->group_world_size;
+  if (participants >= s_.config.max_nodes) {
+    int64_t seq = s_.next_seq++;
+    spare_index_[id] = seq;
+    s_.spares.emplace(seq, std::move(node));
+    return events;
+  }
+  // Scale-up: the newcomer goes to the spares so that OpenRound pulls it in
+  // first, as any waiting node.
+  int64_t seq = s_.next_seq++;
+  spare_index_[id] = seq;
+  s_.spares.emplace(seq, std::move(node));
+  EndRoundAndOpenNext("scale-up", /*restart=*/false, now, events);
+  return events;
+}
+
+void RendezvousCore::AddJoined(WaitingNode node, std::vector<Event>& events) {
+  const absl::Time when = node.joined_time;
+  int64_t seq = s_.next_seq++;
+  joined_index_[node.request.node_id] = seq;
+  s_.joined.emplace(seq, std::move(node));
+  const int n = joined_count();
+  if (n == s_.config.min_nodes) s_.min_reached_time = when;
+  if (n >= s_.config.max_nodes) CloseRound(when, events);
+}
+
+void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
+  const int n = joined_count();
+  RoundAssignment a;
+  a.round = round();
+  a.restart_count = s_.restart_count;
+  a.group_world_size = n;
+  a.nodes.resize(n);
+  // Stable ranks: a node keeps its rank of the latest closed round while it
+  // is < n; the others fill the free ranks in join order. rank_index_ still
+  // describes that previous round here. O(n).
+  std::vector<bool> taken(n, false);
+  std::vector<const JoinRequest*> movers;
+  for (const auto& [seq, w] : s_.joined) {
+    auto prev = rank_index_.find(w.request.node_id);
+    if (prev != rank_index_.end() && prev->second < n && !taken[prev->second]) {
+      taken[prev->second] = true;
+      NodeAssignment& slot = a.nodes[prev->second];
+      slot.node_id = w.request.node_id;
+      slot.addr = w.request.addr;
+      slot.local_world_size = w.request.local_world_size;
+    } else {
+      movers.push_back(&w.request);
+    }
+  }
+  int free_rank = 0;
+  for (const JoinRequest* r : movers) {
+    while (taken[free_rank]) ++free_rank;
+    taken[free_rank] = true;
+    NodeAssignment& slot = a.nodes[free_rank];
+    slot.node_id = r->node_id;
+    slot.addr = r->addr;
+    slot.local_world_size = r->local_world_size;
+  }
+  int offset = 0;
+  for (int rank = 0; rank < n; ++rank) {
+    a.nodes[rank].group_rank = rank;
+    a.nodes[rank].rank_offset = offset;
+    offset += a.nodes[rank].local_world_size;
+  }
+  a.world_size = offset;
+  const JoinRequest& master = s_.joined.at(joined_index_.at(a.nodes[0].node_id)).request;
+  a.master_addr = master.addr;
+  a.master_port = master.master_port;
+
+  s_.joined.clear();
+  joined_index_.clear();
+  s_.min_reached_time.reset();
+  rank_index_.clear();
+  rank_index_.reserve(n);
+  for (const NodeAssignment& node : a.nodes) {
+    rank_index_[node.node_id] = node.group_rank;
+  }
+  succeeded_by_rank_.assign(n, false);
+  succeeded_count_ = 0;
+
+  RoundRecord& r = current();
+  r.closed_time = now;
+  r.assignment = a;
+  s_.state = JobState::kRunning;
+  Event e;
+  e.kind = Event::Kind::kRoundClosed;
+  e.round = a.round;
+  e.assignment = std::move(a);
+  events.push_back(std::move(e));
+}
+
+void RendezvousCore::EndRoundAndOpenNext(absl::string_view reason, bool restart,
+                                         absl::Time now,
+                                         std::vector<Event>& events) {
+  RoundRecord& r = current();
+  r.ended_time = now;
+  r.end_reason = std::string(reason);
+  r.counted_as_restart = restart;
+  if (restart) ++s_.restart_count;
+  events.push_back(RoundEnded(r.id, reason));
+  OpenRound(r.id + 1, now, events);
+}
+
+void RendezvousCore::OpenRound(int64_t id, absl::Time now,
+                               std::vector<Event>& events) {
+  RoundRecord r;
+  r.id = id;
+  r.opened_time = now;
+  s_.rounds.push_back(std::move(r));
+  s_.state = JobState::kJoining;
+  s_.joined.clear();
+  joined_index_.clear();
+  s_.min_reached_time.reset();
+  // Spares enter in arrival order; AddJoined closes the round at max_nodes,
+  // and whoever is left stays a spare for the round after.
+  while (!s_.spares.empty() && s_.state == JobState::kJoining) {
+    auto it = s_.spares.begin();
+    WaitingNode node = std::move(it->second);
+    spare_index_.erase(node.request.node_id);
+    s_.spares.erase(it);
+    // They join the new round now, not when they first arrived.
+    node.joined_time = now;
+    AddJoined(std::move(node), events);
+  }
+}
+
+void RendezvousCore::Finish(JobState final_state, std::string reason,
+                            absl::Time now, std::vector<Event>& events) {
+  RoundRecord& r = current();
+  if (!r.ended_time) r.ended_time = now;
+  s_.state = final_state;
+  s_.finish_reason = reason;
+  s_.finished_time = now;
+  s_.joined.clear();
+  joined_index_.clear();
+  s_.spares.clear();
+  spare_index_.clear();
+  s_.min_reached_time.reset();
+  Event e;
+  e.kind = Event::Kind::kJobFinished;
+  e.round = r.id;
+  e.reason = std::move(reason);
+  e.final_state = final_state;
+  events.push_back(std::move(e));
+}
+
+absl::Status RendezvousCore::CheckReport(absl::string_view what,
+                                         absl::string_view node_id,
+                                         int64_t round_id, bool* stale) const {
+  *stale = false;
+  if (round_id > round() || round_id < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s of node \"%s\" names round %d, but run \"%s\" is at round %d", what,
+        node_id, round_id, s_.run_id, round()));
+  }
+  if (round_id < round()) {
+    *stale = true;
+    return absl::OkStatus();
+  }
+  if (!current().assignment) {
+    // Current round, not closed: either JOINING, or finished (cancelled or
+    // timed out) before it closed. No worker can have run in it.
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s of node \"%s\" for round %d of run \"%s\": the round never "
+        "started (job %s)",
+        what, node_id, round_id, s_.run_id, JobStateName(s_.state)));
+  }
+  if (!rank_index_.contains(node_id)) {
+    return absl::NotFoundError(absl::StrFormat(
+        "%s of node \"%s\": the node is not in round %d of run \"%s\"", what,
+        node_id, round_id, s_.run_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Event>> RendezvousCore::ReportFailure(
+    const Failure& failure, absl::Time now) {
+  std::vector<Event> events;
+  if (s_.state == JobState::kSucceeded || s_.state == JobState::kCancelled) {
+    return events;  // Workers stopped by a cancel exit with errors; noise.
+  }
+  bool stale = false;
+  RETURN_IF_ERROR(
+      CheckReport("failure report", failure.node_id, failure.round, &stale));
+  if (stale) return events;
+  const int rank = rank_index_.at(failure.node_id);
+  const RoundAssignment& a = *current().assignment;
+  const NodeAssignment& node = a.nodes[rank];
+  if (failure.local_rank < 0 || failure.local_rank >= node.local_world_size ||
+      failure.rank < 0 || failure.rank >= a.world_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "failure report of node \"%s\" round %d: local_rank %d / rank %d out "
+        "of range (local_world_size %d, world_size %d)",
+        failure.node_id, failure.round, failure.local_rank, failure.rank,
+        node.local_world_size, a.world_size));
+  }
+  if (succeeded_by_rank_[rank]) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "failure report of node \"%s\" round %d: the node already reported "
+        "success for this round",
+        failure.node_id, failure.round));
+  }
+  RoundRecord& r = current();
+  const bool first_of_round = r.failures.empty();
+  r.failures.push_back(failure);
+  // Root cause: earliest `time` of the latest round with failures; ties keep
+  // the report that came first.
+  if (first_of_round || !s_.root_cause || failure.time < s_.root_cause->time) {
+    s_.root_cause = failure;
+  }
+  if (s_.state != JobState::kRunning) return events;  // FAILED: record only.
+  if (s_.restart_count < s_.config.max_restarts) {
+    EndRoundAndOpenNext("failure", /*restart=*/true, now, events);
+    return events;
+  }
+  r.ended_time = now;
+  r.end_reason = "failed";
+  events.push_back(RoundEnded(r.id, "failure"));
+  const std::string why =
+      failure.signal != 0 ? absl::StrFormat("signal %d", failure.signal)
+                          : absl::StrFormat("exit code %d", failure.exit_code);
+  Finish(JobState::kFailed,
+         absl::StrFormat("rank %d (node \"%s\", local rank %d) failed with %s "
+                         "in round %d after %d of %d restarts%s%s",
+                         failure.rank, failure.node_id, failure.local_rank, why,
+                         failure.round, s_.restart_count,
+                         s_.config.max_restarts,
+                         failure.message.empty() ? "" : ": ", failure.message),
+         now, events);
+  return events;
+}
+
+absl::StatusOr<std::vector<Event>> RendezvousCore::ReportSuccess(
+    absl::string_view node_id, int64_t round_id, absl::Time now) {
+  std::vector<Event> events;
+  if (s_.state == JobState::kFailed || s_.state == JobState::kCancelled) {
+    return events;
+  }
+  bool stale = false;
+  RETURN_IF_ERROR(CheckReport("success report", node_id, round_id, &stale));
+  if (stale) return events;
+  const int rank = rank_index_.at(std::string(node_id));
+  if (succeeded_by_rank_[rank]) return events;  // repeat (or SUCCEEDED)
+  succeeded_by_rank_[rank] = true;
+  ++succeeded_count_;
+  RoundRecord& r = current();
+  r.succeeded.push_back(std::string(node_id));
+  if (succeeded_count_ == r.assignment->group_world_size) {
+    r.end_reason = "succeeded";
+    Finish(JobState::kSucceeded,
+           absl::StrFormat("all %d nodes (%d workers) succeeded in round %d "
+                           "after %d restarts",
+                           r.assignment->group_world_size,
+                           r.assignment->world_size, r.id, s_.restart_count),
+           now, events);
+  }
+  return events;
+}
+
+std::vector<Event> RendezvousCore::NodeLost(absl::string_view node_id,
+                                            absl::Time now) {
+  std::vector<Event> events;
+  if (finished()) return events;
+  const std::string id(node_id);
+  if (auto it = spare_index_.find(id); it != spare_index_.end()) {
+    s_.spares.erase(it->second);
+    spare_index_.erase(it);
+    return events;
+  }
+  if (s_.state == JobState::kJoining) {
+    auto it = joined_index_.find(id);
+    if (it == joined_index_.end()) return events;
+    s_.joined.erase(it->second);
+    joined_index_.erase(it);
+    if (joined_count() < s_.config.min_nodes) s_.min_reached_time.reset();
+    return events;
+  }
+  // RUNNING.
+  auto it = rank_index_.find(id);
+  if (it == rank_index_.end()) return events;
+  if (succeeded_by_rank_[it->second]) {
+    // Its work is done; losing it changes nothing for the others.
+    current().lost_after_success.push_back(id);
+    return events;
+  }
+  EndRoundAndOpenNext("node lost", /*restart=*/false, now, events);
+  return events;
+}
+
+std::vector<Event> RendezvousCore::Cancel(absl::string_view why,
+                                          absl::Time now) {
+  std::vector<Event> events;
+  if (finished()) return events;
+  RoundRecord& r = current();
+  r.ended_time = now;
+  r.end_reason = "cancelled";
+  if (s_.state == JobState::kRunning) events.push_back(RoundEnded(r.id, "cancelled"));
+  Finish(JobState::kCancelled,
+         absl::StrCat("cancelled in round ", r.id,
+                      why.empty() ? "" : ": ", why),
+         now, events);
+  return events;
+}
+
+std::optional<absl::Time> RendezvousCore::NextDeadline() const {
+  if (s_.state != JobState::kJoining) return std::nullopt;
+  if (s_.min_reached_time) {
+    return *s_.min_reached_time + s_.config.last_call_timeout;
+  }
+  return current().opened_time + s_.config.join_timeout;
+}
+
+std::vector<Event> RendezvousCore::Tick(absl::Time now) {
+  std::vector<Event> events;
+  std::optional<absl::Time> deadline = NextDeadline();
+  if (!deadline || now < *deadline) return events;
+  if (s_.min_reached_time) {
+    CloseRound(now, events);
+    return events;
+  }
+  RoundRecord& r = current();
+  r.ended_time = now;
+  r.end_reason = "join timeout";
+  Finish(JobState::kFailed,
+         absl::StrFormat("round %d timed out: only %d of min_nodes=%d nodes "
+                         "joined within join_timeout=%s",
+                         r.id, joined_count(), s_.config.min_nodes,
+                         absl::FormatDuration(s_.config.join_timeout)),
+         now, events);
+  return events;
+}
+
+}  // namespace elastrun::rendezvous

@@ -1,0 +1,303 @@
+// The rendezvous core: the pure state machine behind every rendezvous of one
+// job. It decides when a round closes, which group rank and global rank
+// offset every node gets, when a round ends (worker failure, node lost,
+// scale-up) and when the job is finished.
+//
+// It does no I/O, has no threads and never reads a clock: every event method
+// takes `now`, and timers fire only in Tick(now). Two adapters drive it:
+// `elastrun run` in-process (one node, MIN=MAX=1) and the gRPC rendezvous
+// service (many nodes). They turn the returned Events into commands to nodes.
+//
+// All job state lives in one plain copyable struct (RendezvousState) so the
+// service can persist it and Restore() it after a restart.
+#ifndef ELASTRUN_RENDEZVOUS_CORE_H_
+#define ELASTRUN_RENDEZVOUS_CORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace elastrun::rendezvous {
+
+// Upper bounds on network inputs, so that sizes and rank sums never overflow
+// (kMaxNodes * kMaxLocalWorldSize < 2^31).
+inline constexpr int kMaxNodes = 100000;
+inline constexpr int kMaxLocalWorldSize = 4096;
+inline constexpr int kMaxIdLength = 256;  // node_id and addr
+
+// How a job's rounds are formed. All fields must pass ValidateRoundConfig.
+struct RoundConfig {
+  // 1 <= min_nodes <= max_nodes <= kMaxNodes.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  // After min_nodes joined, wait this long for more, then close (>= 0).
+  absl::Duration last_call_timeout = absl::Seconds(1);
+  // A round that still has < min_nodes this long after it opened fails the
+  // job (> 0).
+  absl::Duration join_timeout = absl::Seconds(600);
+  // Failure-caused restarts allowed (>= 0); membership changes do not count.
+  int max_restarts = 0;
+};
+
+// OK, or InvalidArgument naming the offending field and its valid range.
+absl::Status ValidateRoundConfig(const RoundConfig& config);
+
+// A node asking to take part in the current (or next) round.
+struct JoinRequest {
+  std::string node_id;     // unique per node, non-empty
+  std::string addr;        // advertised address; MASTER_ADDR if group rank 0
+  int master_port = 0;     // reserved on this node, 1..65535; MASTER_PORT if rank 0
+  int local_world_size = 1;  // workers on this node, 1..kMaxLocalWorldSize
+};
+
+// OK, or InvalidArgument naming the field (node_id, addr, master_port,
+// local_world_size).
+absl::Status ValidateJoinRequest(const JoinRequest& request);
+
+struct NodeAssignment {
+  std::string node_id;
+  std::string addr;
+  int group_rank = 0;
+  int local_world_size = 1;
+  int rank_offset = 0;  // global rank of this node's local rank 0
+};
+
+// The outcome of a closed round; identical for every node of the round.
+struct RoundAssignment {
+  int64_t round = 0;      // 0 first, +1 for every new round (any cause)
+  int restart_count = 0;  // failure-caused restarts so far
+  std::string master_addr;
+  int master_port = 0;
+  int world_size = 0;        // sum of local_world_size
+  int group_world_size = 0;  // number of nodes
+  std::vector<NodeAssignment> nodes;  // indexed by group_rank
+
+  // The node's entry, or nullptr if it is not in this round. O(nodes).
+  const NodeAssignment* Find(absl::string_view node_id) const;
+};
+
+// Reported by a node when one of its workers failed.
+struct Failure {
+  std::string node_id;
+  int64_t round = 0;
+  int local_rank = 0;
+  int rank = 0;
+  int exit_code = 0;
+  int signal = 0;  // != 0 when killed by a signal
+  std::string message;    // from the worker's error file, may be empty
+  std::string traceback;  // from the worker's error file, may be empty
+  absl::Time time;        // when the worker exited
+};
+
+enum class JobState { kJoining, kRunning, kSucceeded, kFailed, kCancelled };
+
+// "JOINING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED".
+absl::string_view JobStateName(JobState state);
+
+// What a call caused. Within one call's vector events are in causal order;
+// kJobFinished, if present, is last.
+struct Event {
+  enum class Kind {
+    // A round closed; `assignment` holds ranks for every node: start workers.
+    kRoundClosed,
+    // A RUNNING round stopped while workers may still run: stop them. Unless
+    // a kJobFinished follows, round `round + 1` is now open and every node
+    // that wants to continue must Join it (spares are already in it).
+    kRoundEnded,
+    // The job reached a final state; nothing else will happen.
+    kJobFinished,
+  };
+  Kind kind = Kind::kRoundClosed;
+  int64_t round = 0;
+  // kRoundEnded: "failure", "node lost", "scale-up" or "cancelled";
+  // kJobFinished: a human summary.
+  std::string reason;
+  std::optional<RoundAssignment> assignment;  // kRoundClosed only
+  JobState final_state = JobState::kJoining;  // kJobFinished only
+};
+
+// History of one round.
+struct RoundRecord {
+  int64_t id = 0;
+  absl::Time opened_time;
+  std::optional<absl::Time> closed_time;  // set when the round closed
+  std::optional<absl::Time> ended_time;   // set when it stopped, for any cause
+  // "" while open or running; else "failure", "node lost", "scale-up",
+  // "cancelled", "succeeded", "failed" (restarts exhausted) or "join timeout".
+  std::string end_reason;
+  bool counted_as_restart = false;  // ended by a failure within max_restarts
+  // Participants with their ranks; set when the round closed.
+  std::optional<RoundAssignment> assignment;
+  std::vector<Failure> failures;         // in arrival order
+  std::vector<std::string> succeeded;    // nodes, in report order
+  std::vector<std::string> lost_after_success;  // see NodeLost
+};
+
+// A node waiting in a JOINING round or as a spare, with its arrival order.
+struct WaitingNode {
+  JoinRequest request;
+  absl::Time joined_time;
+};
+
+// Everything the core knows: persist this, Restore() from it. Plain data.
+struct RendezvousState {
+  std::string run_id;
+  RoundConfig config;
+  JobState state = JobState::kJoining;
+  int restart_count = 0;
+  std::vector<RoundRecord> rounds;  // every round so far; back() is current
+  // The current round's joined nodes while JOINING, keyed by arrival
+  // sequence (join order); empty otherwise.
+  std::map<int64_t, WaitingNode> joined;
+  // Nodes that joined while the running round was at max_nodes; they enter
+  // the next round automatically, in this order.
+  std::map<int64_t, WaitingNode> spares;
+  int64_t next_seq = 0;  // arrival sequence for `joined` and `spares`
+  // When the current JOINING round reached min_nodes (last call started).
+  std::optional<absl::Time> min_reached_time;
+  // Earliest-timed failure of the latest round with a reported failure.
+  std::optional<Failure> root_cause;
+  std::string finish_reason;              // set when the job finished
+  std::optional<absl::Time> finished_time;
+};
+
+// The state machine of one job's rendezvous.
+//
+// Not thread-safe: the adapters serialize calls (they hold a mutex). Timers
+// (last call, join timeout) fire only in Tick(now); event methods never fire
+// them, so an adapter should Tick(now) before delivering an event whenever
+// NextDeadline() <= now. Time may be passed in any order; the core does not
+// require `now` to be monotonic.
+//
+// Finished jobs: Join returns FailedPrecondition; ReportFailure for the last
+// round of a FAILED job is still recorded (it may change the root cause);
+// everything else is an OK no-op.
+//
+// Partial success: ReportSuccess is provisional until every participant of
+// the round reported it. If another node of the same round then fails, the
+// failure is handled as usual (restart or FAILED) and the next round needs
+// every node again, including those that succeeded: the job succeeds only
+// when one whole round does. A node that already succeeded being lost
+// (daemon exits or lease expires) is not a membership change: it is recorded
+// and still counts as succeeded.
+class RendezvousCore {
+ public:
+  // Opens round 0 at `now`. `config` must pass ValidateRoundConfig (the
+  // process aborts otherwise); use Create() for unchecked input.
+  RendezvousCore(std::string run_id, RoundConfig config, absl::Time now);
+
+  // As the constructor, but InvalidArgument for a bad config.
+  static absl::StatusOr<std::unique_ptr<RendezvousCore>> Create(
+      std::string run_id, RoundConfig config, absl::Time now);
+
+  // Rebuilds a core from a persisted state. InvalidArgument if the state is
+  // inconsistent (bad config, no rounds, ids out of sequence, ...).
+  static absl::StatusOr<std::unique_ptr<RendezvousCore>> Restore(
+      RendezvousState state);
+
+  // A node joins the open round. JOINING: added; the round closes (event
+  // kRoundClosed) when max_nodes joined. RUNNING, node not in the round:
+  // below max_nodes it is a scale-up (kRoundEnded "scale-up", next round
+  // opens with this node in it); at max_nodes the node waits as a spare for
+  // the next round (no events).
+  // Errors: InvalidArgument for a bad request; FailedPrecondition if the
+  // node is already in the current round or waiting as a spare, or the job
+  // is finished.
+  absl::StatusOr<std::vector<Event>> Join(const JoinRequest& request,
+                                          absl::Time now);
+
+  // A worker of `failure.node_id` failed in `failure.round`. Current running
+  // round: recorded; restarts (kRoundEnded "failure", next round opens) while
+  // restart_count < max_restarts, else the job FAILS (kRoundEnded, then
+  // kJobFinished). Later failures of that round are only recorded.
+  // Old round: stale, ignored (OK, no events).
+  // Errors: InvalidArgument (future round, ranks out of range), NotFound
+  // (node not in the round), FailedPrecondition (round not running yet, or
+  // the node already reported success).
+  absl::StatusOr<std::vector<Event>> ReportFailure(const Failure& failure,
+                                                   absl::Time now);
+
+  // All workers of `node_id` exited 0 in `round`. When every participant of
+  // the running round did, the job SUCCEEDS (kJobFinished). Repeats and old
+  // rounds are OK no-ops. Errors as for ReportFailure.
+  absl::StatusOr<std::vector<Event>> ReportSuccess(absl::string_view node_id,
+                                                   int64_t round,
+                                                   absl::Time now);
+
+  // The node is gone (daemon disconnected or lease expired). Spare or
+  // JOINING: removed (the last call is cancelled if the round drops below
+  // min_nodes). RUNNING participant: kRoundEnded "node lost" (not a
+  // restart) and the next round opens. Unknown node or finished job: no-op.
+  std::vector<Event> NodeLost(absl::string_view node_id, absl::Time now);
+
+  // Cancels the job: kRoundEnded "cancelled" if a round was running, then
+  // kJobFinished CANCELLED with `why`. No-op once finished.
+  std::vector<Event> Cancel(absl::string_view why, absl::Time now);
+
+  // Fires every timer due at `now`: closes a JOINING round whose last call
+  // expired, or fails the job if the round stayed below min_nodes for
+  // join_timeout.
+  std::vector<Event> Tick(absl::Time now);
+
+  // The earliest pending timer, if any (only while JOINING).
+  std::optional<absl::Time> NextDeadline() const;
+
+  JobState state() const { return s_.state; }
+  bool finished() const;
+  int64_t round() const { return s_.rounds.back().id; }  // current round id
+  int restart_count() const { return s_.restart_count; }
+  const std::string& run_id() const { return s_.run_id; }
+  const RoundConfig& config() const { return s_.config; }
+  // The current closed round; nullptr while JOINING or once finished.
+  const RoundAssignment* assignment() const;
+  const std::optional<Failure>& root_cause() const { return s_.root_cause; }
+  // Human summary of why the job finished; empty before.
+  const std::string& finish_reason() const { return s_.finish_reason; }
+  int joined_count() const { return static_cast<int>(s_.joined.size()); }
+  int spare_count() const { return static_cast<int>(s_.spares.size()); }
+  // Every round so far, oldest first; back() is the current one.
+  const std::vector<RoundRecord>& history() const { return s_.rounds; }
+  // The whole state, to persist.
+  const RendezvousState& state_snapshot() const { return s_; }
+
+ private:
+  explicit RendezvousCore(RendezvousState state);  // state already checked
+
+  RoundRecord& current() { return s_.rounds.back(); }
+  const RoundRecord& current() const { return s_.rounds.back(); }
+  // Adds a node to the JOINING round; closes the round at max_nodes.
+  void AddJoined(WaitingNode node, std::vector<Event>& events);
+  void CloseRound(absl::Time now, std::vector<Event>& events);
+  // Ends the running round and opens the next one (spares enter it).
+  void EndRoundAndOpenNext(absl::string_view reason, bool restart,
+                           absl::Time now, std::vector<Event>& events);
+  void OpenRound(int64_t id, absl::Time now, std::vector<Event>& events);
+  void Finish(JobState final_state, std::string reason, absl::Time now,
+              std::vector<Event>& events);
+  // Checks shared by ReportFailure/ReportSuccess; sets *stale for old rounds.
+  absl::Status CheckReport(absl::string_view what, absl::string_view node_id,
+                           int64_t round, bool* stale) const;
+  void RebuildIndexes();
+
+  RendezvousState s_;
+  // Derived from s_ (rebuilt by Restore), never persisted.
+  absl::flat_hash_map<std::string, int64_t> joined_index_;  // node -> seq
+  absl::flat_hash_map<std::string, int64_t> spare_index_;   // node -> seq
+  // Group ranks of the latest closed round (running or the last one).
+  absl::flat_hash_map<std::string, int> rank_index_;
+  std::vector<bool> succeeded_by_rank_;  // of the latest closed round
+  int succeeded_count_ = 0;
+};
+
+}  // namespace elastrun::rendezvous
+
+#endif  // ELASTRUN_RENDEZVOUS_CORE_H_
