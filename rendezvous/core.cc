@@ -10,90 +10,10 @@
 
 namespace elastrun::rendezvous {
 
-absl::Status ValidateRoundConfig(const RoundConfig& c) {
-  if (c.min_nodes < 1 || c.min_nodes > kMaxNodes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "min_nodes is %d; it must be in [1, %d]", c.min_nodes, kMaxNodes));
-  }
-  if (c.max_nodes < c.min_nodes || c.max_nodes > kMaxNodes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_nodes is %d; it must be in [min_nodes=%d, %d]", c.max_nodes,
-        c.min_nodes, kMaxNodes));
-  }
-  if (c.last_call_timeout < absl::ZeroDuration() ||
-      c.last_call_timeout == absl::InfiniteDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("last_call_timeout is ", absl::FormatDuration(c.last_call_timeout),
-                     "; it must be finite and >= 0"));
-  }
-  if (c.join_timeout <= absl::ZeroDuration() ||
-      c.join_timeout == absl::InfiniteDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("join_timeout is ", absl::FormatDuration(c.join_timeout),
-                     "; it must be finite and > 0"));
-  }
-  if (c.max_restarts < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_restarts is %d; it must be >= 0", c.max_restarts));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateJoinRequest(const JoinRequest& r) {
-  if (r.node_id.empty() || r.node_id.size() > kMaxIdLength) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "join request: node_id must have 1 to %d characters (got %d)",
-        kMaxIdLength, r.node_id.size()));
-  }
-  if (r.addr.empty() || r.addr.size() > kMaxIdLength) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "join request of node \"%s\": addr must have 1 to %d characters "
-        "(got %d)",
-        r.node_id, kMaxIdLength, r.addr.size()));
-  }
-  if (r.master_port < 1 || r.master_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "join request of node \"%s\": master_port is %d; it must be in "
-        "[1, 65535]",
-        r.node_id, r.master_port));
-  }
-  if (r.local_world_size < 1 || r.local_world_size > kMaxLocalWorldSize) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "join request of node \"%s\": local_world_size is %d; it must be in "
-        "[1, %d]",
-        r.node_id, r.local_world_size, kMaxLocalWorldSize));
-  }
-  return absl::OkStatus();
-}
-
-const NodeAssignment* RoundAssignment::Find(absl::string_view node_id) const {
-  for (const NodeAssignment& n : nodes) {
-    if (n.node_id == node_id) return &n;
-  }
-  return nullptr;
-}
-
-absl::string_view JobStateName(JobState state) {
-  switch (state) {
-    case JobState::kJoining:
-      return "JOINING";
-    case JobState::kRunning:
-      return "RUNNING";
-    case JobState::kSucceeded:
-      return "SUCCEEDED";
-    case JobState::kFailed:
-      return "FAILED";
-    case JobState::kCancelled:
-      return "CANCELLED";
-  }
-  return "UNKNOWN";
-}
-
 namespace {
 
 bool IsFinal(JobState s) {
-  return s == JobState::kSucceeded || s == JobState::kFailed ||
-         s == JobState::kCancelled;
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
 }
 
 Event RoundEnded(int64_t round, absl::string_view reason) {
@@ -106,8 +26,7 @@ Event RoundEnded(int64_t round, absl::string_view reason) {
 
 }  // namespace
 
-RendezvousCore::RendezvousCore(std::string run_id, RoundConfig config,
-                               absl::Time now) {
+RendezvousCore::RendezvousCore(std::string run_id, RoundConfig config, absl::Time now) {
   if (absl::Status st = ValidateRoundConfig(config); !st.ok()) {
     // A programming error: the caller promised a validated config.
     std::fprintf(stderr, "RendezvousCore: invalid RoundConfig: %s\n",
@@ -126,71 +45,16 @@ RendezvousCore::RendezvousCore(RendezvousState state) : s_(std::move(state)) {
   RebuildIndexes();
 }
 
-absl::StatusOr<std::unique_ptr<RendezvousCore>> RendezvousCore::Create(
-    std::string run_id, RoundConfig config, absl::Time now) {
+absl::StatusOr<std::unique_ptr<RendezvousCore>> RendezvousCore::Create(std::string run_id,
+                                                                       RoundConfig config,
+                                                                       absl::Time now) {
   RETURN_IF_ERROR(ValidateRoundConfig(config));
   return std::make_unique<RendezvousCore>(std::move(run_id), config, now);
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousCore>> RendezvousCore::Restore(
     RendezvousState state) {
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot restore rendezvous state of run \"", state.run_id, "\": ", why));
-  };
-  if (absl::Status st = ValidateRoundConfig(state.config); !st.ok()) {
-    return bad(st.message());
-  }
-  if (state.rounds.empty()) return bad("no rounds");
-  for (size_t i = 0; i < state.rounds.size(); ++i) {
-    const RoundRecord& r = state.rounds[i];
-    if (r.id != static_cast<int64_t>(i)) {
-      return bad(absl::StrCat("round at index ", i, " has id ", r.id));
-    }
-    if (!r.assignment) continue;
-    const RoundAssignment& a = *r.assignment;
-    if (a.round != r.id || a.group_world_size != static_cast<int>(a.nodes.size()) ||
-        a.nodes.empty()) {
-      return bad(absl::StrCat("round ", r.id, " has an inconsistent assignment"));
-    }
-    for (size_t k = 0; k < a.nodes.size(); ++k) {
-      if (a.nodes[k].group_rank != static_cast<int>(k)) {
-        return bad(absl::StrCat("round ", r.id, ": nodes[", k,
-                                "] has group_rank ", a.nodes[k].group_rank));
-      }
-    }
-  }
-  if (state.restart_count < 0 ||
-      state.restart_count > state.config.max_restarts) {
-    return bad(absl::StrCat("restart_count ", state.restart_count,
-                            " outside [0, max_restarts=",
-                            state.config.max_restarts, "]"));
-  }
-  const RoundRecord& cur = state.rounds.back();
-  const bool joining = state.state == JobState::kJoining;
-  if (state.state == JobState::kRunning && !cur.assignment) {
-    return bad("state RUNNING but the current round never closed");
-  }
-  if (joining && cur.assignment) return bad("state JOINING but the round closed");
-  if (!joining && !state.joined.empty()) {
-    return bad("joined nodes outside a JOINING round");
-  }
-  if (joining && static_cast<int>(state.joined.size()) >= state.config.max_nodes) {
-    return bad("a JOINING round already holds max_nodes nodes");
-  }
-  absl::flat_hash_map<std::string, bool> seen;
-  for (const auto* m : {&state.joined, &state.spares}) {
-    for (const auto& [seq, w] : *m) {
-      if (seq < 0 || seq >= state.next_seq) return bad("join sequence out of range");
-      if (absl::Status st = ValidateJoinRequest(w.request); !st.ok()) {
-        return bad(st.message());
-      }
-      if (!seen.emplace(w.request.node_id, true).second) {
-        return bad(absl::StrCat("node \"", w.request.node_id,
-                                "\" is waiting twice"));
-      }
-    }
-  }
+  if (absl::Status st = ValidateRendezvousState(state); !st.ok()) return st;
   return std::unique_ptr<RendezvousCore>(new RendezvousCore(std::move(state)));
 }
 
@@ -226,14 +90,14 @@ void RendezvousCore::RebuildIndexes() {
   }
 }
 
-absl::StatusOr<std::vector<Event>> RendezvousCore::Join(
-    const JoinRequest& request, absl::Time now) {
+absl::StatusOr<std::vector<Event>> RendezvousCore::Join(const JoinRequest& request,
+                                                        absl::Time now) {
   RETURN_IF_ERROR(ValidateJoinRequest(request));
   const std::string& id = request.node_id;
   auto refuse = [&](absl::string_view why) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "join of node \"%s\" to run \"%s\" refused: %s (round %d, job %s)", id,
-        s_.run_id, why, round(), JobStateName(s_.state)));
+        "join of node \"%s\" to run \"%s\" refused: %s (round %d, job %s)", id, s_.run_id,
+        why, round(), JobStateName(s_.state)));
   };
   if (finished()) return refuse("the job is finished");
   if (joined_index_.contains(id)) {
@@ -345,8 +209,7 @@ void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
 }
 
 void RendezvousCore::EndRoundAndOpenNext(absl::string_view reason, bool restart,
-                                         absl::Time now,
-                                         std::vector<Event>& events) {
+                                         absl::Time now, std::vector<Event>& events) {
   RoundRecord& r = current();
   r.ended_time = now;
   r.end_reason = std::string(reason);
@@ -356,8 +219,7 @@ void RendezvousCore::EndRoundAndOpenNext(absl::string_view reason, bool restart,
   OpenRound(r.id + 1, now, events);
 }
 
-void RendezvousCore::OpenRound(int64_t id, absl::Time now,
-                               std::vector<Event>& events) {
+void RendezvousCore::OpenRound(int64_t id, absl::Time now, std::vector<Event>& events) {
   RoundRecord r;
   r.id = id;
   r.opened_time = now;
@@ -379,8 +241,8 @@ void RendezvousCore::OpenRound(int64_t id, absl::Time now,
   }
 }
 
-void RendezvousCore::Finish(JobState final_state, std::string reason,
-                            absl::Time now, std::vector<Event>& events) {
+void RendezvousCore::Finish(JobState final_state, std::string reason, absl::Time now,
+                            std::vector<Event>& events) {
   RoundRecord& r = current();
   if (!r.ended_time) r.ended_time = now;
   s_.state = final_state;
@@ -400,13 +262,13 @@ void RendezvousCore::Finish(JobState final_state, std::string reason,
 }
 
 absl::Status RendezvousCore::CheckReport(absl::string_view what,
-                                         absl::string_view node_id,
-                                         int64_t round_id, bool* stale) const {
+                                         absl::string_view node_id, int64_t round_id,
+                                         bool* stale) const {
   *stale = false;
   if (round_id > round() || round_id < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s of node \"%s\" names round %d, but run \"%s\" is at round %d", what,
-        node_id, round_id, s_.run_id, round()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s of node \"%s\" names round %d, but run \"%s\" is at round %d",
+                        what, node_id, round_id, s_.run_id, round()));
   }
   if (round_id < round()) {
     *stale = true;
@@ -415,28 +277,27 @@ absl::Status RendezvousCore::CheckReport(absl::string_view what,
   if (!current().assignment) {
     // Current round, not closed: either JOINING, or finished (cancelled or
     // timed out) before it closed. No worker can have run in it.
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s of node \"%s\" for round %d of run \"%s\": the round never "
-        "started (job %s)",
-        what, node_id, round_id, s_.run_id, JobStateName(s_.state)));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s of node \"%s\" for round %d of run \"%s\": the round never "
+                        "started (job %s)",
+                        what, node_id, round_id, s_.run_id, JobStateName(s_.state)));
   }
   if (!rank_index_.contains(node_id)) {
-    return absl::NotFoundError(absl::StrFormat(
-        "%s of node \"%s\": the node is not in round %d of run \"%s\"", what,
-        node_id, round_id, s_.run_id));
+    return absl::NotFoundError(
+        absl::StrFormat("%s of node \"%s\": the node is not in round %d of run \"%s\"",
+                        what, node_id, round_id, s_.run_id));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Event>> RendezvousCore::ReportFailure(
-    const Failure& failure, absl::Time now) {
+absl::StatusOr<std::vector<Event>> RendezvousCore::ReportFailure(const Failure& failure,
+                                                                 absl::Time now) {
   std::vector<Event> events;
   if (s_.state == JobState::kSucceeded || s_.state == JobState::kCancelled) {
     return events;  // Workers stopped by a cancel exit with errors; noise.
   }
   bool stale = false;
-  RETURN_IF_ERROR(
-      CheckReport("failure report", failure.node_id, failure.round, &stale));
+  RETURN_IF_ERROR(CheckReport("failure report", failure.node_id, failure.round, &stale));
   if (stale) return events;
   const int rank = rank_index_.at(failure.node_id);
   const RoundAssignment& a = *current().assignment;
@@ -471,15 +332,14 @@ absl::StatusOr<std::vector<Event>> RendezvousCore::ReportFailure(
   r.ended_time = now;
   r.end_reason = "failed";
   events.push_back(RoundEnded(r.id, "failure"));
-  const std::string why =
-      failure.signal != 0 ? absl::StrFormat("signal %d", failure.signal)
-                          : absl::StrFormat("exit code %d", failure.exit_code);
+  const std::string why = failure.signal != 0
+                              ? absl::StrFormat("signal %d", failure.signal)
+                              : absl::StrFormat("exit code %d", failure.exit_code);
   Finish(JobState::kFailed,
          absl::StrFormat("rank %d (node \"%s\", local rank %d) failed with %s "
                          "in round %d after %d of %d restarts%s%s",
                          failure.rank, failure.node_id, failure.local_rank, why,
-                         failure.round, s_.restart_count,
-                         s_.config.max_restarts,
+                         failure.round, s_.restart_count, s_.config.max_restarts,
                          failure.message.empty() ? "" : ": ", failure.message),
          now, events);
   return events;
@@ -505,15 +365,14 @@ absl::StatusOr<std::vector<Event>> RendezvousCore::ReportSuccess(
     Finish(JobState::kSucceeded,
            absl::StrFormat("all %d nodes (%d workers) succeeded in round %d "
                            "after %d restarts",
-                           r.assignment->group_world_size,
-                           r.assignment->world_size, r.id, s_.restart_count),
+                           r.assignment->group_world_size, r.assignment->world_size, r.id,
+                           s_.restart_count),
            now, events);
   }
   return events;
 }
 
-std::vector<Event> RendezvousCore::NodeLost(absl::string_view node_id,
-                                            absl::Time now) {
+std::vector<Event> RendezvousCore::NodeLost(absl::string_view node_id, absl::Time now) {
   std::vector<Event> events;
   if (finished()) return events;
   const std::string id(node_id);
@@ -542,8 +401,7 @@ std::vector<Event> RendezvousCore::NodeLost(absl::string_view node_id,
   return events;
 }
 
-std::vector<Event> RendezvousCore::Cancel(absl::string_view why,
-                                          absl::Time now) {
+std::vector<Event> RendezvousCore::Cancel(absl::string_view why, absl::Time now) {
   std::vector<Event> events;
   if (finished()) return events;
   RoundRecord& r = current();
@@ -551,9 +409,8 @@ std::vector<Event> RendezvousCore::Cancel(absl::string_view why,
   r.end_reason = "cancelled";
   if (s_.state == JobState::kRunning) events.push_back(RoundEnded(r.id, "cancelled"));
   Finish(JobState::kCancelled,
-         absl::StrCat("cancelled in round ", r.id,
-                      why.empty() ? "" : ": ", why),
-         now, events);
+         absl::StrCat("cancelled in round ", r.id, why.empty() ? "" : ": ", why), now,
+         events);
   return events;
 }
 

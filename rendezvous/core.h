@@ -13,8 +13,6 @@
 #ifndef ELASTRUN_RENDEZVOUS_CORE_H_
 #define ELASTRUN_RENDEZVOUS_CORE_H_
 
-#include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,150 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rendezvous/types.h"
 
 namespace elastrun::rendezvous {
-
-// Upper bounds on network inputs, so that sizes and rank sums never overflow
-// (kMaxNodes * kMaxLocalWorldSize < 2^31).
-inline constexpr int kMaxNodes = 100000;
-inline constexpr int kMaxLocalWorldSize = 4096;
-inline constexpr int kMaxIdLength = 256;  // node_id and addr
-
-// How a job's rounds are formed. All fields must pass ValidateRoundConfig.
-struct RoundConfig {
-  // 1 <= min_nodes <= max_nodes <= kMaxNodes.
-  int min_nodes = 1;
-  int max_nodes = 1;
-  // After min_nodes joined, wait this long for more, then close (>= 0).
-  absl::Duration last_call_timeout = absl::Seconds(1);
-  // A round that still has < min_nodes this long after it opened fails the
-  // job (> 0).
-  absl::Duration join_timeout = absl::Seconds(600);
-  // Failure-caused restarts allowed (>= 0); membership changes do not count.
-  int max_restarts = 0;
-};
-
-// OK, or InvalidArgument naming the offending field and its valid range.
-absl::Status ValidateRoundConfig(const RoundConfig& config);
-
-// A node asking to take part in the current (or next) round.
-struct JoinRequest {
-  std::string node_id;     // unique per node, non-empty
-  std::string addr;        // advertised address; MASTER_ADDR if group rank 0
-  int master_port = 0;     // reserved on this node, 1..65535; MASTER_PORT if rank 0
-  int local_world_size = 1;  // workers on this node, 1..kMaxLocalWorldSize
-};
-
-// OK, or InvalidArgument naming the field (node_id, addr, master_port,
-// local_world_size).
-absl::Status ValidateJoinRequest(const JoinRequest& request);
-
-struct NodeAssignment {
-  std::string node_id;
-  std::string addr;
-  int group_rank = 0;
-  int local_world_size = 1;
-  int rank_offset = 0;  // global rank of this node's local rank 0
-};
-
-// The outcome of a closed round; identical for every node of the round.
-struct RoundAssignment {
-  int64_t round = 0;      // 0 first, +1 for every new round (any cause)
-  int restart_count = 0;  // failure-caused restarts so far
-  std::string master_addr;
-  int master_port = 0;
-  int world_size = 0;        // sum of local_world_size
-  int group_world_size = 0;  // number of nodes
-  std::vector<NodeAssignment> nodes;  // indexed by group_rank
-
-  // The node's entry, or nullptr if it is not in this round. O(nodes).
-  const NodeAssignment* Find(absl::string_view node_id) const;
-};
-
-// Reported by a node when one of its workers failed.
-struct Failure {
-  std::string node_id;
-  int64_t round = 0;
-  int local_rank = 0;
-  int rank = 0;
-  int exit_code = 0;
-  int signal = 0;  // != 0 when killed by a signal
-  std::string message;    // from the worker's error file, may be empty
-  std::string traceback;  // from the worker's error file, may be empty
-  absl::Time time;        // when the worker exited
-};
-
-enum class JobState { kJoining, kRunning, kSucceeded, kFailed, kCancelled };
-
-// "JOINING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED".
-absl::string_view JobStateName(JobState state);
-
-// What a call caused. Within one call's vector events are in causal order;
-// kJobFinished, if present, is last.
-struct Event {
-  enum class Kind {
-    // A round closed; `assignment` holds ranks for every node: start workers.
-    kRoundClosed,
-    // A RUNNING round stopped while workers may still run: stop them. Unless
-    // a kJobFinished follows, round `round + 1` is now open and every node
-    // that wants to continue must Join it (spares are already in it).
-    kRoundEnded,
-    // The job reached a final state; nothing else will happen.
-    kJobFinished,
-  };
-  Kind kind = Kind::kRoundClosed;
-  int64_t round = 0;
-  // kRoundEnded: "failure", "node lost", "scale-up" or "cancelled";
-  // kJobFinished: a human summary.
-  std::string reason;
-  std::optional<RoundAssignment> assignment;  // kRoundClosed only
-  JobState final_state = JobState::kJoining;  // kJobFinished only
-};
-
-// History of one round.
-struct RoundRecord {
-  int64_t id = 0;
-  absl::Time opened_time;
-  std::optional<absl::Time> closed_time;  // set when the round closed
-  std::optional<absl::Time> ended_time;   // set when it stopped, for any cause
-  // "" while open or running; else "failure", "node lost", "scale-up",
-  // "cancelled", "succeeded", "failed" (restarts exhausted) or "join timeout".
-  std::string end_reason;
-  bool counted_as_restart = false;  // ended by a failure within max_restarts
-  // Participants with their ranks; set when the round closed.
-  std::optional<RoundAssignment> assignment;
-  std::vector<Failure> failures;         // in arrival order
-  std::vector<std::string> succeeded;    // nodes, in report order
-  std::vector<std::string> lost_after_success;  // see NodeLost
-};
-
-// A node waiting in a JOINING round or as a spare, with its arrival order.
-struct WaitingNode {
-  JoinRequest request;
-  absl::Time joined_time;
-};
-
-// Everything the core knows: persist this, Restore() from it. Plain data.
-struct RendezvousState {
-  std::string run_id;
-  RoundConfig config;
-  JobState state = JobState::kJoining;
-  int restart_count = 0;
-  std::vector<RoundRecord> rounds;  // every round so far; back() is current
-  // The current round's joined nodes while JOINING, keyed by arrival
-  // sequence (join order); empty otherwise.
-  std::map<int64_t, WaitingNode> joined;
-  // Nodes that joined while the running round was at max_nodes; they enter
-  // the next round automatically, in this order.
-  std::map<int64_t, WaitingNode> spares;
-  int64_t next_seq = 0;  // arrival sequence for `joined` and `spares`
-  // When the current JOINING round reached min_nodes (last call started).
-  std::optional<absl::Time> min_reached_time;
-  // Earliest-timed failure of the latest round with a reported failure.
-  std::optional<Failure> root_cause;
-  std::string finish_reason;              // set when the job finished
-  std::optional<absl::Time> finished_time;
-};
 
 // The state machine of one job's rendezvous.
 //
@@ -178,9 +35,12 @@ struct RendezvousState {
 // NextDeadline() <= now. Time may be passed in any order; the core does not
 // require `now` to be monotonic.
 //
-// Finished jobs: Join returns FailedPrecondition; ReportFailure for the last
-// round of a FAILED job is still recorded (it may change the root cause);
-// everything else is an OK no-op.
+// Finished jobs: Join is refused (FailedPrecondition); NodeLost, Cancel and
+// Tick are no-ops. Reports that can no longer matter (a failure after
+// SUCCEEDED or CANCELLED, a success after FAILED or CANCELLED) are OK no-ops;
+// the others keep their usual checks: a failure for the last round of a
+// FAILED job is recorded and may change the root cause, a repeated success
+// after SUCCEEDED is a no-op.
 //
 // Partial success: ReportSuccess is provisional until every participant of
 // the round reported it. If another node of the same round then fails, the
@@ -196,13 +56,13 @@ class RendezvousCore {
   RendezvousCore(std::string run_id, RoundConfig config, absl::Time now);
 
   // As the constructor, but InvalidArgument for a bad config.
-  static absl::StatusOr<std::unique_ptr<RendezvousCore>> Create(
-      std::string run_id, RoundConfig config, absl::Time now);
+  static absl::StatusOr<std::unique_ptr<RendezvousCore>> Create(std::string run_id,
+                                                                RoundConfig config,
+                                                                absl::Time now);
 
   // Rebuilds a core from a persisted state. InvalidArgument if the state is
   // inconsistent (bad config, no rounds, ids out of sequence, ...).
-  static absl::StatusOr<std::unique_ptr<RendezvousCore>> Restore(
-      RendezvousState state);
+  static absl::StatusOr<std::unique_ptr<RendezvousCore>> Restore(RendezvousState state);
 
   // A node joins the open round. JOINING: added; the round closes (event
   // kRoundClosed) when max_nodes joined. RUNNING, node not in the round:
@@ -212,8 +72,7 @@ class RendezvousCore {
   // Errors: InvalidArgument for a bad request; FailedPrecondition if the
   // node is already in the current round or waiting as a spare, or the job
   // is finished.
-  absl::StatusOr<std::vector<Event>> Join(const JoinRequest& request,
-                                          absl::Time now);
+  absl::StatusOr<std::vector<Event>> Join(const JoinRequest& request, absl::Time now);
 
   // A worker of `failure.node_id` failed in `failure.round`. Current running
   // round: recorded; restarts (kRoundEnded "failure", next round opens) while
@@ -230,8 +89,7 @@ class RendezvousCore {
   // the running round did, the job SUCCEEDS (kJobFinished). Repeats and old
   // rounds are OK no-ops. Errors as for ReportFailure.
   absl::StatusOr<std::vector<Event>> ReportSuccess(absl::string_view node_id,
-                                                   int64_t round,
-                                                   absl::Time now);
+                                                   int64_t round, absl::Time now);
 
   // The node is gone (daemon disconnected or lease expired). Spare or
   // JOINING: removed (the last call is cancelled if the round drops below
@@ -259,6 +117,8 @@ class RendezvousCore {
   const RoundConfig& config() const { return s_.config; }
   // The current closed round; nullptr while JOINING or once finished.
   const RoundAssignment* assignment() const;
+  // The earliest-timed failure of the latest round that had one: for a
+  // FAILED job, its root cause. Empty if no worker ever failed.
   const std::optional<Failure>& root_cause() const { return s_.root_cause; }
   // Human summary of why the job finished; empty before.
   const std::string& finish_reason() const { return s_.finish_reason; }
@@ -278,8 +138,8 @@ class RendezvousCore {
   void AddJoined(WaitingNode node, std::vector<Event>& events);
   void CloseRound(absl::Time now, std::vector<Event>& events);
   // Ends the running round and opens the next one (spares enter it).
-  void EndRoundAndOpenNext(absl::string_view reason, bool restart,
-                           absl::Time now, std::vector<Event>& events);
+  void EndRoundAndOpenNext(absl::string_view reason, bool restart, absl::Time now,
+                           std::vector<Event>& events);
   void OpenRound(int64_t id, absl::Time now, std::vector<Event>& events);
   void Finish(JobState final_state, std::string reason, absl::Time now,
               std::vector<Event>& events);

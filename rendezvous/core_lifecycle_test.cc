@@ -49,7 +49,8 @@ TEST(FailureTest, RestartsUpToMaxThenFailsWithEarliestRootCause) {
     EXPECT_EQ(core.assignment()->restart_count, round + 1);
   }
   // Round 2: budget spent. c fails at t+10, reported first.
-  std::vector<Event> ev = *core.ReportFailure(Fail("c", 2, T0() + S(10), 2), T0() + S(11));
+  std::vector<Event> ev =
+      *core.ReportFailure(Fail("c", 2, T0() + S(10), 2), T0() + S(11));
   ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundEnded, Kind::kJobFinished));
   EXPECT_EQ(ev[0].reason, "failure");
   EXPECT_EQ(ev[1].final_state, JobState::kFailed);
