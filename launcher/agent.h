@@ -1,0 +1,103 @@
+// The agent: runs attempts of a node's worker group on real processes. It is
+// the I/O adapter around the Supervisor state machine: one event loop over a
+// signalfd (SIGCHLD for exits, so a death is seen at once, and the
+// terminating signals the launcher forwards), the workers' output pipes and
+// an eventfd for stop requests from other threads.
+//
+// The launcher becomes a child subreaper, so processes that workers leave
+// behind are re-parented to it, reaped, and stopped with their group.
+//
+// Thread-safety: RunAttempt runs on one thread at a time; RequestStop may be
+// called from any thread.
+#ifndef ELASTRUN_LAUNCHER_AGENT_H_
+#define ELASTRUN_LAUNCHER_AGENT_H_
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "launcher/process.h"
+#include "launcher/supervisor.h"
+
+namespace elastrun::launcher {
+
+struct AgentOptions {
+  // Grace between the stop signal and SIGKILL (--shutdown-timeout).
+  absl::Duration grace = absl::Seconds(30);
+  // Where workers' console lines go (the launcher's stdout and stderr).
+  int console_stdout_fd = 1;
+  int console_stderr_fd = 2;
+};
+
+// Where one worker's output goes.
+struct WorkerOutput {
+  std::string stdout_log;  // file path; empty: no log file
+  std::string stderr_log;
+  bool stdout_to_console = true;
+  bool stderr_to_console = true;
+  std::string prefix;  // before each console line, e.g. "[rank0]:"
+};
+
+struct AttemptSpec {
+  std::vector<WorkerSpec> workers;
+  std::vector<WorkerOutput> outputs;  // one per worker, same order
+};
+
+struct AttemptOutcome {
+  enum class Kind {
+    kSucceeded,  // every worker exited 0
+    kFailed,     // a worker failed (first_failure) or could not start
+    kStopped,    // stopped by a signal to the launcher or RequestStop
+  };
+  Kind kind = Kind::kFailed;
+  std::optional<WorkerExit> first_failure;
+  std::vector<WorkerExit> exits;
+  // A worker could not be started (then first_failure is empty).
+  absl::Status spawn_error;
+  // kStopped: the signal that stopped the attempt.
+  int stop_signal = 0;
+  // Processes of the group outlived SIGKILL and could not be reaped.
+  bool leftovers = false;
+};
+
+class Agent {
+ public:
+  // Blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGQUIT in the calling thread
+  // (so call it before starting any other thread: they inherit the mask),
+  // ignores SIGPIPE, and makes this process a child subreaper.
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
+  ~Agent();
+
+  // Runs one attempt to its end and returns how it ended. A terminating
+  // signal to the launcher is forwarded to the workers (a second one
+  // escalates to SIGKILL), and the attempt ends as kStopped. Errors are
+  // internal failures of the launcher itself (epoll, signalfd).
+  absl::StatusOr<AttemptOutcome> RunAttempt(AttemptSpec spec);
+
+  // Asks the current (or next) attempt to stop with `sig`. Thread-safe.
+  void RequestStop(int sig);
+
+  // The first terminating signal the launcher received, or 0.
+  int received_signal() const { return received_signal_.load(); }
+
+ private:
+  Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes, int epoll_fd,
+        int signal_fd, int wake_fd);
+  void ReapChildren(Supervisor& supervisor);
+
+  const AgentOptions options_;
+  std::unique_ptr<ProcessControl> processes_;
+  const int epoll_fd_;
+  const int signal_fd_;
+  const int wake_fd_;
+  std::atomic<int> requested_stop_{0};
+  std::atomic<int> received_signal_{0};
+};
+
+}  // namespace elastrun::launcher
+
+#endif  // ELASTRUN_LAUNCHER_AGENT_H_
