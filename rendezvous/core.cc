@@ -116,18 +116,14 @@ absl::StatusOr<std::vector<Event>> RendezvousCore::Join(const JoinRequest& reque
   if (rank_index_.contains(id)) {
     return refuse("the node is already in the running round");
   }
-  const int participants = current().assignment->group_world_size;
-  if (participants >= s_.config.max_nodes) {
-    int64_t seq = s_.next_seq++;
-    spare_index_[id] = seq;
-    s_.spares.emplace(seq, std::move(node));
-    return events;
-  }
-  // Scale-up: the newcomer goes to the spares so that OpenRound pulls it in
-  // first, as any waiting node.
+  // Either way the node waits in the spares: at max_nodes until some other
+  // cause opens the next round; below it, a scale-up opens that round now
+  // and OpenRound pulls the newcomer in as any waiting node.
+  const bool at_max = current().assignment->group_world_size >= s_.config.max_nodes;
   int64_t seq = s_.next_seq++;
   spare_index_[id] = seq;
   s_.spares.emplace(seq, std::move(node));
+  if (at_max) return events;
   EndRoundAndOpenNext("scale-up", /*restart=*/false, now, events);
   return events;
 }

@@ -243,6 +243,21 @@ TEST(ScaleUpTest, SparesBeyondMaxCloseTheNextRoundAtOnce) {
   EXPECT_EQ(core.spare_count(), 1);  // c waits for the round after
 }
 
+TEST(ScaleUpTest, SparesSurviveARestore) {
+  RendezvousCore core("job", Config(1, 1, 1), T0());
+  MustJoin(core, Req("a"), T0());
+  MustJoin(core, Req("b"), T0());
+  auto restored = RendezvousCore::Restore(core.state_snapshot());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  RendezvousCore& r = **restored;
+  EXPECT_EQ(r.spare_count(), 1);
+  EXPECT_FALSE(r.Join(Req("b"), T0()).ok());
+  std::vector<Event> ev = r.NodeLost("a", T0());
+  ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundEnded, Kind::kRoundClosed));
+  EXPECT_THAT(RankOrder(*ev[1].assignment), ElementsAre("b"));
+  EXPECT_EQ(r.history().size(), 2u);
+}
+
 TEST(CancelTest, WhileRunningStopsTheRoundThenFinishes) {
   RendezvousCore core = Running3(/*max_restarts=*/1);
   std::vector<Event> ev = core.Cancel("user request", T0() + S(7));

@@ -352,6 +352,15 @@ TEST(RestoreTest, RejectsInconsistentState) {
   s = core.state_snapshot();
   s.state = JobState::kRunning;
   EXPECT_FALSE(RendezvousCore::Restore(s).ok());
+  // A joined node without the last call that MIN requires.
+  MustJoin(core, Req("a"), T0());
+  s = core.state_snapshot();
+  EXPECT_TRUE(ValidateRendezvousState(s).ok());
+  s.min_reached_time.reset();
+  EXPECT_THAT(ValidateRendezvousState(s).message(), HasSubstr("min_reached_time"));
+  s = core.state_snapshot();
+  s.spares.emplace(s.next_seq++, WaitingNode{Req("a"), T0()});
+  EXPECT_THAT(ValidateRendezvousState(s).message(), HasSubstr("\"a\" is waiting twice"));
 }
 
 TEST(JobStateNameTest, Names) {

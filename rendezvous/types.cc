@@ -128,6 +128,10 @@ absl::Status ValidateRendezvousState(const RendezvousState& s) {
   if (joining && static_cast<int>(s.joined.size()) >= s.config.max_nodes) {
     return bad("a JOINING round already holds max_nodes nodes");
   }
+  if (joining && s.min_reached_time.has_value() !=
+                     (static_cast<int>(s.joined.size()) >= s.config.min_nodes)) {
+    return bad("min_reached_time disagrees with the number of joined nodes");
+  }
   absl::flat_hash_set<std::string> seen;
   for (const auto* m : {&s.joined, &s.spares}) {
     for (const auto& [seq, w] : *m) {
