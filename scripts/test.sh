@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command: installs, builds, and runs every test (ctest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+cd build
+ctest --output-on-failure -j "${ELASTRUN_TEST_JOBS:-2}" --timeout 600

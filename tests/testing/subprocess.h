@@ -1,0 +1,86 @@
+// Test helpers for multi-process tests: start a program in its own process
+// group with its output captured to a file, wait for it with a deadline, and
+// wait for files to appear (inotify) instead of sleeping. Every process a
+// test starts is killed by process group and reaped when its Subprocess dies.
+#ifndef ELASTRUN_TESTS_TESTING_SUBPROCESS_H_
+#define ELASTRUN_TESTS_TESTING_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace elastrun::testing {
+
+class Subprocess {
+ public:
+  // Starts `argv` (argv[0] looked up on PATH) with the test's environment plus
+  // `extra_env` ("NAME=value", overriding), in a new process group, with
+  // stdout and stderr both captured.
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(
+      const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {});
+  ~Subprocess();  // SIGKILLs the process group if still running, then reaps
+
+  pid_t pid() const { return pid_; }
+  // Waits for the exit; returns the wait status. DeadlineExceeded after
+  // `timeout` (the process is left running).
+  absl::StatusOr<int> Wait(absl::Duration timeout);
+  // The process's own exit code, or 128+signal, once waited for.
+  std::optional<int> exit_code() const { return exit_code_; }
+  void Signal(int sig);
+  // Everything written to stdout and stderr so far.
+  std::string Output() const;
+
+ private:
+  Subprocess(pid_t pid, int pidfd, std::string output_path)
+      : pid_(pid), pidfd_(pidfd), output_path_(std::move(output_path)) {}
+  pid_t pid_;
+  int pidfd_;
+  std::string output_path_;
+  std::optional<int> exit_code_;
+};
+
+// Runs to completion; fails the wait with DeadlineExceeded past `timeout`.
+struct RunResult {
+  int exit_code = -1;
+  std::string output;
+};
+absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv,
+                              const std::vector<std::string>& extra_env = {},
+                              absl::Duration timeout = absl::Seconds(120));
+
+// Waits until `dir` holds at least `count` entries whose names start with
+// `prefix`; returns their names. Event-driven (inotify), with a deadline.
+absl::StatusOr<std::vector<std::string>> WaitForFiles(const std::string& dir,
+                                                      const std::string& prefix,
+                                                      size_t count,
+                                                      absl::Duration timeout);
+
+// Entries of `dir` starting with `prefix`, sorted.
+std::vector<std::string> ListFiles(const std::string& dir, const std::string& prefix = "");
+
+// Pids of live processes whose environment contains `entry` ("NAME=value").
+// Tests tag everything they start with a unique entry and use this to prove
+// that nothing was left behind.
+std::vector<pid_t> ProcessesWithEnv(const std::string& entry);
+
+// A new empty folder under $TMPDIR (or /tmp).
+std::string MakeTempDir(const std::string& tag);
+std::string ReadFile(const std::string& path);
+bool FileExists(const std::string& path);
+
+// Where the build put binaries ($ELASTRUN_BIN_DIR, set by ctest).
+std::string BinDir();
+// The source tree ($ELASTRUN_SOURCE_DIR, set by ctest).
+std::string SourceDir();
+// Debian's python3 with torch, or empty when it lacks torch.
+std::string TorchPython();
+
+}  // namespace elastrun::testing
+
+#endif  // ELASTRUN_TESTS_TESTING_SUBPROCESS_H_
