@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/config/loader.h"
 #include "common/config/suggest.h"
 #include "common/status_macros.h"
@@ -30,6 +31,63 @@ bool IsIndex(absl::string_view segment, size_t* index) {
     return false;
   }
   return absl::SimpleAtoi(segment, index);
+}
+
+// `{` and `}` are flow indicators, so `[${a}, 1]` is not valid YAML. Outside
+// quotes, `${` and its `}` are swapped for two private-use characters before
+// parsing and swapped back (RestoreReferences) after.
+constexpr absl::string_view kOpen = "\xee\x80\x80";   // U+E000
+constexpr absl::string_view kClose = "\xee\x80\x81";  // U+E001
+
+std::string HideReferences(absl::string_view value) {
+  std::string out;
+  char quote = 0;  // The open quote, or 0.
+  char prev = 0;   // Last non-space character outside quotes.
+  for (size_t i = 0; i < value.size(); ++i) {
+    const char c = value[i];
+    if (quote != 0) {
+      out += c;
+      if (quote == '"' && c == '\\' && i + 1 < value.size()) {
+        out += value[++i];
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if ((c == '\'' || c == '"') &&
+        (prev == 0 || prev == '[' || prev == '{' || prev == ',' || prev == ':')) {
+      quote = c;
+      out += c;
+      continue;
+    }
+    if (c == '$' && i + 1 < value.size() && value[i + 1] == '{') {
+      const size_t close = value.find('}', i + 2);
+      if (close != absl::string_view::npos) {
+        absl::StrAppend(&out, kOpen, value.substr(i + 2, close - i - 2), kClose);
+        i = close;
+        prev = '}';
+        continue;
+      }
+    }
+    out += c;
+    if (c != ' ') prev = c;
+  }
+  return out;
+}
+
+absl::Status RestoreReferences(Node* node) {
+  if (node->kind() == Node::Kind::kString &&
+      absl::StrContains(node->as_string(), kOpen)) {
+    std::string text = absl::StrReplaceAll(node->as_string(),
+                                           {{kOpen, "${"}, {kClose, "}"}});
+    ASSIGN_OR_RETURN(*node, Node::FromConfigString(std::move(text), node->mark()));
+  }
+  for (Node& item : node->mutable_items()) RETURN_IF_ERROR(RestoreReferences(&item));
+  for (MapEntry& e : node->mutable_entries()) {
+    e.key = absl::StrReplaceAll(e.key, {{kOpen, "${"}, {kClose, "}"}});
+    RETURN_IF_ERROR(RestoreReferences(&e.value));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -98,7 +156,7 @@ absl::StatusOr<Override> ParseOverride(absl::string_view text, int index,
   // turned into a block mapping), padded so YAML's columns are the
   // argument's columns.
   std::string wrapped(eq, ' ');
-  absl::StrAppend(&wrapped, "[", value, "]");
+  absl::StrAppend(&wrapped, "[", HideReferences(value), "]");
   ASSIGN_OR_RETURN(Node list, ParseYamlValue(wrapped, label, limits));
   if (!list.is_list() || list.items().size() != 1) {
     return error(eq + 1,
@@ -106,6 +164,7 @@ absl::StatusOr<Override> ParseOverride(absl::string_view text, int index,
                  "('a,b'), or use [a,b] for a list");
   }
   o.value = std::move(list.mutable_items()[0]);
+  RETURN_IF_ERROR(RestoreReferences(&o.value));
   return o;
 }
 

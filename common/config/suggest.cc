@@ -38,6 +38,8 @@ std::vector<std::string> ClosestNames(absl::string_view name,
                    [](const auto& x, const auto& y) { return x.first < y.first; });
   std::vector<std::string> out;
   for (size_t i = 0; i < scored.size() && out.size() < max; ++i) {
+    // Far worse than the best match is noise, not a suggestion.
+    if (scored[i].first > scored[0].first + 1) break;
     out.push_back(candidates[scored[i].second]);
   }
   return out;

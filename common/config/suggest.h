@@ -16,7 +16,7 @@ int EditDistance(absl::string_view a, absl::string_view b);
 
 // Up to `max` candidates closest to `name` by edit distance, closest first
 // (ties in candidate order), keeping only plausible ones: distance at most
-// max(2, length of `name` / 2).
+// max(2, length of `name` / 2) and at most one more than the best match.
 std::vector<std::string> ClosestNames(absl::string_view name,
                                       const std::vector<std::string>& candidates,
                                       size_t max = 3);
