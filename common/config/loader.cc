@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace elastrun::config {
@@ -193,6 +194,31 @@ class Converter {
   int64_t nodes_ = 0;
 };
 
+// Parses without building anything; remembers where a second document
+// starts.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents_ == 2) second_document_mark = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  YAML::Mark second_document_mark = YAML::Mark::null_mark();
+
+ private:
+  int documents_ = 0;
+};
+
 absl::StatusOr<Node> ParseAny(absl::string_view text, const std::string& file,
                               const Limits& limits) {
   const Mark file_mark{file, 1, 1};
@@ -200,21 +226,31 @@ absl::StatusOr<Node> ParseAny(absl::string_view text, const std::string& file,
     return ErrorAt(file_mark, "",
                    absl::StrCat("larger than ", limits.max_file_bytes, " bytes"));
   }
-  std::vector<YAML::Node> docs;
+  // yaml-cpp 0.7's LoadAll never ends on a document followed by a stray
+  // ',' (it yields null documents forever), so count the documents with the
+  // event parser, stopping at the second, then build the first with Load.
+  YAML::Node doc;
   try {
-    docs = YAML::LoadAll(std::string(text));
+    std::istringstream stream{std::string(text)};
+    YAML::Parser parser(stream);
+    DocumentCounter counter;
+    if (!parser.HandleNextDocument(counter)) return Node::Null(file_mark);
+    if (parser.HandleNextDocument(counter)) {
+      return ErrorAt(counter.second_document_mark.is_null()
+                         ? file_mark
+                         : ToMark(counter.second_document_mark, file, file_mark),
+                     "",
+                     "content after the end of the document (a second '---' "
+                     "document, or a stray ','); a config is one YAML document");
+    }
+    doc = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     return ErrorAt(ToMark(e.mark, file, file_mark), "",
                    absl::StrCat("YAML syntax error: ", e.msg));
   }
-  if (docs.size() > 1) {
-    return ErrorAt(ToMark(docs[1].Mark(), file, file_mark), "",
-                   "more than one YAML document ('---'); a config is one document");
-  }
-  if (docs.empty()) return Node::Null(file_mark);
   Converter converter(file, limits);
   try {
-    return converter.Convert(docs[0], file_mark, "", 0);
+    return converter.Convert(doc, file_mark, "", 0);
   } catch (const YAML::Exception& e) {  // Not expected after parsing; be safe.
     return ErrorAt(ToMark(e.mark, file, file_mark), "", e.msg);
   }

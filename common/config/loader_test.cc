@@ -65,7 +65,17 @@ TEST(ParseYamlTest, RejectsNonMapTopLevelAndSeveralDocuments) {
   EXPECT_THAT(ErrorOf(ParseYaml("[1, 2]\n", "l.yaml")),
               HasSubstr("l.yaml:1:1: the top level of a config must be a mapping"));
   EXPECT_THAT(ErrorOf(ParseYaml("a: 1\n---\nb: 2\n", "d.yaml")),
-              HasSubstr("more than one YAML document"));
+              HasSubstr("d.yaml:2:1: content after the end of the document"));
+}
+
+// Fuzzer finding: yaml-cpp 0.7 loops forever (allocating) on a top-level
+// ',' after a document; it must be an error instead.
+TEST(ParseYamlTest, StrayCommaAfterDocumentIsAnErrorNotAHang) {
+  EXPECT_THAT(ErrorOf(ParseYaml(", out: 1}\n", "c.yaml")),
+              HasSubstr("content after the end of the document"));
+  EXPECT_THAT(ErrorOf(ParseYaml("[1], 2\n", "c.yaml")),
+              HasSubstr("content after the end of the document"));
+  EXPECT_FALSE(ParseYamlValue(",", "c.yaml").ok());
 }
 
 TEST(ParseYamlTest, RejectsDuplicateKeysNamingBothLines) {
