@@ -34,6 +34,10 @@ inline constexpr char kAgentSocket[] = "ELASTRUN_AGENT_SOCKET";
 inline constexpr char kRound[] = "ELASTRUN_ROUND";
 // Name of the shared-memory checkpoint snapshot of this job on this node.
 inline constexpr char kSnapshot[] = "ELASTRUN_SNAPSHOT";
+// Set for workers started as standbys (`elastrun run --standby`): the number
+// of a socket on which the worker reports that it has started and waits for
+// its activation (see common/standby.h).
+inline constexpr char kStandbyFd[] = "ELASTRUN_STANDBY_FD";
 
 }  // namespace elastrun::env
 

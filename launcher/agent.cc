@@ -6,6 +6,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +15,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/standby.h"
+#include "common/worker_env.h"
 #include "launcher/output.h"
 
 namespace elastrun::launcher {
@@ -24,9 +28,20 @@ absl::Status ErrnoError(absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-// epoll user data: small tags for our own fds, otherwise 1 + stream index.
+// epoll user data: tags for our own fds, kControlBit | worker index for a
+// worker's standby socket, otherwise the output stream index.
 constexpr uint64_t kSignalTag = ~uint64_t{0};
 constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
+constexpr uint64_t kControlBit = uint64_t{1} << 62;
+
+// Niceness of standby workers while they start, so their start-up yields
+// the CPU to the running attempt; raised back on activation where allowed.
+constexpr int kStandbyNice = 10;
+
+// A socket pair for the standby protocol: {ours, the worker's}.
+bool StandbySocket(int fds[2]) {
+  return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0;
+}
 
 int OpenLog(const std::string& path) {
   if (path.empty()) return -1;
@@ -73,6 +88,7 @@ Agent::Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes,
       wake_fd_(wake_fd) {}
 
 Agent::~Agent() {
+  DiscardStandbySet();
   close(epoll_fd_);
   close(signal_fd_);
   close(wake_fd_);
@@ -86,13 +102,68 @@ void Agent::RequestStop(int sig) {
   (void)n;
 }
 
-void Agent::ReapChildren(Supervisor& supervisor) {
+void Agent::ReapChildren(Supervisor* supervisor) {
   for (;;) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;  // 0: none ready; -1 (ECHILD): no children left
-    supervisor.OnExit(pid, status, absl::Now());
+    bool was_standby = false;
+    for (Standby& s : standby_) was_standby = was_standby || s.pid == pid;
+    if (was_standby) {
+      // A standby that dies before it is needed makes its set useless; the
+      // next attempt starts fresh processes.
+      for (Standby& s : standby_) {
+        if (s.pid == pid) s.pid = -1;
+      }
+      DiscardStandbySet();
+    } else if (supervisor != nullptr) {
+      supervisor->OnExit(pid, status, absl::Now());
+    }
   }
+}
+
+void Agent::SpawnStandbySet(const AttemptSpec& spec) {
+  const size_t n = spec.workers.size();
+  for (size_t i = 0; i < n; ++i) {
+    int fds[2];
+    if (!StandbySocket(fds)) break;
+    ProcessSpec p;
+    p.argv = spec.standby_argv;
+    p.env = spec.standby_env;
+    p.env.push_back(absl::StrCat(env::kStandbyFd, "=", fds[1]));
+    p.pass_fds = {{fds[1], fds[1]}};
+    p.process_group = standby_pgid_;
+    p.niceness = kStandbyNice;
+    auto spawned = processes_->Spawn(p);
+    close(fds[1]);
+    if (!spawned.ok()) {
+      close(fds[0]);
+      break;
+    }
+    if (standby_pgid_ == 0) standby_pgid_ = spawned->pid;
+    standby_.push_back({spawned->pid, fds[0], spawned->stdout_fd, spawned->stderr_fd});
+  }
+  if (standby_.size() != n) DiscardStandbySet();
+}
+
+void Agent::DiscardStandbySet() {
+  for (Standby& s : standby_) {
+    for (int fd : {s.control, s.stdout_fd, s.stderr_fd}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  // Closing the sockets tells them to exit; SIGKILL makes sure. They are
+  // reaped as strays by the next ReapChildren (or by the destructor's wait).
+  if (standby_pgid_ != 0) (void)processes_->SignalGroup(standby_pgid_, SIGKILL);
+  for (Standby& s : standby_) {
+    if (s.pid > 0) {
+      int status;
+      while (waitpid(s.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  standby_.clear();
+  standby_pgid_ = 0;
 }
 
 absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
@@ -123,7 +194,80 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
     }
   }
 
-  auto spawned = supervisor.Start(std::move(spec.workers), absl::Now());
+  // Workers come from the standby set when it fits, else as new processes.
+  const size_t n = spec.workers.size();
+  std::vector<int> controls(n, -1);  // our ends of the workers' standby sockets
+  std::vector<bool> started(n, false);
+  ReapChildren(nullptr);  // a standby may have died since the last attempt
+  absl::StatusOr<std::vector<SpawnedProcess>> spawned;
+  if (options_.standby && standby_.size() == n) {
+    std::vector<pid_t> pids;
+    std::vector<SpawnedProcess> procs;
+    for (size_t i = 0; i < n; ++i) {
+      Standby& s = standby_[i];
+      std::vector<std::string> activation;
+      for (const std::string& e : spec.workers[i].process.env) {
+        if (e.rfind(absl::StrCat(env::kStandbyFd, "="), 0) != 0) activation.push_back(e);
+      }
+      WriteAll(s.control, EncodeActivation(activation));
+      setpriority(PRIO_PROCESS, static_cast<id_t>(s.pid), 0);  // best effort
+      pids.push_back(s.pid);
+      procs.push_back({s.pid, s.stdout_fd, s.stderr_fd});
+      controls[i] = s.control;
+      started[i] = true;
+    }
+    supervisor.Adopt(std::move(spec.workers), pids, standby_pgid_);
+    standby_.clear();
+    standby_pgid_ = 0;
+    spawned = std::move(procs);
+    outcome.from_standby = true;
+  } else {
+    DiscardStandbySet();
+    std::vector<int> theirs(n, -1);
+    if (options_.standby) {
+      for (size_t i = 0; i < n; ++i) {
+        int fds[2];
+        if (!StandbySocket(fds)) break;
+        controls[i] = fds[0];
+        theirs[i] = fds[1];
+        ProcessSpec& p = spec.workers[i].process;
+        p.env.push_back(absl::StrCat(env::kStandbyFd, "=", fds[1]));
+        p.pass_fds.push_back({fds[1], fds[1]});
+      }
+    }
+    spawned = supervisor.Start(std::move(spec.workers), absl::Now());
+    for (size_t i = 0; i < n; ++i) {
+      if (theirs[i] >= 0) close(theirs[i]);
+      // Started directly, with the environment: an empty activation.
+      if (controls[i] >= 0) WriteAll(controls[i], EncodeActivation({}));
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (controls[i] < 0) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kControlBit | i;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, controls[i], &ev);
+  }
+  auto close_control = [&](size_t i) {
+    if (controls[i] < 0) return;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, controls[i], nullptr);
+    close(controls[i]);
+    controls[i] = -1;
+  };
+  // The next attempt's standbys start once every worker of this one has
+  // finished its own start-up, so they do not slow it down.
+  auto maybe_start_standbys = [&] {
+    if (!options_.standby || !standby_.empty() ||
+        supervisor.state() != Supervisor::State::kRunning) {
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (!started[i]) return;
+    }
+    SpawnStandbySet(spec);
+  };
+
   if (!spawned.ok()) {
     outcome.spawn_error = spawned.status();
     for (int f : log_fds) {
@@ -176,6 +320,7 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
   // A stop requested before this attempt began applies to it.
   if (int sig = requested_stop_.load(); sig != 0) supervisor.Stop(sig, absl::Now());
   if (int sig = received_signal_.load(); sig != 0) supervisor.Stop(sig, absl::Now());
+  maybe_start_standbys();  // activated standbys started long ago
 
   epoll_event events[32];
   while (supervisor.state() != Supervisor::State::kDone) {
@@ -205,18 +350,29 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
             supervisor.Stop(SIGKILL, absl::Now());  // asked twice: no more grace
           }
         }
-        if (child) ReapChildren(supervisor);
+        if (child) ReapChildren(&supervisor);
       } else if (tag == kWakeTag) {
         uint64_t v;
         while (read(wake_fd_, &v, sizeof v) > 0) {
         }
         if (int sig = requested_stop_.load(); sig != 0) supervisor.Stop(sig, absl::Now());
+      } else if (tag & kControlBit) {
+        const size_t i = tag & ~kControlBit;
+        char c[16];
+        ssize_t got = read(controls[i], c, sizeof c);
+        if (got > 0) {
+          started[i] = started[i] || memchr(c, kStandbyReady, static_cast<size_t>(got));
+        } else if (got == 0 || errno != EAGAIN) {
+          close_control(i);  // activated (the worker closed it) or exited
+        }
+        maybe_start_standbys();
       } else if (tag < streams.size()) {
         drain(streams[tag], /*final=*/false);
       }
     }
     supervisor.OnTick(absl::Now());
   }
+  for (size_t i = 0; i < n; ++i) close_control(i);
   for (Stream& s : streams) drain(s, /*final=*/true);
   streams.clear();
   for (int f : log_fds) {

@@ -31,6 +31,11 @@ struct AgentOptions {
   // Where workers' console lines go (the launcher's stdout and stderr).
   int console_stdout_fd = 1;
   int console_stderr_fd = 2;
+  // Start the next attempt's workers ahead of time (common/standby.h), once
+  // the current ones have started, so a restart skips process start-up.
+  // Only workers built on libelastrun_worker take part; for other programs
+  // no standby is ever started.
+  bool standby = false;
 };
 
 // Where one worker's output goes.
@@ -45,6 +50,10 @@ struct WorkerOutput {
 struct AttemptSpec {
   std::vector<WorkerSpec> workers;
   std::vector<WorkerOutput> outputs;  // one per worker, same order
+  // What a standby for the next attempt runs: the program and the part of
+  // the environment that does not depend on the attempt.
+  std::vector<std::string> standby_argv;
+  std::vector<std::string> standby_env;
 };
 
 struct AttemptOutcome {
@@ -60,6 +69,8 @@ struct AttemptOutcome {
   absl::Status spawn_error;
   // kStopped: the signal that stopped the attempt.
   int stop_signal = 0;
+  // The workers were activated standbys rather than new processes.
+  bool from_standby = false;
   // Processes of the group outlived SIGKILL and could not be reaped.
   bool leftovers = false;
 };
@@ -85,9 +96,21 @@ class Agent {
   int received_signal() const { return received_signal_.load(); }
 
  private:
+  // A started worker of the next attempt, waiting for its activation.
+  struct Standby {
+    pid_t pid = -1;
+    int control = -1;  // our end of its standby socket
+    int stdout_fd = -1;
+    int stderr_fd = -1;
+  };
+
   Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes, int epoll_fd,
         int signal_fd, int wake_fd);
-  void ReapChildren(Supervisor& supervisor);
+  // Reaps every exited child; workers go to `supervisor` (may be null), and
+  // the exit of a standby discards the standby set.
+  void ReapChildren(Supervisor* supervisor);
+  void SpawnStandbySet(const AttemptSpec& spec);
+  void DiscardStandbySet();
 
   const AgentOptions options_;
   std::unique_ptr<ProcessControl> processes_;
@@ -96,6 +119,9 @@ class Agent {
   const int wake_fd_;
   std::atomic<int> requested_stop_{0};
   std::atomic<int> received_signal_{0};
+  // The next attempt's standby workers (one process group), if started.
+  std::vector<Standby> standby_;
+  pid_t standby_pgid_ = 0;
 };
 
 }  // namespace elastrun::launcher

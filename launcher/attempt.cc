@@ -25,7 +25,7 @@ AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
       env::kGroupRank, env::kGroupWorldSize, env::kRoleRank, env::kRoleWorldSize,
       env::kRoleName, env::kMasterAddr, env::kMasterPort, env::kRestartCount,
       env::kMaxRestarts, env::kRunId, env::kErrorFile, env::kUseAgentStore,
-      env::kAgentSocket, env::kRound};
+      env::kAgentSocket, env::kRound, env::kStandbyFd};
   std::vector<std::string> common;
   bool has_omp = false;
   for (const std::string& e : base_env) {
@@ -36,6 +36,9 @@ AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
     common.push_back(e);
   }
   if (!has_omp && n > 1) common.push_back(absl::StrCat(env::kOmpNumThreads, "=1"));
+  AttemptSpec spec;
+  spec.standby_argv = group.argv;
+  spec.standby_env = common;  // nothing that depends on the attempt
   auto set = [](std::vector<std::string>& v, const char* name, const auto& value) {
     v.push_back(absl::StrCat(name, "=", value));
   };
@@ -54,7 +57,6 @@ AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
   set(common, env::kRound, ctx.round);
   if (!group.agent_socket.empty()) set(common, env::kAgentSocket, group.agent_socket);
 
-  AttemptSpec spec;
   for (int local = 0; local < n; ++local) {
     const int rank = ctx.rank_offset + local;
     WorkerSpec w;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,6 +108,11 @@ absl::StatusOr<SpawnedProcess> PosixProcessControl::Spawn(const ProcessSpec& spe
     if (code == 0 && spec.capture_output) {
       if (dup2(out[1], STDOUT_FILENO) < 0 || dup2(err[1], STDERR_FILENO) < 0) code = errno;
     }
+    for (const auto& [from, to] : spec.pass_fds) {
+      // dup2 clears close-on-exec on the copy; same-number needs it cleared.
+      if (code == 0 && from == to && fcntl(from, F_SETFD, 0) != 0) code = errno;
+      if (code == 0 && from != to && dup2(from, to) < 0) code = errno;
+    }
     // Undo the launcher's signal set-up: exec keeps ignored dispositions
     // and the blocked mask, and workers must see signals normally.
     struct sigaction dfl;
@@ -117,6 +123,9 @@ absl::StatusOr<SpawnedProcess> PosixProcessControl::Spawn(const ProcessSpec& spe
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     if (code == 0 && cwd != nullptr && chdir(cwd) != 0) code = errno;
+    if (code == 0 && spec.niceness != 0) {
+      (void)setpriority(PRIO_PROCESS, 0, spec.niceness);  // best effort
+    }
     if (code == 0) {
       execve(program.c_str(), argv.data(), envp.data());
       code = errno;

@@ -28,6 +28,11 @@ struct ProcessSpec {
   pid_t process_group = 0;
   // true: stdout and stderr go to pipes read by the launcher; false: inherited.
   bool capture_output = true;
+  // Descriptors of the launcher handed to the child: {launcher fd, child fd}
+  // (child fd >= 3). Everything else is closed on exec.
+  std::vector<std::pair<int, int>> pass_fds;
+  // Scheduling niceness of the child (0: the launcher's).
+  int niceness = 0;
 };
 
 struct SpawnedProcess {

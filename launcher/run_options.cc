@@ -27,7 +27,7 @@ constexpr FlagDef kFlags[] = {
     {"local-ranks-filter", true}, {"role", true},          {"master-addr", true},
     {"master-port", true},     {"node-rank", true},        {"start-method", true},
     {"shutdown-timeout", true}, {"local-addr", true},      {"standalone", false},
-    {"no-python", false},      {"module", false},          {"run-path", false},
+    {"no-python", false},      {"standby", false},      {"module", false},          {"run-path", false},
     {"help", false},
 };
 
@@ -106,6 +106,8 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     ASSIGN_OR_RETURN(o.shutdown_timeout, ParseDuration(value, shown));
   } else if (flag == "standalone") {
     ASSIGN_OR_RETURN(o.standalone, ParseBool(value, shown));
+  } else if (flag == "standby") {
+    ASSIGN_OR_RETURN(o.standby, ParseBool(value, shown));
   } else if (flag == "no-python") {
     ASSIGN_OR_RETURN(o.no_python, ParseBool(value, shown));
   } else if (flag == "module") {
@@ -232,6 +234,10 @@ Flags (also spelled with underscores; each falls back to PET_<NAME>):
   --nnodes 1|1:1                   nodes; more go through elastrund + submit
   --max-restarts K                 restarts after failures (default 0)
   --shutdown-timeout SECONDS       grace between SIGTERM and SIGKILL (30)
+  --standby                        keep the next attempt's workers started and
+                                   waiting, so a restart skips start-up
+                                   (programs built on libelastrun_worker;
+                                   others simply get no standbys)
   --rdzv-id, --run-id ID           run id (default: random)
   --log-dir DIR                    logs: DIR/ID/attempt_N/LOCAL_RANK/
                                    {stdout,stderr}.log and error.json

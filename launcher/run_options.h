@@ -48,6 +48,9 @@ struct RunOptions {
   int master_port = 0;
   // --standalone (implied: this launcher is single-node).
   bool standalone = false;
+  // --standby: pre-start the next attempt's workers (libelastrun_worker
+  // programs), so a restart skips process start-up.
+  bool standby = false;
   // --shutdown-timeout: grace between the stop signal and SIGKILL.
   absl::Duration shutdown_timeout = absl::Seconds(30);
   // The program and its arguments.

@@ -128,7 +128,10 @@ int RunStandalone(const RunOptions& o) {
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) base_env.emplace_back(*e);
 
-  auto agent = Agent::Create(AgentOptions{o.shutdown_timeout});
+  AgentOptions agent_options;
+  agent_options.grace = o.shutdown_timeout;
+  agent_options.standby = o.standby;
+  auto agent = Agent::Create(agent_options);
   if (!agent.ok()) {
     Say(absl::StrCat("cannot start the agent: ", agent.status().message()));
     return 1;

@@ -55,6 +55,15 @@ absl::StatusOr<std::vector<SpawnedProcess>> Supervisor::Start(
   return spawned;
 }
 
+void Supervisor::Adopt(std::vector<WorkerSpec> workers, const std::vector<pid_t>& pids,
+                       pid_t pgid) {
+  workers_ = std::move(workers);
+  pids_ = pids;
+  pgid_ = pgid;
+  running_ = static_cast<int>(pids_.size());
+  state_ = State::kRunning;
+}
+
 void Supervisor::OnExit(pid_t pid, int wait_status, absl::Time now) {
   for (size_t i = 0; i < pids_.size(); ++i) {
     if (pids_[i] != pid) continue;

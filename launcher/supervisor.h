@@ -66,6 +66,10 @@ class Supervisor {
   absl::StatusOr<std::vector<SpawnedProcess>> Start(std::vector<WorkerSpec> workers,
                                                     absl::Time now);
 
+  // As Start, for workers whose processes already run (standby workers that
+  // were just activated): `pids` in the order of `workers`, all in `pgid`.
+  void Adopt(std::vector<WorkerSpec> workers, const std::vector<pid_t>& pids, pid_t pgid);
+
   // A child was reaped with `wait_status` (as from waitpid). Pids that are
   // not workers (orphaned grandchildren reaped by a subreaper) only prompt a
   // check of whether the group is empty now.
