@@ -18,6 +18,12 @@ namespace elastrun::worker {
 // re-raises, so the interpreter exits 1 too). Signals and _exit() are not
 // caught: the launcher reports those from the exit status.
 //
+// The record is written after the exception has unwound `main`'s scope. A
+// ProcessGroup destroyed by that unwinding closes its connections first, so
+// the peers fail (and record) before this rank does and look like the root
+// cause. Keep the group alive past `main` (as Python's default group is):
+// create it outside, or release it and delete it only on success.
+//
 //   int main(int argc, char** argv) {
 //     return elastrun::worker::RunRecorded([&] { return RealMain(argc, argv); });
 //   }

@@ -235,18 +235,23 @@ int Main(int argc, char** argv) {
   const bool fails = env.rank == flags.fail_rank &&
                      (flags.fail_restarts < 0 || env.restart_count < flags.fail_restarts);
 
-  absl::StatusOr<std::unique_ptr<worker::ProcessGroup>> group =
+  absl::StatusOr<std::unique_ptr<worker::ProcessGroup>> created =
       worker::InitProcessGroup(env);
-  Check(group.status());
+  Check(created.status());
+  // Deliberately not owned by this scope: if an exception leaves Main, the
+  // group must stay up until RunRecorded has written the error file, as a
+  // Python worker's default group does. Otherwise peers see the connection
+  // close first and their error files would look like the root cause.
+  worker::ProcessGroup* const group = created->release();
   const int world = env.world_size;
   at::Tensor t = at::full({1}, static_cast<int64_t>(env.rank + 1), at::kLong);
-  Check((*group)->AllReduce(t));
+  Check(group->AllReduce(t));
   const int64_t expected = static_cast<int64_t>(world) * (world + 1) / 2;
   if (t.item<int64_t>() != expected) {
     throw std::runtime_error(absl::StrCat("allreduce gave ", t.item<int64_t>(),
                                           ", expected ", expected));
   }
-  Check((*group)->Barrier());
+  Check(group->Barrier());
   if (!flags.ready_dir.empty()) WriteReadyFile(flags.ready_dir, env);
   if (fails && flags.fail_at_step < 0) Fail(flags, env, "after the first barrier");
   if (flags.hang) {
@@ -258,7 +263,7 @@ int Main(int argc, char** argv) {
       Fail(flags, env, absl::StrCat("at step ", step));
     }
     at::Tensor ones = at::ones({1}, at::kLong);
-    Check((*group)->AllReduce(ones));
+    Check(group->AllReduce(ones));
     if (ones.item<int64_t>() != world) {
       throw std::runtime_error(absl::StrCat("step ", step, ": allreduce gave ",
                                             ones.item<int64_t>(), ", expected ", world));
@@ -267,7 +272,8 @@ int Main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(flags.step_ms));
     }
   }
-  if (flags.steps > 0) Check((*group)->Barrier());
+  if (flags.steps > 0) Check(group->Barrier());
+  delete group;
   std::printf("rank %d/%d ok restart=%d\n", env.rank, world, env.restart_count);
   std::fflush(stdout);
   return 0;
