@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -17,11 +18,12 @@ bool PlainSafe(const std::string& text) {
   if (text.front() == ' ' || text.back() == ' ') return false;
   static constexpr absl::string_view kBadFirst = "-?:,[]{}#&*!|>'\"%@`\\=~";
   if (kBadFirst.find(text.front()) != absl::string_view::npos) return false;
+  // A whitelist: yaml-cpp 0.7 misreads some characters that YAML allows
+  // inside plain scalars (`a?b` in a flow list is "unknown token").
+  static constexpr absl::string_view kSafe = "_-./+ ()$\\~=;^<";
   for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f) return false;
-    if (c == ':' || c == '#' || c == ',' || c == '[' || c == ']' || c == '{' ||
-        c == '}' || c == '"' || c == '\'') {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) &&
+        kSafe.find(c) == absl::string_view::npos) {
       return false;
     }
   }

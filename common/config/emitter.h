@@ -5,7 +5,8 @@
 // not positions). Strings that would read back as another type ("1",
 // "true", "null", "") are quoted; a literal `${` in a string is written as
 // `\${`, an unresolved interpolation as written, so that reading the output
-// gives back exactly the same values.
+// gives back exactly the same values. Strings are UTF-8, as the YAML reader
+// produces them.
 #ifndef ELASTRUN_COMMON_CONFIG_EMITTER_H_
 #define ELASTRUN_COMMON_CONFIG_EMITTER_H_
 

@@ -40,7 +40,10 @@ TEST(EmitterTest, QuotesStringsThatWouldChangeType) {
                         "a: b", "- x", "#c", "[x]", "{y}", " pad ", "multi\nline",
                         "tab\there", "quote\"d", "back\\slash", "it's", "*alias",
                         "&anchor", "!tag", "%dir", "@at", "`tick", "ünïcode",
-                        "ctrl\x01", "x,y", "99999999999999999999"}) {
+                        "ctrl\x01", "x,y", "99999999999999999999",
+                        // Fuzzer findings.
+                        "ela?tsrun", "a&b", "a*b", "a!b", "a|b", "a>b", "a%b",
+                        "\x12\x12", "caf\xc3\xa9"}) {
     n.Set(std::string("k") + std::to_string(n.entries().size()), Node::String(s));
   }
   ExpectRoundTrip(n);

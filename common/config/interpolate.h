@@ -6,7 +6,10 @@
 // value, keeping its type (int, list, map...). Inside a longer string each
 // reference is replaced by the referenced scalar's text. Paths are absolute
 // from the top of the config; `a.b[0]` or `a.b.0` index a list. `\${` is a
-// literal `${`.
+// literal `${` (in a plain or single-quoted YAML scalar; inside double
+// quotes YAML itself wants `\\${`). Every string is interpolated, quoted or
+// not. In a flow collection quote the reference: `{bs: '${data.bs}'}`,
+// since `{` and `}` are YAML flow indicators.
 #ifndef ELASTRUN_COMMON_CONFIG_INTERPOLATE_H_
 #define ELASTRUN_COMMON_CONFIG_INTERPOLATE_H_
 

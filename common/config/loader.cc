@@ -124,6 +124,11 @@ class Converter {
             return ErrorAt(key_mark, path, "a key must be a non-empty string");
           }
           const std::string& key = it->first.Scalar();
+          if (static_cast<int>(key.size()) > limits_.max_key_bytes) {
+            return ErrorAt(key_mark, path,
+                           absl::StrCat("key longer than ", limits_.max_key_bytes,
+                                        " bytes"));
+          }
           const std::string child_path = JoinPath(path, key);
           if (!seen.insert(key).second) {
             return ErrorAt(key_mark, child_path,

@@ -84,6 +84,13 @@ TEST(ParseYamlTest, RejectsDuplicateKeysNamingBothLines) {
                         "dup.yaml:2:3"));
 }
 
+// Fuzzer finding: a long key with escaped bytes came back longer than
+// YAML's 1024-character limit on implicit keys.
+TEST(ParseYamlTest, RejectsOverlongKeys) {
+  EXPECT_THAT(ErrorOf(ParseYaml("a:\n  " + std::string(300, 'k') + ": 1\n", "k.yaml")),
+              HasSubstr("k.yaml:2:3: a: key longer than 200 bytes"));
+}
+
 TEST(ParseYamlTest, RejectsOutOfRangeIntegerWithKey) {
   EXPECT_THAT(ErrorOf(ParseYaml("a:\n  b: 99999999999999999999\n", "big.yaml")),
               HasSubstr("big.yaml:2:6: a.b: integer 99999999999999999999 is out of range"));

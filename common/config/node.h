@@ -41,6 +41,9 @@ struct Limits {
   int max_base_depth = 16;
   // Files read for one config, all `_base_` branches together.
   int max_files = 64;
+  // Length of one key. YAML caps implicit keys at 1024 characters, and the
+  // emitter may escape a byte as 4 ("\\x12"), so keys stay well below.
+  int max_key_bytes = 200;
   // Size of one file or one command-line override.
   int64_t max_file_bytes = 4 << 20;
   // Length of one interpolation chain (${a} -> ${b} -> ...).

@@ -122,6 +122,9 @@ absl::StatusOr<Override> ParseOverride(absl::string_view text, int index,
   const size_t key_end = eq == absl::string_view::npos ? text.size() : eq;
   o.key = std::string(text.substr(pos, key_end - pos));
   if (o.key.empty()) return error(pos, "empty key");
+  if (static_cast<int>(o.key.size()) > limits.max_key_bytes) {
+    return error(pos, absl::StrCat("key longer than ", limits.max_key_bytes, " bytes"));
+  }
   for (size_t i = 0; i < o.key.size(); ++i) {
     const char c = o.key[i];
     if (!IsKeyChar(c) && c != '.' && c != '[' && c != ']') {
