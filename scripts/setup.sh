@@ -4,8 +4,8 @@
 set -euo pipefail
 
 PACKAGES=(
-  # toolchain
-  build-essential cmake ninja-build ccache pkg-config git
+  # toolchain (clang + its sanitizer runtime for the config fuzzer)
+  build-essential cmake ninja-build ccache pkg-config git clang libclang-rt-14-dev
   # LibTorch (CPU, c10d, Gloo) and a BLAS that honours torch::set_num_threads
   libtorch-dev libgloo-dev libopenblas0-openmp libgoogle-glog-dev
   # gRPC / protobuf / Abseil
