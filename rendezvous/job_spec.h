@@ -1,0 +1,38 @@
+// Validation of a submitted JobSpec and its translation into the rendezvous
+// core's RoundConfig.
+#ifndef ELASTRUN_RENDEZVOUS_JOB_SPEC_H_
+#define ELASTRUN_RENDEZVOUS_JOB_SPEC_H_
+
+#include "absl/status/status.h"
+#include "elastrun/v1/types.pb.h"
+#include "rendezvous/types.h"
+
+namespace elastrun::rendezvous {
+
+// Bounds on what a spec may carry (it comes from the network).
+inline constexpr int kMaxArgs = 4096;
+inline constexpr int kMaxEnv = 4096;
+inline constexpr int kMaxSpecStringLength = 64 * 1024;
+inline constexpr int kMaxJobNameLength = 64;
+
+// Default timeouts for a spec that leaves them unset.
+inline constexpr absl::Duration kDefaultLastCallTimeout = absl::Seconds(1);
+inline constexpr absl::Duration kDefaultJoinTimeout = absl::Seconds(600);
+
+// OK, or InvalidArgument whose message starts with the offending field
+// ("spec.nproc_per_node: ...") and says what a valid value is: name charset
+// and length, min_nodes/max_nodes (1 <= MIN <= MAX <= kMaxNodes),
+// nproc_per_node (1..kMaxLocalWorldSize), max_restarts >= 0, argv non-empty
+// with a non-empty program, env names, negative or oversized durations.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// The spec with defaults filled in: name "job", timeouts. Call after
+// ValidateJobSpec.
+v1::JobSpec WithDefaults(v1::JobSpec spec);
+
+// The core's config for a spec that passed ValidateJobSpec.
+RoundConfig RoundConfigFromSpec(const v1::JobSpec& spec);
+
+}  // namespace elastrun::rendezvous
+
+#endif  // ELASTRUN_RENDEZVOUS_JOB_SPEC_H_

@@ -1,0 +1,171 @@
+#include "rendezvous/registry.h"
+
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "rendezvous/codec.h"
+#include "rendezvous/types.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+constexpr int kMaxLabels = 64;
+constexpr size_t kMaxLabelLength = 256;
+constexpr int kMaxSlots = kMaxLocalWorldSize;
+
+absl::Status Bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrFormat("RegisterNode.%s: %s", field, why));
+}
+
+}  // namespace
+
+absl::Status ValidateLeaseOptions(const LeaseOptions& o) {
+  if (o.heartbeat_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("heartbeat interval %s must be greater than 0",
+                        absl::FormatDuration(o.heartbeat_interval)));
+  }
+  if (o.lease_timeout <= o.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "lease timeout %s must be longer than the heartbeat interval %s",
+        absl::FormatDuration(o.lease_timeout), absl::FormatDuration(o.heartbeat_interval)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NodeRegistry::Registered> NodeRegistry::CheckRegister(
+    const v1::RegisterNodeRequest& r) const {
+  if (r.node_id().empty() || r.node_id().size() > kMaxIdLength) {
+    return Bad("node_id", absl::StrFormat("must have 1..%d characters", kMaxIdLength));
+  }
+  if (r.incarnation().empty() || r.incarnation().size() > kMaxIdLength) {
+    return Bad("incarnation", absl::StrFormat("must have 1..%d characters", kMaxIdLength));
+  }
+  if (r.addr().empty() || r.addr().size() > kMaxIdLength) {
+    return Bad("addr", absl::StrFormat("must have 1..%d characters", kMaxIdLength));
+  }
+  if (r.slots() < 1 || r.slots() > kMaxSlots) {
+    return Bad("slots", absl::StrFormat("%d is out of range 1..%d", r.slots(), kMaxSlots));
+  }
+  if (r.labels_size() > kMaxLabels) {
+    return Bad("labels", absl::StrFormat("%d labels; at most %d", r.labels_size(), kMaxLabels));
+  }
+  for (const auto& [k, v] : r.labels()) {
+    if (k.empty() || k.size() > kMaxLabelLength || v.size() > kMaxLabelLength) {
+      return Bad("labels", absl::StrFormat("label \"%s\": keys need 1..%d characters, "
+                                           "values at most %d",
+                                           absl::CHexEscape(k.substr(0, 64)),
+                                           kMaxLabelLength, kMaxLabelLength));
+    }
+  }
+  if (r.running_size() > 4096) return Bad("running", "too many attempts");
+  Registered out;
+  if (const NodeRecord* n = Find(r.node_id());
+      n != nullptr && n->alive() && n->stored.incarnation() != r.incarnation()) {
+    out.restarted = true;
+  }
+  return out;
+}
+
+NodeRecord& NodeRegistry::Register(const v1::RegisterNodeRequest& r, absl::Time now) {
+  NodeRecord& n = nodes_[r.node_id()];
+  const bool fresh = !n.stored.has_registered_time() ||
+                     n.stored.incarnation() != r.incarnation() || !n.alive();
+  n.stored.set_node_id(r.node_id());
+  n.stored.set_incarnation(r.incarnation());
+  n.stored.set_addr(r.addr());
+  n.stored.set_slots(r.slots());
+  *n.stored.mutable_labels() = r.labels();
+  n.stored.set_state(v1::NODE_STATE_ALIVE);
+  n.stored.clear_lost_reason();
+  if (fresh) *n.stored.mutable_registered_time() = ToProto(now);
+  n.lease_expiry = now + options_.lease_timeout;
+  n.reported_running.assign(r.running().begin(), r.running().end());
+  return n;
+}
+
+absl::Status NodeRegistry::CheckAlive(absl::string_view node_id,
+                                      absl::string_view incarnation) const {
+  const NodeRecord* n = Find(node_id);
+  if (n == nullptr) {
+    return absl::NotFoundError(
+        absl::StrFormat("node \"%s\" is not registered; call RegisterNode", node_id));
+  }
+  if (!n->alive()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "node \"%s\" was lost (%s); call RegisterNode again", node_id,
+        n->stored.lost_reason()));
+  }
+  if (n->stored.incarnation() != incarnation) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "node \"%s\" is registered by another daemon (incarnation \"%s\", not \"%s\")",
+        node_id, n->stored.incarnation(), incarnation));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Time> NodeRegistry::Heartbeat(absl::string_view node_id,
+                                                   absl::string_view incarnation,
+                                                   absl::Time now) {
+  if (absl::Status st = CheckAlive(node_id, incarnation); !st.ok()) return st;
+  NodeRecord* n = Find(node_id);
+  n->lease_expiry = now + options_.lease_timeout;
+  return n->lease_expiry;
+}
+
+void NodeRegistry::MarkLost(absl::string_view node_id, absl::string_view reason) {
+  NodeRecord* n = Find(node_id);
+  if (n == nullptr || !n->alive()) return;
+  n->stored.set_state(v1::NODE_STATE_LOST);
+  n->stored.set_lost_reason(std::string(reason));
+  n->reported_running.clear();
+}
+
+std::vector<std::string> NodeRegistry::Expired(absl::Time now) const {
+  std::vector<std::string> out;
+  for (const auto& [id, n] : nodes_) {
+    if (n.alive() && n.lease_expiry <= now) out.push_back(id);
+  }
+  return out;
+}
+
+std::optional<absl::Time> NodeRegistry::NextExpiry() const {
+  std::optional<absl::Time> next;
+  for (const auto& [id, n] : nodes_) {
+    if (n.alive() && (!next || n.lease_expiry < *next)) next = n.lease_expiry;
+  }
+  return next;
+}
+
+void NodeRegistry::Restore(const v1::StoredNode& stored, absl::Time now) {
+  NodeRecord& n = nodes_[stored.node_id()];
+  n.stored = stored;
+  n.lease_expiry = now + options_.lease_timeout;
+}
+
+void NodeRegistry::Reserve(const std::string& node_id, const std::string& job_id,
+                           int nproc) {
+  NodeRecord* n = Find(node_id);
+  if (n == nullptr || !n->jobs.insert(job_id).second) return;
+  n->used_slots += nproc;
+}
+
+void NodeRegistry::Release(const std::string& node_id, const std::string& job_id,
+                           int nproc) {
+  NodeRecord* n = Find(node_id);
+  if (n == nullptr || n->jobs.erase(job_id) == 0) return;
+  n->used_slots -= nproc;
+}
+
+NodeRecord* NodeRegistry::Find(absl::string_view node_id) {
+  auto it = nodes_.find(node_id);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+const NodeRecord* NodeRegistry::Find(absl::string_view node_id) const {
+  auto it = nodes_.find(node_id);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+}  // namespace elastrun::rendezvous

@@ -1,0 +1,106 @@
+// The node registry: which daemons exist, their slots and labels, their
+// leases, and which jobs hold their slots.
+#ifndef ELASTRUN_RENDEZVOUS_REGISTRY_H_
+#define ELASTRUN_RENDEZVOUS_REGISTRY_H_
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "elastrun/v1/rendezvous.pb.h"
+#include "elastrun/v1/state.pb.h"
+
+namespace elastrun::rendezvous {
+
+// How leases work. Defaults notice a silent node within 3 s.
+struct LeaseOptions {
+  // How often daemons are told to heartbeat (> 0).
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A node with no heartbeat for this long is lost (> heartbeat_interval).
+  absl::Duration lease_timeout = absl::Seconds(3);
+};
+
+// OK, or InvalidArgument naming the bad setting.
+absl::Status ValidateLeaseOptions(const LeaseOptions& options);
+
+// One node as the registry knows it.
+struct NodeRecord {
+  v1::StoredNode stored;  // the persisted part (id, incarnation, addr, ...)
+  absl::Time lease_expiry;
+  int used_slots = 0;          // sum of nproc_per_node of `jobs`
+  std::set<std::string> jobs;  // unfinished jobs placed on this node
+  // Attempts the daemon said it runs when it last registered.
+  std::vector<v1::RunningAttempt> reported_running;
+
+  bool alive() const { return stored.state() == v1::NODE_STATE_ALIVE; }
+  int free_slots() const { return stored.slots() - used_slots; }
+};
+
+// Not thread-safe: the coordinator serializes calls under its mutex. Times
+// are passed in; the registry never reads a clock.
+class NodeRegistry {
+ public:
+  explicit NodeRegistry(LeaseOptions options) : options_(options) {}
+
+  const LeaseOptions& options() const { return options_; }
+
+  // What RegisterNode found.
+  struct Registered {
+    // The node was alive under another incarnation: the old daemon died and
+    // its workers with it. The caller must treat the old node as lost
+    // (before this call: see CheckRegister).
+    bool restarted = false;
+  };
+  // OK, or InvalidArgument naming the bad field (node_id, incarnation, addr,
+  // slots, labels); `restarted` says whether an alive node changed its
+  // incarnation. Changes nothing.
+  absl::StatusOr<Registered> CheckRegister(const v1::RegisterNodeRequest& request) const;
+  // Adds or refreshes the node (ALIVE, lease from `now`). Call CheckRegister
+  // first. Slots in use keep counting; a node re-registering with fewer
+  // slots than its jobs use is over-committed until they finish.
+  NodeRecord& Register(const v1::RegisterNodeRequest& request, absl::Time now);
+
+  // Renews the lease; returns the new expiry. NotFound for an unknown or
+  // lost node (it must register again), FailedPrecondition for another
+  // incarnation.
+  absl::StatusOr<absl::Time> Heartbeat(absl::string_view node_id,
+                                       absl::string_view incarnation, absl::Time now);
+  // OK if the node is registered, alive and has this incarnation; else as
+  // Heartbeat.
+  absl::Status CheckAlive(absl::string_view node_id, absl::string_view incarnation) const;
+
+  // Marks an alive node LOST with `reason`; no-op otherwise. Its jobs are
+  // the caller's to release.
+  void MarkLost(absl::string_view node_id, absl::string_view reason);
+
+  // Alive nodes whose lease expired at `now`, by id.
+  std::vector<std::string> Expired(absl::Time now) const;
+  // The earliest lease expiry of an alive node.
+  std::optional<absl::Time> NextExpiry() const;
+
+  // Re-adds a node loaded from the store. An ALIVE node gets a fresh lease
+  // from `now`, so that its daemon has a full lease to reconnect.
+  void Restore(const v1::StoredNode& stored, absl::Time now);
+
+  // Slot accounting for a job of `nproc` workers per node.
+  void Reserve(const std::string& node_id, const std::string& job_id, int nproc);
+  void Release(const std::string& node_id, const std::string& job_id, int nproc);
+
+  NodeRecord* Find(absl::string_view node_id);
+  const NodeRecord* Find(absl::string_view node_id) const;
+  const std::map<std::string, NodeRecord, std::less<>>& nodes() const { return nodes_; }
+
+ private:
+  LeaseOptions options_;
+  std::map<std::string, NodeRecord, std::less<>> nodes_;  // by node id
+};
+
+}  // namespace elastrun::rendezvous
+
+#endif  // ELASTRUN_RENDEZVOUS_REGISTRY_H_

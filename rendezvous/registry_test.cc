@@ -1,0 +1,85 @@
+#include "rendezvous/registry.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/clock.h"
+#include "rendezvous/placement.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+using ::testing::ElementsAre;
+
+v1::RegisterNodeRequest Req(const std::string& id, int slots, const std::string& inc = "i1") {
+  v1::RegisterNodeRequest r;
+  r.set_node_id(id);
+  r.set_incarnation(inc);
+  r.set_addr(id + ".host");
+  r.set_slots(slots);
+  return r;
+}
+
+TEST(RegistryTest, LeaseExpiresWithoutHeartbeat) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3)});
+  ASSERT_TRUE(reg.CheckRegister(Req("a", 2)).ok());
+  reg.Register(Req("a", 2), clock.Now());
+  reg.Register(Req("b", 2), clock.Now());
+  EXPECT_EQ(reg.NextExpiry(), clock.Now() + absl::Seconds(3));
+  clock.Advance(absl::Seconds(2));
+  ASSERT_TRUE(reg.Heartbeat("a", "i1", clock.Now()).ok());
+  clock.Advance(absl::Seconds(1));
+  EXPECT_THAT(reg.Expired(clock.Now()), ElementsAre("b"));
+  reg.MarkLost("b", "lease expired");
+  EXPECT_TRUE(reg.Expired(clock.Now()).empty());
+  EXPECT_EQ(reg.NextExpiry(), clock.Now() + absl::Seconds(2));
+  // A lost node must register again.
+  absl::StatusOr<absl::Time> hb = reg.Heartbeat("b", "i1", clock.Now());
+  EXPECT_TRUE(absl::IsNotFound(hb.status())) << hb.status();
+  reg.Register(Req("b", 2), clock.Now());
+  EXPECT_TRUE(reg.Find("b")->alive());
+}
+
+TEST(RegistryTest, NewIncarnationOfAliveNodeIsARestart) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{});
+  reg.Register(Req("a", 2, "i1"), clock.Now());
+  absl::StatusOr<NodeRegistry::Registered> same = reg.CheckRegister(Req("a", 2, "i1"));
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(same->restarted);  // a reconnect
+  absl::StatusOr<NodeRegistry::Registered> other = reg.CheckRegister(Req("a", 2, "i2"));
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->restarted);
+  EXPECT_TRUE(absl::IsFailedPrecondition(reg.Heartbeat("a", "i2", clock.Now()).status()));
+}
+
+TEST(RegistryTest, BadRequestsNameTheField) {
+  NodeRegistry reg(LeaseOptions{});
+  v1::RegisterNodeRequest r = Req("a", 0);
+  absl::Status st = reg.CheckRegister(r).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(st));
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("RegisterNode.slots"));
+  r = Req("", 1);
+  EXPECT_THAT(std::string(reg.CheckRegister(r).status().message()),
+              ::testing::HasSubstr("RegisterNode.node_id"));
+  EXPECT_FALSE(ValidateLeaseOptions({absl::Seconds(3), absl::Seconds(3)}).ok());
+}
+
+TEST(PlacementTest, PicksNodesWithFreeSlotsMostFreeFirst) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{});
+  reg.Register(Req("a", 2), clock.Now());
+  reg.Register(Req("b", 4), clock.Now());
+  reg.Register(Req("c", 1), clock.Now());
+  reg.Register(Req("d", 2), clock.Now());
+  EXPECT_THAT(PickNodes(reg, 2, 10, {}), ElementsAre("b", "a", "d"));
+  reg.Reserve("b", "j1", 3);
+  EXPECT_THAT(PickNodes(reg, 2, 10, {}), ElementsAre("a", "d"));
+  EXPECT_THAT(PickNodes(reg, 2, 1, {"a"}), ElementsAre("d"));
+  reg.Release("b", "j1", 3);
+  reg.MarkLost("a", "test");
+  EXPECT_THAT(PickNodes(reg, 1, 10, {}), ElementsAre("b", "d", "c"));
+}
+
+}  // namespace
+}  // namespace elastrun::rendezvous

@@ -1,0 +1,433 @@
+#include "rendezvous/server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <deque>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "elastrun/v1/jobs.grpc.pb.h"
+#include "elastrun/v1/rendezvous.grpc.pb.h"
+#include "glog/logging.h"
+#include "rendezvous/grpc_status.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+// Checks "authorization: Bearer <token>" in constant time. Empty token: OK.
+absl::Status CheckToken(const grpc::CallbackServerContext* ctx, const std::string& token) {
+  if (token.empty()) return absl::OkStatus();
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return absl::UnauthenticatedError(
+        "missing \"authorization: Bearer <token>\" metadata (the service has --token)");
+  }
+  const std::string want = "Bearer " + token;
+  const grpc::string_ref got = it->second;
+  unsigned diff = got.size() != want.size();
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff |= static_cast<unsigned char>(i < got.size() ? got.data()[i] : 0) ^
+            static_cast<unsigned char>(want[i]);
+  }
+  if (diff != 0) return absl::UnauthenticatedError("wrong token");
+  return absl::OkStatus();
+}
+
+// Runs a unary handler: token check, then `f` (StatusOr<Resp> or Status).
+template <typename Resp, typename F>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const std::string& token,
+                                Resp* resp, F f) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::Status st = CheckToken(ctx, token);
+  if (st.ok()) {
+    auto result = f();
+    if constexpr (std::is_same_v<decltype(result), absl::Status>) {
+      st = result;
+    } else {
+      st = result.status();
+      if (st.ok()) *resp = *std::move(result);
+    }
+  }
+  reactor->Finish(ToGrpcStatus(st));
+  return reactor;
+}
+
+// One node's Watch stream. Owned by itself (`self_`) until gRPC's OnDone and
+// shared with the Coordinator, which may still hold it in an Outbox: after
+// OnDone, Send and Close are no-ops. One write in flight at a time.
+class WatchReactor : public grpc::ServerWriteReactor<v1::Command>, public NodeStream {
+ public:
+  static std::shared_ptr<WatchReactor> Make(Coordinator* coordinator, std::string node_id) {
+    std::shared_ptr<WatchReactor> r(new WatchReactor(coordinator, std::move(node_id)));
+    r->self_ = r;
+    return r;
+  }
+
+  void Send(v1::Command command) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (close_requested_ || done_) return;
+      command.set_seq(++seq_);
+      queue_.push_back(std::move(command));
+    }
+    Pump();
+  }
+
+  void Close(absl::Status status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (close_requested_ || done_) return;
+      close_requested_ = true;
+      close_status_ = std::move(status);
+    }
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok && !close_requested_) {
+        close_requested_ = true;
+        close_status_ = absl::UnavailableError("write to the node failed");
+      }
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!close_requested_) {
+        close_requested_ = true;
+        close_status_ = absl::CancelledError("the node closed its Watch stream");
+      }
+    }
+    Pump();
+  }
+
+  void OnDone() override {
+    coordinator_->DetachWatch(node_id_, this);
+    std::shared_ptr<WatchReactor> keep;
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      keep = std::move(self_);
+    }
+    // `keep` may be the last reference: this object dies here.
+  }
+
+ private:
+  WatchReactor(Coordinator* coordinator, std::string node_id)
+      : coordinator_(coordinator), node_id_(std::move(node_id)) {}
+
+  // Starts the next write or the Finish, outside the lock (gRPC may run a
+  // reaction inline).
+  void Pump() {
+    bool write = false;
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || finishing_ || done_) return;
+      if (close_requested_) {
+        finishing_ = true;
+        finish = true;
+        status = ToGrpcStatus(close_status_);
+      } else if (!queue_.empty()) {
+        current_ = std::move(queue_.front());
+        queue_.pop_front();
+        writing_ = true;
+        write = true;
+      }
+    }
+    if (write) StartWrite(&current_);
+    if (finish) Finish(status);
+  }
+
+  Coordinator* const coordinator_;
+  const std::string node_id_;
+  absl::Mutex mu_;
+  std::shared_ptr<WatchReactor> self_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::Command> queue_ ABSL_GUARDED_BY(mu_);
+  v1::Command current_;  // the write in flight; touched only while writing_
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool close_requested_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A Barrier call waiting for the other nodes. Freed when both gRPC is done
+// with it (OnDone) and the handler that registered the wait returned, since
+// the completion may race with that handler.
+class BarrierReactor : public grpc::ServerUnaryReactor {
+ public:
+  explicit BarrierReactor(Coordinator* coordinator) : coordinator_(coordinator) {}
+
+  void Start(const v1::BarrierRequest& request) {
+    const uint64_t id = coordinator_->Barrier(
+        request, [this](absl::Status st) { Finish(ToGrpcStatus(st)); });
+    id_.store(id);
+    if (id != 0 && cancelled_.load()) coordinator_->AbandonBarrier(id);
+    Unref();
+  }
+  void OnCancel() override {
+    cancelled_.store(true);
+    if (uint64_t id = id_.load(); id != 0) coordinator_->AbandonBarrier(id);
+  }
+  void OnDone() override { Unref(); }
+
+ private:
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+  Coordinator* const coordinator_;
+  std::atomic<uint64_t> id_{0};
+  std::atomic<bool> cancelled_{false};
+  std::atomic<int> refs_{2};  // OnDone + Start
+};
+
+}  // namespace
+
+class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackService {
+ public:
+  RendezvousService(Coordinator* c, std::string token) : c_(c), token_(std::move(token)) {}
+
+  grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* ctx,
+                                         const v1::RegisterNodeRequest* req,
+                                         v1::RegisterNodeResponse* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->RegisterNode(*req); });
+  }
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatResponse* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->Heartbeat(*req); });
+  }
+  grpc::ServerWriteReactor<v1::Command>* Watch(grpc::CallbackServerContext* ctx,
+                                               const v1::WatchRequest* req) override {
+    std::shared_ptr<WatchReactor> r = WatchReactor::Make(c_, req->node_id());
+    absl::Status st = CheckToken(ctx, token_);
+    if (st.ok()) st = c_->AttachWatch(*req, r);
+    if (!st.ok()) r->Close(st);
+    return r.get();
+  }
+  grpc::ServerUnaryReactor* JoinRound(grpc::CallbackServerContext* ctx,
+                                      const v1::JoinRoundRequest* req,
+                                      v1::JoinRoundResponse* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->JoinRound(*req); });
+  }
+  grpc::ServerUnaryReactor* ReportExit(grpc::CallbackServerContext* ctx,
+                                       const v1::ReportExitRequest* req,
+                                       v1::ReportExitResponse* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->ReportExit(*req); });
+  }
+  grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext* ctx,
+                                           const v1::ReportProgressRequest* req,
+                                           v1::ReportProgressResponse* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->ReportProgress(*req); });
+  }
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
+                                    const v1::BarrierRequest* req,
+                                    v1::BarrierResponse* resp) override {
+    if (absl::Status st = CheckToken(ctx, token_); !st.ok()) {
+      grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+      r->Finish(ToGrpcStatus(st));
+      return r;
+    }
+    auto* r = new BarrierReactor(c_);
+    r->Start(*req);
+    return r;
+  }
+
+ private:
+  Coordinator* const c_;
+  const std::string token_;
+};
+
+class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
+ public:
+  JobsService(Coordinator* c, std::string token) : c_(c), token_(std::move(token)) {}
+
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx,
+                                   const v1::SubmitRequest* req,
+                                   v1::SubmitResponse* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->Submit(*req); });
+  }
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx,
+                                const v1::GetJobRequest* req,
+                                v1::JobStatus* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->GetJob(*req); });
+  }
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
+                                 const v1::ListJobsRequest* req,
+                                 v1::ListJobsResponse* resp) override {
+    return Unary(ctx, token_, resp,
+                 [&] { return absl::StatusOr<v1::ListJobsResponse>(c_->ListJobs(*req)); });
+  }
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
+                                   const v1::CancelJobRequest* req,
+                                   v1::JobStatus* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->CancelJob(*req); });
+  }
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
+                                      const v1::ListNodesRequest* req,
+                                      v1::ListNodesResponse* resp) override {
+    return Unary(ctx, token_, resp,
+                 [&] { return absl::StatusOr<v1::ListNodesResponse>(c_->ListNodes()); });
+  }
+  grpc::ServerWriteReactor<v1::LogChunk>* StreamLogs(
+      grpc::CallbackServerContext* ctx, const v1::StreamLogsRequest* req) override {
+    class Unimplemented : public grpc::ServerWriteReactor<v1::LogChunk> {
+     public:
+      explicit Unimplemented(grpc::Status st) { Finish(st); }
+      void OnDone() override { delete this; }
+    };
+    absl::Status st = CheckToken(ctx, token_);
+    if (st.ok()) {
+      st = absl::UnimplementedError(
+          "StreamLogs is not implemented yet: worker logs are on each node under "
+          "<log_dir>/<job>/<round>/<rank>/{stdout,stderr}");
+    }
+    return new Unimplemented(ToGrpcStatus(st));
+  }
+
+ private:
+  Coordinator* const c_;
+  const std::string token_;
+};
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  return absl::StartsWith(host, "127.");
+}
+
+absl::Status SplitHostPort(absl::string_view text, absl::string_view what,
+                           std::string* host, int* port) {
+  const size_t colon = text.rfind(':');
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: \"%s\" is not HOST:PORT (e.g. 127.0.0.1:29400, [::1]:29400, 0.0.0.0:0)",
+        what, text));
+  };
+  if (colon == absl::string_view::npos || colon == 0) return bad();
+  absl::string_view h = text.substr(0, colon);
+  if (h.find(':') != absl::string_view::npos &&
+      !(absl::StartsWith(h, "[") && absl::EndsWith(h, "]"))) {
+    return bad();  // IPv6 needs brackets
+  }
+  int p = 0;
+  if (!absl::SimpleAtoi(text.substr(colon + 1), &p) || p < 0 || p > 65535) return bad();
+  *host = std::string(h);
+  *port = p;
+  return absl::OkStatus();
+}
+
+absl::Status CheckListenSecurity(absl::string_view listen, absl::string_view token) {
+  std::string host;
+  int port = 0;
+  RETURN_IF_ERROR(SplitHostPort(listen, "--listen", &host, &port));
+  if (!IsLoopbackHost(host) && token.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--listen %s is not a loopback address: give --token or --token-file so that "
+        "only holders of the token can drive the cluster",
+        listen));
+  }
+  return absl::OkStatus();
+}
+
+RendezvousServer::RendezvousServer(ServerOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
+    ServerOptions options) {
+  RETURN_IF_ERROR(CheckListenSecurity(options.listen, options.token));
+  std::string host;
+  int port = 0;
+  RETURN_IF_ERROR(SplitHostPort(options.listen, "--listen", &host, &port));
+  std::unique_ptr<RendezvousServer> s(new RendezvousServer(std::move(options)));
+  RendezvousServer* raw = s.get();
+  CoordinatorOptions copts = s->options_.coordinator;
+  if (s->options_.timer_thread) copts.on_timers_changed = [raw] { raw->WakeTimer(); };
+  ASSIGN_OR_RETURN(s->coordinator_, Coordinator::Create(std::move(copts)));
+  s->rendezvous_service_ =
+      std::make_unique<RendezvousService>(s->coordinator_.get(), s->options_.token);
+  s->jobs_service_ = std::make_unique<JobsService>(s->coordinator_.get(), s->options_.token);
+
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(s->options_.listen, grpc::InsecureServerCredentials(), &bound);
+  builder.RegisterService(s->rendezvous_service_.get());
+  builder.RegisterService(s->jobs_service_.get());
+  // Daemons ping every few seconds to find a dead connection early; allow it.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.SetMaxReceiveMessageSize(16 * 1024 * 1024);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || bound == 0) {
+    s->coordinator_->Shutdown();
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot listen on %s (in use, or not an address of this host)", s->options_.listen));
+  }
+  s->port_ = bound;
+  s->address_ = absl::StrFormat("%s:%d", host, bound);
+  if (s->options_.timer_thread) s->timer_ = std::thread([raw] { raw->TimerLoop(); });
+  return s;
+}
+
+RendezvousServer::~RendezvousServer() { Shutdown(); }
+
+void RendezvousServer::WakeTimer() {
+  absl::MutexLock lock(&mu_);
+  wake_ = true;
+}
+
+void RendezvousServer::TimerLoop() {
+  Clock& clock = *(options_.coordinator.clock ? options_.coordinator.clock : &RealClock());
+  while (true) {
+    std::optional<absl::Time> next = coordinator_->Tick();
+    // Wake at the next deadline or when a change may have moved it; the cap
+    // only bounds the damage of a missed wake-up.
+    absl::Duration wait = absl::Seconds(1);
+    if (next) wait = std::min(wait, std::max(absl::ZeroDuration(), *next - clock.Now()));
+    absl::MutexLock lock(&mu_);
+    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wake_ || stopping_; };
+    mu_.AwaitWithTimeout(absl::Condition(&woken), wait);
+    if (stopping_) return;
+    wake_ = false;
+  }
+}
+
+void RendezvousServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      // Another thread is shutting down: return once it is done.
+      mu_.Await(absl::Condition(&stopped_));
+      return;
+    }
+    stopping_ = true;
+  }
+  // A partly built server (Create failed) has no coordinator or server.
+  // Streams first, so that the server's shutdown does not wait for them.
+  if (coordinator_) coordinator_->Shutdown();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (timer_.joinable()) timer_.join();
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+}
+
+void RendezvousServer::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&stopped_));
+}
+
+}  // namespace elastrun::rendezvous

@@ -1,0 +1,94 @@
+// The gRPC face of the rendezvous service: the Rendezvous and Jobs services
+// (callback API) over one Coordinator, the listening socket, token checks,
+// and the timer thread that fires leases and round deadlines.
+#ifndef ELASTRUN_RENDEZVOUS_SERVER_H_
+#define ELASTRUN_RENDEZVOUS_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "rendezvous/coordinator.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace elastrun::rendezvous {
+
+struct ServerOptions {
+  // "HOST:PORT" ("[v6]:PORT" for IPv6); port 0 picks a free port.
+  std::string listen = "127.0.0.1:29400";
+  // Shared secret every RPC must carry as "authorization: Bearer <token>".
+  // Empty: no check, allowed only on a loopback address.
+  std::string token;
+  CoordinatorOptions coordinator;
+  // Fire timers from a thread that waits on the clock's deadlines (in real
+  // time). Tests with a FakeClock turn it off and call Tick() themselves.
+  bool timer_thread = true;
+};
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool IsLoopbackHost(absl::string_view host);
+
+// Splits "HOST:PORT" / "[v6]:PORT". InvalidArgument naming `what` otherwise.
+absl::Status SplitHostPort(absl::string_view text, absl::string_view what,
+                           std::string* host, int* port);
+
+// OK, or InvalidArgument: a non-loopback `listen` needs a token.
+absl::Status CheckListenSecurity(absl::string_view listen, absl::string_view token);
+
+// Thread-safe. Destruction shuts down (Shutdown()).
+class RendezvousServer {
+ public:
+  // Builds the coordinator (reloading state) and starts serving. Errors: a
+  // bad listen address or missing token (InvalidArgument), a port that
+  // cannot be bound (Unavailable), the Coordinator's errors.
+  static absl::StatusOr<std::unique_ptr<RendezvousServer>> Create(ServerOptions options);
+  ~RendezvousServer();
+
+  // The bound address, with the chosen port: "HOST:PORT".
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+  Coordinator& coordinator() { return *coordinator_; }
+
+  // Fires due timers now (what the timer thread does). For tests.
+  void Tick() { coordinator_->Tick(); }
+
+  // Stops accepting calls, ends streams (daemons reconnect to the next
+  // service), joins the timer thread. Idempotent.
+  void Shutdown();
+  // Blocks until a Shutdown() (from another thread) completed.
+  void Wait();
+
+ private:
+  class RendezvousService;
+  class JobsService;
+
+  explicit RendezvousServer(ServerOptions options);
+  void TimerLoop();
+  void WakeTimer();
+
+  ServerOptions options_;
+  std::string address_;
+  int port_ = 0;
+  std::unique_ptr<Coordinator> coordinator_;  // outlives the services/server
+  std::unique_ptr<RendezvousService> rendezvous_service_;
+  std::unique_ptr<JobsService> jobs_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread timer_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // Shutdown() completed
+};
+
+}  // namespace elastrun::rendezvous
+
+#endif  // ELASTRUN_RENDEZVOUS_SERVER_H_

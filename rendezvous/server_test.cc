@@ -1,0 +1,450 @@
+// The service in-process on 127.0.0.1:0, driven through real gRPC stubs by
+// test daemons. Time is a FakeClock; the timer thread is off and tests call
+// Tick(). No sleeps: every wait is on an event with a generous deadline.
+#include "rendezvous/server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <deque>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "elastrun/v1/jobs.grpc.pb.h"
+#include "elastrun/v1/rendezvous.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/codec.h"
+#include "rendezvous/grpc_status.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/elastrun_server_test.XXXXXX";
+  return std::string(mkdtemp(tmpl));
+}
+
+std::shared_ptr<grpc::Channel> Dial(const RendezvousServer& s) {
+  return grpc::CreateChannel(absl::StrCat("127.0.0.1:", s.port()),
+                             grpc::InsecureChannelCredentials());
+}
+
+// Plays one elastrund: registers, watches, joins, reports.
+class TestDaemon {
+ public:
+  TestDaemon(std::shared_ptr<grpc::Channel> channel, std::string id,
+             std::string incarnation = "inc-1")
+      : stub_(v1::Rendezvous::NewStub(channel)),
+        id_(std::move(id)),
+        incarnation_(std::move(incarnation)) {}
+  ~TestDaemon() { StopWatch(); }
+
+  const std::string& id() const { return id_; }
+  std::string addr() const { return id_ + ".test"; }
+
+  absl::Status Register(int slots = 2, std::vector<v1::RunningAttempt> running = {}) {
+    v1::RegisterNodeRequest r;
+    r.set_node_id(id_);
+    r.set_incarnation(incarnation_);
+    r.set_addr(addr());
+    r.set_slots(slots);
+    for (auto& a : running) *r.add_running() = a;
+    v1::RegisterNodeResponse resp;
+    grpc::ClientContext ctx;
+    return FromGrpcStatus(stub_->RegisterNode(&ctx, r, &resp));
+  }
+  // Registers, opens the Watch stream and waits for its Welcome.
+  void Start(int slots = 2, std::vector<v1::RunningAttempt> running = {}) {
+    ASSERT_TRUE(Register(slots, std::move(running)).ok());
+    v1::WatchRequest w;
+    w.set_node_id(id_);
+    w.set_incarnation(incarnation_);
+    reader_ = stub_->Watch(&watch_ctx_, w);
+    thread_ = std::thread([this] {
+      v1::Command c;
+      while (reader_->Read(&c)) {
+        absl::MutexLock lock(&mu_);
+        commands_.push_back(c);
+      }
+      grpc::Status st = reader_->Finish();
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      end_status_ = FromGrpcStatus(st);
+    });
+    ASSERT_EQ(Next().kind_case(), v1::Command::kWelcome);
+  }
+  void StopWatch() {
+    if (!thread_.joinable()) return;
+    watch_ctx_.TryCancel();
+    thread_.join();
+  }
+
+  // The next command; fails the test after kWait.
+  v1::Command Next() {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !commands_.empty() || ended_;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), kWait) || commands_.empty()) {
+      ADD_FAILURE() << id_ << ": no command (stream ended: " << ended_ << ")";
+      return v1::Command();
+    }
+    v1::Command c = commands_.front();
+    commands_.pop_front();
+    return c;
+  }
+  // Waits for the stream's end and returns its status.
+  absl::Status WaitEnded() {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&ended_), kWait);
+    return ended_ ? end_status_ : absl::DeadlineExceededError("stream still open");
+  }
+
+  absl::Status Heartbeat() {
+    v1::HeartbeatRequest r;
+    r.set_node_id(id_);
+    r.set_incarnation(incarnation_);
+    v1::HeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    return FromGrpcStatus(stub_->Heartbeat(&ctx, r, &resp));
+  }
+  absl::StatusOr<v1::JoinRoundResponse> Join(const std::string& job, int64_t round,
+                                             int nproc = 2) {
+    v1::JoinRoundRequest r;
+    r.set_job_id(job);
+    r.set_round(round);
+    r.set_node_id(id_);
+    r.set_master_port(30000 + static_cast<int>(id_.back()));
+    r.set_local_world_size(nproc);
+    v1::JoinRoundResponse resp;
+    grpc::ClientContext ctx;
+    absl::Status st = FromGrpcStatus(stub_->JoinRound(&ctx, r, &resp));
+    if (!st.ok()) return st;
+    return resp;
+  }
+  absl::Status Exit(const std::string& job, int64_t round, bool ok, int rank = 0) {
+    v1::ReportExitRequest r;
+    r.set_job_id(job);
+    r.set_round(round);
+    r.set_node_id(id_);
+    if (ok) {
+      r.set_succeeded(true);
+    } else {
+      r.mutable_failure()->set_rank(rank);
+      r.mutable_failure()->set_exit_code(3);
+      r.mutable_failure()->set_message("boom");
+    }
+    v1::ReportExitResponse resp;
+    grpc::ClientContext ctx;
+    return FromGrpcStatus(stub_->ReportExit(&ctx, r, &resp));
+  }
+  absl::Status Barrier(const std::string& job, int64_t round, const std::string& name) {
+    v1::BarrierRequest r;
+    r.set_job_id(job);
+    r.set_round(round);
+    r.set_name(name);
+    r.set_participant(id_);
+    v1::BarrierResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return FromGrpcStatus(stub_->Barrier(&ctx, r, &resp));
+  }
+
+ private:
+  std::unique_ptr<v1::Rendezvous::Stub> stub_;
+  const std::string id_;
+  const std::string incarnation_;
+  grpc::ClientContext watch_ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::Command>> reader_;
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::deque<v1::Command> commands_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status end_status_ ABSL_GUARDED_BY(mu_);
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void StartServer(const std::string& state_path = "") {
+    ServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.timer_thread = false;
+    o.coordinator.clock = &clock_;
+    o.coordinator.state_path = state_path;
+    absl::StatusOr<std::unique_ptr<RendezvousServer>> s = RendezvousServer::Create(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    jobs_ = v1::Jobs::NewStub(Dial(*server_));
+  }
+  std::unique_ptr<TestDaemon> Daemon(const std::string& id, std::string inc = "inc-1") {
+    auto d = std::make_unique<TestDaemon>(Dial(*server_), id, std::move(inc));
+    d->Start();
+    return d;
+  }
+  std::string Submit(int min, int max, int max_restarts = 1) {
+    v1::SubmitRequest r;
+    r.mutable_spec()->set_name("train");
+    r.mutable_spec()->set_min_nodes(min);
+    r.mutable_spec()->set_max_nodes(max);
+    r.mutable_spec()->set_nproc_per_node(2);
+    r.mutable_spec()->set_max_restarts(max_restarts);
+    r.mutable_spec()->add_argv("worker");
+    v1::SubmitResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status st = jobs_->Submit(&ctx, r, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.job_id();
+  }
+  v1::JobStatus Get(const std::string& job) {
+    v1::GetJobRequest r;
+    r.set_job_id(job);
+    v1::JobStatus s;
+    grpc::ClientContext ctx;
+    grpc::Status st = jobs_->Get(&ctx, r, &s);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return s;
+  }
+  // Every daemon expects JoinRound{job, round} and joins; returns the
+  // StartAttempt each then gets (after `close` runs, e.g. a Tick).
+  std::vector<v1::StartAttempt> JoinAll(const std::vector<TestDaemon*>& ds,
+                                        const std::string& job, int64_t round,
+                                        const std::function<void()>& close = {}) {
+    for (TestDaemon* d : ds) {
+      v1::Command c = d->Next();
+      EXPECT_EQ(c.join_round().job_id(), job) << d->id() << ": " << c.DebugString();
+      EXPECT_EQ(c.join_round().round(), round) << d->id();
+      absl::StatusOr<v1::JoinRoundResponse> r = d->Join(job, round);
+      EXPECT_TRUE(r.ok()) << r.status();
+    }
+    if (close) close();
+    std::vector<v1::StartAttempt> starts;
+    for (TestDaemon* d : ds) {
+      v1::Command c = d->Next();
+      EXPECT_TRUE(c.has_start()) << d->id() << ": " << c.DebugString();
+      starts.push_back(c.start());
+    }
+    return starts;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<RendezvousServer> server_;
+  std::unique_ptr<v1::Jobs::Stub> jobs_;
+};
+
+void ExpectConsistent(const std::vector<v1::StartAttempt>& starts, int64_t round,
+                      int world_size) {
+  ASSERT_FALSE(starts.empty());
+  const v1::Assignment& a0 = starts[0].assignment();
+  std::set<int> ranks;
+  for (const v1::StartAttempt& s : starts) {
+    const v1::Assignment& a = s.assignment();
+    EXPECT_EQ(a.round(), round);
+    EXPECT_EQ(a.world_size(), world_size);
+    EXPECT_EQ(a.master_addr(), a0.master_addr());
+    EXPECT_EQ(a.master_port(), a0.master_port());
+    ASSERT_EQ(a.nodes_size(), static_cast<int>(starts.size()));
+    for (const v1::NodeAssignment& n : a.nodes()) {
+      for (int l = 0; l < n.local_world_size(); ++l) ranks.insert(n.rank_offset() + l);
+    }
+  }
+  EXPECT_EQ(static_cast<int>(ranks.size()), world_size);
+  EXPECT_EQ(*ranks.begin(), 0);
+  EXPECT_EQ(*ranks.rbegin(), world_size - 1);
+  EXPECT_EQ(a0.master_addr(), a0.nodes(0).node_id() + ".test");
+  EXPECT_EQ(a0.master_port(), 30000 + a0.nodes(0).node_id().back());
+}
+
+TEST_F(ServerTest, ThreeByTwoJobRestartsOnFailureThenSucceeds) {
+  StartServer();
+  auto a = Daemon("a"), b = Daemon("b"), c = Daemon("c");
+  const std::string job = Submit(3, 3);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_PENDING);
+  std::vector<TestDaemon*> all = {a.get(), b.get(), c.get()};
+  ExpectConsistent(JoinAll(all, job, 0), 0, 6);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+
+  ASSERT_TRUE(b->Exit(job, 0, /*ok=*/false, /*rank=*/2).ok());
+  for (TestDaemon* d : all) {
+    v1::Command stop = d->Next();
+    EXPECT_EQ(stop.stop().round(), 0) << stop.DebugString();
+    EXPECT_EQ(stop.stop().reason(), "failure");
+  }
+  std::vector<v1::StartAttempt> starts = JoinAll(all, job, 1);
+  ExpectConsistent(starts, 1, 6);
+  EXPECT_EQ(starts[0].assignment().restart_count(), 1);
+  v1::JobStatus st = Get(job);
+  EXPECT_EQ(st.restarts(), 1);
+  ASSERT_EQ(st.history_size(), 2);
+  EXPECT_EQ(st.history(0).end_reason(), "failure");
+  EXPECT_EQ(st.root_cause().node_id(), "b");
+
+  for (TestDaemon* d : all) ASSERT_TRUE(d->Exit(job, 1, /*ok=*/true).ok());
+  for (TestDaemon* d : all) {
+    v1::Command end = d->Next();
+    EXPECT_EQ(end.end_job().state(), v1::JOB_STATE_SUCCEEDED) << end.DebugString();
+  }
+  st = Get(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(st.phase(), v1::ROUND_PHASE_DONE);
+}
+
+TEST_F(ServerTest, LeaseExpiryOpensRoundWithSurvivors) {
+  StartServer();
+  auto a = Daemon("a"), b = Daemon("b"), c = Daemon("c");
+  const std::string job = Submit(2, 3);
+  JoinAll({a.get(), b.get(), c.get()}, job, 0);
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(a->Heartbeat().ok());
+  ASSERT_TRUE(b->Heartbeat().ok());
+  clock_.Advance(absl::Seconds(1));  // c silent for 3 s
+  server_->Tick();
+  EXPECT_TRUE(absl::IsUnavailable(c->WaitEnded()));
+  for (TestDaemon* d : {a.get(), b.get()}) {
+    EXPECT_EQ(d->Next().stop().reason(), "node lost");
+  }
+  // Two of MIN 2 joined: the round closes after the last call (1 s).
+  std::vector<v1::StartAttempt> starts = JoinAll({a.get(), b.get()}, job, 1, [&] {
+    clock_.Advance(absl::Seconds(1));
+    server_->Tick();
+  });
+  ExpectConsistent(starts, 1, 4);
+  v1::JobStatus st = Get(job);
+  EXPECT_EQ(st.restarts(), 0);  // a membership change is not a restart
+  EXPECT_EQ(st.history(0).end_reason(), "node lost");
+  EXPECT_TRUE(absl::IsNotFound(c->Heartbeat()));
+}
+
+TEST_F(ServerTest, BrokenWatchStreamIsANodeLossAtOnce) {
+  StartServer();
+  auto a = Daemon("a"), b = Daemon("b"), c = Daemon("c");
+  const std::string job = Submit(2, 3);
+  JoinAll({a.get(), b.get(), c.get()}, job, 0);
+  c.reset();  // the daemon dies: its stream breaks
+  for (TestDaemon* d : {a.get(), b.get()}) {
+    EXPECT_EQ(d->Next().stop().reason(), "node lost");
+    EXPECT_EQ(d->Next().join_round().round(), 1);
+  }
+}
+
+TEST_F(ServerTest, BarrierReleasesWhenEveryNodeArrived) {
+  StartServer();
+  auto a = Daemon("a"), b = Daemon("b");
+  const std::string job = Submit(2, 2);
+  JoinAll({a.get(), b.get()}, job, 0);
+  absl::Status first;
+  std::thread waiter([&] { first = a->Barrier(job, 0, "exit"); });
+  EXPECT_TRUE(b->Barrier(job, 0, "exit").ok());
+  waiter.join();
+  EXPECT_TRUE(first.ok()) << first;
+  // A completed barrier stays complete for a retrying participant.
+  EXPECT_TRUE(a->Barrier(job, 0, "exit").ok());
+  // A waiting barrier is aborted when the round ends.
+  std::thread aborted([&] { first = a->Barrier(job, 0, "epoch"); });
+  // Whether the waiter arrives before or after the round ends, it gets
+  // ABORTED: a pending wait is aborted, a late arrival names an ended round.
+  ASSERT_TRUE(b->Exit(job, 0, /*ok=*/false).ok());
+  aborted.join();
+  EXPECT_TRUE(absl::IsAborted(first)) << first;
+}
+
+TEST_F(ServerTest, JobWaitsPendingUntilEnoughNodes) {
+  StartServer();
+  auto a = Daemon("a");
+  const std::string job = Submit(2, 2);
+  v1::JobStatus st = Get(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(st.phase(), v1::ROUND_PHASE_QUEUED);
+  auto b = Daemon("b");
+  ExpectConsistent(JoinAll({a.get(), b.get()}, job, 0), 0, 4);
+}
+
+TEST_F(ServerTest, BadSpecIsRefusedNamingTheField) {
+  StartServer();
+  v1::SubmitRequest r;
+  r.mutable_spec()->set_min_nodes(1);
+  r.mutable_spec()->set_max_nodes(1);
+  r.mutable_spec()->set_nproc_per_node(0);
+  r.mutable_spec()->add_argv("x");
+  v1::SubmitResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status st = jobs_->Submit(&ctx, r, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("spec.nproc_per_node"));
+  v1::ListJobsResponse list;
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(jobs_->List(&ctx2, v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);  // nothing half-created
+}
+
+TEST_F(ServerTest, RestartKeepsJobsHistoryAndRunningAttempts) {
+  const std::string path = TempDir() + "/state.db";
+  StartServer(path);
+  std::string job;
+  {
+    auto a = Daemon("a"), b = Daemon("b");
+    job = Submit(2, 2);
+    JoinAll({a.get(), b.get()}, job, 0);
+    ASSERT_TRUE(a->Exit(job, 0, /*ok=*/false).ok());
+    EXPECT_EQ(a->Next().stop().round(), 0);
+    EXPECT_EQ(b->Next().stop().round(), 0);
+    JoinAll({a.get(), b.get()}, job, 1);
+    server_.reset();  // the service goes away; daemons keep their workers
+  }
+  StartServer(path);
+  v1::JobStatus st = Get(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(st.round(), 1);
+  EXPECT_EQ(st.restarts(), 1);
+  ASSERT_EQ(st.history_size(), 2);
+  EXPECT_EQ(st.history(0).end_reason(), "failure");
+  // The daemons reconnect within the lease with what they still run: the
+  // service re-sends the same attempt (a no-op for them), no stop, no loss.
+  v1::RunningAttempt running;
+  running.set_job_id(job);
+  running.set_round(1);
+  TestDaemon a(Dial(*server_), "a"), b(Dial(*server_), "b");
+  a.Start(2, {running});
+  b.Start(2, {running});
+  for (TestDaemon* d : {&a, &b}) {
+    v1::Command c = d->Next();
+    ASSERT_TRUE(c.has_start()) << c.DebugString();
+    EXPECT_EQ(c.start().assignment().round(), 1);
+  }
+  st = Get(job);
+  EXPECT_EQ(st.round(), 1);
+  EXPECT_EQ(st.phase(), v1::ROUND_PHASE_RUNNING);
+  for (TestDaemon* d : {&a, &b}) ASSERT_TRUE(d->Exit(job, 1, /*ok=*/true).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST(ServerSecurityTest, TokenRequiredOffLoopback) {
+  EXPECT_TRUE(CheckListenSecurity("127.0.0.1:0", "").ok());
+  EXPECT_TRUE(CheckListenSecurity("[::1]:0", "").ok());
+  absl::Status st = CheckListenSecurity("0.0.0.0:0", "");
+  EXPECT_TRUE(absl::IsInvalidArgument(st));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("--token"));
+  ServerOptions o;
+  o.listen = "0.0.0.0:0";
+  EXPECT_FALSE(RendezvousServer::Create(o).ok());
+  o.token = "s3cret";
+  o.timer_thread = false;
+  absl::StatusOr<std::unique_ptr<RendezvousServer>> s = RendezvousServer::Create(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto jobs = v1::Jobs::NewStub(Dial(**s));
+  auto call = [&](const std::string& auth) {
+    grpc::ClientContext ctx;
+    if (!auth.empty()) ctx.AddMetadata("authorization", auth);
+    v1::ListNodesResponse resp;
+    return jobs->ListNodes(&ctx, v1::ListNodesRequest(), &resp).error_code();
+  };
+  EXPECT_EQ(call(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer wrong"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer s3cret"), grpc::StatusCode::OK);
+}
+
+}  // namespace
+}  // namespace elastrun::rendezvous

@@ -1,0 +1,145 @@
+#include "rendezvous/store.h"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+}  // namespace
+
+absl::Status Store::Error(int rc, absl::string_view what) const {
+  const std::string msg = absl::StrFormat("state database %s: %s: %s", path_, what,
+                                          db_ != nullptr ? sqlite3_errmsg(db_)
+                                                         : sqlite3_errstr(rc));
+  switch (rc & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::DataLossError(msg);
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(
+          absl::StrCat(msg, " (is another elastrun-rendezvous using it?)"));
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+      return absl::PermissionDeniedError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  std::unique_ptr<Store> store(new Store(path, db));
+  if (rc != SQLITE_OK) return store->Error(rc, "cannot open");
+  sqlite3_busy_timeout(db, 0);
+  // Exclusive locking first: taken at the first read below, held until close.
+  RETURN_IF_ERROR(store->Exec("PRAGMA locking_mode=EXCLUSIVE"));
+  if (path != ":memory:") RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(store->Exec(
+      "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
+      "  data BLOB NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
+      "  data BLOB NOT NULL);"
+      "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 1);"));
+  // A file from a newer elastrun would be misread: refuse it.
+  sqlite3_stmt* stmt = nullptr;
+  rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key='schema_version'", -1,
+                          &stmt, nullptr);
+  if (rc != SQLITE_OK) return store->Error(rc, "reading the schema version");
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  rc = sqlite3_step(stmt);
+  if (rc != SQLITE_ROW) return store->Error(rc, "reading the schema version");
+  const int64_t version = sqlite3_column_int64(stmt, 0);
+  if (version != kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "state database %s has schema version %d; this elastrun-rendezvous reads "
+        "version %d",
+        path, version, kSchemaVersion));
+  }
+  return store;
+}
+
+Store::~Store() {
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+absl::Status Store::Exec(const char* sql) {
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+  sqlite3_free(err);  // sqlite3_errmsg(db_) says the same
+  if (rc != SQLITE_OK) return Error(rc, absl::StrFormat("executing \"%.40s\"", sql));
+  return absl::OkStatus();
+}
+
+absl::Status Store::Put(const char* sql, const std::string& key, int64_t seq,
+                        const std::string& blob) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, "preparing a write");
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  sqlite3_bind_text(stmt, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+  sqlite3_bind_int64(stmt, 2, seq);
+  sqlite3_bind_blob(stmt, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
+  rc = sqlite3_step(stmt);
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrFormat("writing \"%s\"", key));
+  return absl::OkStatus();
+}
+
+absl::Status Store::PutNode(const v1::StoredNode& node) {
+  return Put("INSERT OR REPLACE INTO nodes (id, seq, data) VALUES (?1, ?2, ?3)",
+             node.node_id(), 0, node.SerializeAsString());
+}
+
+absl::Status Store::PutJob(const v1::StoredJob& job) {
+  return Put("INSERT OR REPLACE INTO jobs (id, seq, data) VALUES (?1, ?2, ?3)", job.job_id(),
+             job.seq(), job.SerializeAsString());
+}
+
+absl::StatusOr<Store::Contents> Store::Load() {
+  Contents out;
+  auto scan = [&](const char* sql, const char* table, auto add) -> absl::Status {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
+    if (rc != SQLITE_OK) return Error(rc, absl::StrFormat("reading table %s", table));
+    absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      const char* id = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+      const void* data = sqlite3_column_blob(stmt, 1);
+      const int size = sqlite3_column_bytes(stmt, 1);
+      if (!add(data, size)) {
+        return absl::DataLossError(absl::StrFormat(
+            "state database %s: row \"%s\" of table %s does not parse (%d bytes); the "
+            "file is damaged: restore it from a backup or move it away to start empty",
+            path_, id != nullptr ? id : "?", table, size));
+      }
+    }
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrFormat("reading table %s", table));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(scan("SELECT id, data FROM nodes ORDER BY id", "nodes",
+                       [&](const void* data, int size) {
+                         return out.nodes.emplace_back().ParseFromArray(data, size);
+                       }));
+  RETURN_IF_ERROR(scan("SELECT id, data FROM jobs ORDER BY seq", "jobs",
+                       [&](const void* data, int size) {
+                         return out.jobs.emplace_back().ParseFromArray(data, size);
+                       }));
+  return out;
+}
+
+}  // namespace elastrun::rendezvous

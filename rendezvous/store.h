@@ -1,0 +1,65 @@
+// Durable state of the rendezvous service in one SQLite file: the node
+// registry and every job (spec, placement, the core's RendezvousState with its
+// round history, last progress). Writes go through at once (WAL,
+// synchronous=NORMAL: a committed write survives a SIGKILL of the service;
+// an OS crash may lose the last few).
+#ifndef ELASTRUN_RENDEZVOUS_STORE_H_
+#define ELASTRUN_RENDEZVOUS_STORE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "elastrun/v1/state.pb.h"
+
+struct sqlite3;
+
+namespace elastrun::rendezvous {
+
+// Not thread-safe: the owner serializes calls. The file is locked for this
+// process (SQLite exclusive locking mode): a second service on the same file
+// gets an error instead of silently sharing it.
+class Store {
+ public:
+  // Opens or creates the database at `path` (":memory:" for a store that
+  // lives only as long as the object). Errors name the file: it cannot be
+  // created or opened, it is not an SQLite database or is corrupt
+  // (DataLoss), it is in use by another process (Unavailable).
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Insert or replace by node_id / job_id. Errors name the file.
+  absl::Status PutNode(const v1::StoredNode& node);
+  absl::Status PutJob(const v1::StoredJob& job);
+
+  struct Contents {
+    std::vector<v1::StoredNode> nodes;  // by node_id
+    std::vector<v1::StoredJob> jobs;    // by submission seq
+  };
+  // Everything stored. DataLoss naming the file and the row for a row that
+  // does not parse: a damaged database is reported, never skipped.
+  absl::StatusOr<Contents> Load();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  Store(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  // Runs SQL with no result rows.
+  absl::Status Exec(const char* sql);
+  absl::Status Put(const char* sql, const std::string& key, int64_t seq,
+                   const std::string& blob);
+  // An error for the SQLite result `rc` of `what`, naming the file.
+  absl::Status Error(int rc, absl::string_view what) const;
+
+  std::string path_;
+  sqlite3* db_;  // owned
+};
+
+}  // namespace elastrun::rendezvous
+
+#endif  // ELASTRUN_RENDEZVOUS_STORE_H_

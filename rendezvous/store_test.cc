@@ -1,0 +1,102 @@
+#include "rendezvous/store.h"
+
+#include <sqlite3.h>
+
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/elastrun_store_test.XXXXXX";
+  return std::string(mkdtemp(tmpl));
+}
+
+v1::StoredJob Job(const std::string& id, int64_t seq) {
+  v1::StoredJob j;
+  j.set_job_id(id);
+  j.set_seq(seq);
+  j.mutable_spec()->set_name("train");
+  j.mutable_spec()->add_argv("prog");
+  j.add_placed("a");
+  j.mutable_core()->set_run_id(id);
+  j.mutable_core()->add_rounds()->set_id(0);
+  return j;
+}
+
+TEST(StoreTest, RoundTripAndReopen) {
+  const std::string path = TempDir() + "/state.db";
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::StoredNode n;
+    n.set_node_id("a");
+    n.set_slots(4);
+    n.set_state(v1::NODE_STATE_ALIVE);
+    ASSERT_TRUE((*store)->PutNode(n).ok());
+    ASSERT_TRUE((*store)->PutJob(Job("train-2", 2)).ok());
+    ASSERT_TRUE((*store)->PutJob(Job("train-1", 1)).ok());
+    v1::StoredJob changed = Job("train-1", 1);
+    changed.mutable_core()->set_restart_count(3);
+    ASSERT_TRUE((*store)->PutJob(changed).ok());  // replaces
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<Store::Contents> c = (*store)->Load();
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->nodes.size(), 1u);
+  EXPECT_EQ(c->nodes[0].slots(), 4);
+  ASSERT_EQ(c->jobs.size(), 2u);
+  EXPECT_EQ(c->jobs[0].job_id(), "train-1");  // by seq
+  EXPECT_EQ(c->jobs[0].core().restart_count(), 3);
+  EXPECT_EQ(c->jobs[1].job_id(), "train-2");
+}
+
+TEST(StoreTest, SecondOpenerIsRefused) {
+  const std::string path = TempDir() + "/state.db";
+  absl::StatusOr<std::unique_ptr<Store>> first = Store::Open(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<Store>> second = Store::Open(path);
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr(path));
+}
+
+TEST(StoreTest, GarbageFileIsAnErrorNamingTheFile) {
+  const std::string path = TempDir() + "/state.db";
+  std::ofstream(path) << "this is not a database, just some text that is long enough";
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_THAT(std::string(store.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(store.status().message()), HasSubstr("not a database"));
+}
+
+TEST(StoreTest, UnparsableRowIsDataLossNotSkipped) {
+  const std::string path = TempDir() + "/state.db";
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutJob(Job("train-1", 1)).ok());
+  }
+  // Damage the row's blob with bytes that are not a valid message.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE jobs SET data=x'ffffffff'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<Store::Contents> c = (*store)->Load();
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::IsDataLoss(c.status())) << c.status();
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("train-1"));
+}
+
+}  // namespace
+}  // namespace elastrun::rendezvous
