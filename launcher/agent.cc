@@ -122,8 +122,7 @@ void Agent::ReapChildren(Supervisor* supervisor) {
   }
 }
 
-void Agent::SpawnStandbySet(const AttemptSpec& spec) {
-  const size_t n = spec.workers.size();
+void Agent::SpawnStandbySet(const AttemptSpec& spec, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     int fds[2];
     if (!StandbySocket(fds)) break;
@@ -265,7 +264,7 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
     for (size_t i = 0; i < n; ++i) {
       if (!started[i]) return;
     }
-    SpawnStandbySet(spec);
+    SpawnStandbySet(spec, n);
   };
 
   if (!spawned.ok()) {

@@ -109,7 +109,8 @@ class Agent {
   // Reaps every exited child; workers go to `supervisor` (may be null), and
   // the exit of a standby discards the standby set.
   void ReapChildren(Supervisor* supervisor);
-  void SpawnStandbySet(const AttemptSpec& spec);
+  // Starts `n` standbys running spec's standby_argv/standby_env.
+  void SpawnStandbySet(const AttemptSpec& spec, size_t n);
   void DiscardStandbySet();
 
   const AgentOptions options_;

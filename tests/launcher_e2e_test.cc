@@ -4,6 +4,7 @@
 // starts with a unique environment entry, and checks that nothing is left.
 #include <signal.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,73 @@ TEST_F(LauncherTest, HundredBackToBackRestartsNeverCollideOnPort) {
   EXPECT_THAT(r.output, HasSubstr("succeeded after 100 restart(s)"));
   EXPECT_THAT(r.output, Not(HasSubstr("EADDRINUSE")));
   EXPECT_THAT(r.output, Not(HasSubstr("Address already in use")));
+}
+
+// Pids of the processes tagged with `marker` whose environment at start had
+// `entry` (or, with entry empty, had no RANK: standbys and the launcher).
+std::set<pid_t> Tagged(const std::string& marker, const std::string& entry) {
+  std::set<pid_t> out;
+  for (pid_t pid : ProcessesWithEnv(marker)) {
+    const std::string env = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
+    const bool has_rank = absl::StrContains(env, std::string("\0RANK=", 6)) ||
+                          absl::StartsWith(env, "RANK=");
+    if (entry.empty() ? !has_rank
+                      : absl::StrContains(env, absl::StrCat(std::string(1, '\0'), entry,
+                                                            std::string(1, '\0')))) {
+      out.insert(pid);
+    }
+  }
+  return out;
+}
+
+TEST_F(LauncherTest, StandbyWorkersTakeOverOnRestart) {
+  auto p = Subprocess::Start(Command({"--nproc-per-node", "2", "--max-restarts", "1",
+                                      "--standby"},
+                                     {"--ready-dir", ready_dir_, "--hang"}),
+                             {marker_});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.0.", 2, kRunTimeout).ok())
+      << (*p)->Output();
+  // The next attempt's two standbys start once both workers have started;
+  // they are the tagged processes without a RANK (besides the launcher).
+  std::set<pid_t> standbys;
+  const absl::Time deadline = absl::Now() + kRunTimeout;
+  while (standbys.size() < 2 && absl::Now() < deadline) {
+    standbys = Tagged(marker_, "");
+    standbys.erase((*p)->pid());
+    if (standbys.size() < 2) {
+      // Waiting for processes has no file to watch; a short pause per check.
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  ASSERT_EQ(standbys.size(), 2u) << (*p)->Output();
+  std::set<pid_t> rank1 = Tagged(marker_, "RANK=1");
+  ASSERT_EQ(rank1.size(), 1u);
+  kill(*rank1.begin(), SIGKILL);
+
+  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.1.", 2, kRunTimeout).ok())
+      << (*p)->Output();
+  // The restarted ranks are the standbys, started before the failure.
+  for (pid_t pid : standbys) EXPECT_EQ(kill(pid, 0), 0) << "standby " << pid << " is gone";
+  (*p)->Signal(SIGTERM);
+  ASSERT_TRUE((*p)->Wait(kRunTimeout).ok());
+  EXPECT_EQ(*(*p)->exit_code(), 128 + SIGTERM) << (*p)->Output();
+  EXPECT_THAT((*p)->Output(), HasSubstr("worker rank 1 failed with signal 9 (SIGKILL)"));
+}
+
+TEST_F(LauncherTest, StandbyIsHarmlessForProgramsWithoutTheProtocol) {
+  // A shell worker never reports its start-up, so no standby is started and
+  // restarts work as without --standby.
+  auto r = testing::Run({BinDir() + "/elastrun", "run", "--log-dir", log_dir_, "--run-id",
+                         "job", "--standby", "--nproc-per-node", "2", "--max-restarts", "1",
+                         "sh", "-c",
+                         "test \"$TORCHELASTIC_RESTART_COUNT\" = 1 || test $RANK = 0 || "
+                         "exit 4; echo done $RANK"},
+                        {marker_}, kRunTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->output;
+  EXPECT_THAT(r->output, HasSubstr("[rank1]:done 1"));
+  EXPECT_THAT(r->output, HasSubstr("succeeded after 1 restart(s)"));
 }
 
 TEST_F(LauncherTest, UnknownProgramIsAClearError) {

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/worker_env.h"
+#include "worker/standby.h"
 
 namespace elastrun::worker {
 namespace {
@@ -71,6 +72,8 @@ constexpr int64_t kMaxWorld = 1 << 24;  // Far above any real job.
 }  // namespace
 
 absl::StatusOr<WorkerEnv> WorkerEnv::FromEnvironment(EnvStrictness strictness) {
+  // A standby worker learns its environment only now (worker/standby.h).
+  RETURN_IF_ERROR(AwaitStandbyActivation());
   return FromLookup(
       [](const char* name) -> std::optional<std::string> {
         const char* value = std::getenv(name);

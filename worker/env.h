@@ -64,7 +64,9 @@ struct WorkerEnv {
   std::optional<int64_t> round;        // ELASTRUN_ROUND, when set.
   std::string snapshot;                // ELASTRUN_SNAPSHOT; may be empty.
 
-  // Reads and validates the contract from the process environment.
+  // Reads and validates the contract from the process environment. A worker
+  // started as a standby (`elastrun run --standby`) first waits here for its
+  // activation (worker/standby.h).
   // Errors (InvalidArgument), each naming the variable and saying that the
   // program must be started by `elastrun run` or torchrun: a required
   // variable is missing; a value is not a whole number or is out of range
