@@ -1,0 +1,395 @@
+#!/usr/bin/env python3
+"""Launch and restart latency: `elastrun run` vs torchrun, same workers.
+
+launch latency:  t0 = time.time_ns() just before the launcher is started;
+                 end = the latest ready.0.<rank> timestamp (each rank writes
+                 CLOCK_REALTIME ns right after its first barrier).
+restart latency: with --max-restarts 1 and --hang, once every rank of
+                 attempt 0 is ready, the rank-1 worker (rank 0 when N=1) is
+                 found through /proc/*/environ (a unique marker variable plus
+                 RANK=...) and SIGKILLed; t_kill = time.time_ns() right before
+                 os.kill; end = the latest ready.1.<rank> timestamp.
+stop time:       SIGTERM to the launcher -> the launcher has exited.
+
+One trial measures all three (the launch is the same whether or not a kill
+follows). Standard library only. See bench/README.md.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_PYTHON = "/usr/bin/python3"  # the only interpreter with torch
+READY_RE = re.compile(r"^ready\.(\d+)\.(\d+)$")
+MARKER_VAR = "ELASTRUN_BENCH_MARKER"
+# Variables of the bench's own environment that must not leak into a run.
+CONTRACT_VARS = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_USE_AGENT_STORE",
+)
+
+# Debian's torch 1.13.1 torchrun on Python 3.11: Std.from_str iterates the
+# IntFlag, which no longer yields NONE/ALL, and returns None for "0" (the
+# default --redirects). Patch that one function, then run torchrun's main.
+TORCHRUN_PATCH = r"""
+import re
+import torch.distributed.elastic.multiprocessing.api as _api
+def _from_str(vm):
+    if re.match(_api._VALUE_REGEX, vm):
+        return _api.Std(int(vm))
+    if re.match(_api._MAPPING_REGEX, vm):
+        return {int(i): _api.Std(int(v))
+                for i, v in (m.split(":") for m in vm.split(","))}
+    raise ValueError(f"{vm} does not match <{_api._VALUE_REGEX}> or <{_api._MAPPING_REGEX}>")
+_api.Std.from_str = staticmethod(_from_str)
+from torch.distributed.run import main
+main()
+"""
+
+
+class TrialError(Exception):
+    pass
+
+
+def worker_cmd(worker, args, ready_dir):
+    """(program, args, is_python) for a worker kind."""
+    if worker == "cpp":
+        return [args.cpp_worker, "--ready-dir", ready_dir, "--hang"], False
+    return [args.python_worker, "--ready-dir", ready_dir,
+            *python_keepalive(args.python_worker)], True
+
+
+def python_keepalive(path):
+    """--hang, or (a ddp_worker.py without it) slow steps that keep it alive."""
+    with open(path) as f:
+        if "--hang" in f.read():
+            return ["--hang"]
+    return ["--steps", "1000000", "--step-ms", "1000"]
+
+
+def launcher_cmd(launcher, worker, n, args, tmp):
+    ready_dir = os.path.join(tmp, "ready")
+    log_dir = os.path.join(tmp, "logs")
+    os.mkdir(ready_dir)
+    prog, is_python = worker_cmd(worker, args, ready_dir)
+    env = {k: v for k, v in os.environ.items()
+           if k not in CONTRACT_VARS and not k.startswith("PET_")}
+    common = ["--nproc-per-node", str(n), "--max-restarts", "1",
+              "--log-dir", log_dir]
+    if launcher == "torchrun":  # torch 1.13 knows only the underscored names
+        common = ["--" + c[2:].replace("-", "_") if c.startswith("--") else c
+                  for c in common]
+    if launcher == "elastrun":
+        if is_python:
+            env["ELASTRUN_PYTHON"] = TORCH_PYTHON
+        cmd = [args.elastrun, "run", *common,
+               *([] if is_python else ["--no-python"]),
+               *args.elastrun_extra.split(), *prog]
+    else:
+        cmd = [TORCH_PYTHON, "-c", TORCHRUN_PATCH, "--standalone", *common,
+               *([] if is_python else ["--no_python"]),
+               *args.torchrun_extra.split(), *prog]
+    return cmd, env, ready_dir
+
+
+def ready_times(ready_dir, attempt):
+    """{rank: ns} of the ready.<attempt>.<rank> files present now."""
+    out = {}
+    for name in os.listdir(ready_dir):
+        m = READY_RE.match(name)
+        if m and int(m.group(1)) == attempt:
+            with open(os.path.join(ready_dir, name)) as f:
+                text = f.read().strip()
+            if text:  # created atomically, but be safe
+                out[int(m.group(2))] = int(text)
+    return out
+
+
+def wait_ready(ready_dir, attempt, n, proc, deadline, what):
+    while True:
+        t = ready_times(ready_dir, attempt)
+        if len(t) >= n:
+            return max(t.values())
+        if proc.poll() is not None:
+            raise TrialError(f"{what}: launcher exited with {proc.returncode} "
+                             f"({len(t)}/{n} ranks ready)")
+        if time.monotonic() > deadline:
+            raise TrialError(f"timeout: {what} ({len(t)}/{n} ranks ready)")
+        time.sleep(0.002)
+
+
+def read_environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:  # gone, or not ours
+        return None
+    env = {}
+    for item in data.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env
+
+
+def ppid_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def marked_pids(marker):
+    """{pid: environ} of every live process started with our marker."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        env = read_environ(int(name))
+        if env and env.get(MARKER_VAR) == marker:
+            out[int(name)] = env
+    return out
+
+
+def find_worker(marker, rank, restart):
+    """pid of the worker process with RANK=rank in attempt `restart`.
+
+    Several matches (a wrapper that forks) -> the top-most one, whose exit is
+    what the launcher sees."""
+    found = {pid for pid, env in marked_pids(marker).items()
+             if env.get("RANK") == str(rank)
+             and env.get("TORCHELASTIC_RESTART_COUNT") == str(restart)}
+    top = [p for p in found if ppid_of(p) not in found]
+    return min(top) if top else None
+
+
+def cleanup(proc, marker):
+    """Leave nothing behind: the launcher's group, then any marked process."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while True:
+        left = marked_pids(marker)
+        if not left:
+            return 0
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            return len(left)
+        time.sleep(0.01)
+
+
+def run_trial(launcher, worker, n, args):
+    """{'launch': s, 'restart': s, 'stop': s} for one trial, or TrialError."""
+    tmp = tempfile.mkdtemp(prefix=f"elastrun-bench-{launcher}-{worker}-{n}-")
+    marker = uuid.uuid4().hex
+    cmd, env, ready_dir = launcher_cmd(launcher, worker, n, args, tmp)
+    env[MARKER_VAR] = marker
+    out_path = os.path.join(tmp, "console.log")
+    res = {}
+    ok = False
+    with open(out_path, "wb") as out:
+        deadline = time.monotonic() + args.timeout
+        t0 = time.time_ns()
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=REPO)
+        try:
+            end0 = wait_ready(ready_dir, 0, n, proc, deadline, "attempt 0")
+            res["launch"] = (end0 - t0) / 1e9
+            if not args.no_restart:
+                victim_rank = 1 if n > 1 else 0
+                pid = None
+                while pid is None:
+                    pid = find_worker(marker, victim_rank, 0)
+                    if pid is None:
+                        if time.monotonic() > deadline:
+                            raise TrialError("timeout: finding the rank "
+                                             f"{victim_rank} worker")
+                        time.sleep(0.002)
+                t_kill = time.time_ns()
+                os.kill(pid, signal.SIGKILL)
+                end1 = wait_ready(ready_dir, 1, n, proc, deadline, "attempt 1")
+                res["restart"] = (end1 - t_kill) / 1e9
+            t_term = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=args.stop_timeout)
+                res["stop"] = time.monotonic() - t_term
+            except subprocess.TimeoutExpired:
+                res["stop"] = None
+                res["note"] = (f"launcher still running {args.stop_timeout}s "
+                               "after SIGTERM")
+            ok = True
+        finally:
+            left = cleanup(proc, marker)
+            if left:
+                print(f"  warning: {left} marked processes survived SIGKILL",
+                      file=sys.stderr)
+            if not ok or args.keep:
+                print(f"  console/logs kept in {tmp}", file=sys.stderr)
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
+def fmt(values):
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.3f}"
+    return f"{med:.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def ratio(a, b):
+    if not a or not b:
+        return "-"
+    return f"{statistics.median(a) / statistics.median(b):.1f}x"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--n", default="1,2,4,8", help="world sizes (1,2,4,8)")
+    p.add_argument("--workers", default="cpp,python", help="cpp,python")
+    p.add_argument("--launchers", default="elastrun,torchrun",
+                   help="elastrun,torchrun")
+    p.add_argument("--reps", type=int, default=5, help="trials per cell (5)")
+    p.add_argument("--timeout", type=float, default=120,
+                   help="seconds per trial before the cell is a timeout (120)")
+    p.add_argument("--stop-timeout", type=float, default=40,
+                   help="seconds to wait for the launcher after SIGTERM (40)")
+    p.add_argument("--no-restart", action="store_true",
+                   help="measure the launch only")
+    p.add_argument("--elastrun", default=os.path.join(REPO, "build/bin/elastrun"))
+    p.add_argument("--cpp-worker",
+                   default=os.path.join(REPO, "build/bin/elastrun-test-worker"))
+    p.add_argument("--python-worker",
+                   default=os.path.join(REPO, "tests/python/ddp_worker.py"))
+    p.add_argument("--elastrun-extra", default="",
+                   help="extra flags for elastrun run (one string)")
+    p.add_argument("--torchrun-extra", default="",
+                   help="extra flags for torchrun, e.g. '--monitor_interval 0.1'")
+    p.add_argument("--keep", action="store_true",
+                   help="keep every trial's folder (console and logs)")
+    args = p.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+
+    ns = [int(x) for x in args.n.split(",") if x]
+    workers = [w for w in args.workers.split(",") if w]
+    launchers = [l for l in args.launchers.split(",") if l]
+    for w in workers:
+        if w not in ("cpp", "python"):
+            p.error(f"unknown worker {w!r}")
+    for l in launchers:
+        if l not in ("elastrun", "torchrun"):
+            p.error(f"unknown launcher {l!r}")
+
+    notes = []
+    if "elastrun" in launchers and not os.access(args.elastrun, os.X_OK):
+        p.error(f"{args.elastrun} not found: build first (ninja -C build)")
+    if "cpp" in workers and not os.access(args.cpp_worker, os.X_OK):
+        notes.append(f"cpp worker skipped: {args.cpp_worker} not found")
+        workers.remove("cpp")
+    if "python" in workers and not os.path.exists(args.python_worker):
+        notes.append(f"python worker skipped: {args.python_worker} not found")
+        workers.remove("python")
+    if "python" in workers and "--hang" not in python_keepalive(
+            args.python_worker):
+        notes.append("python worker has no --hang: kept alive with "
+                     "--steps 1000000 --step-ms 1000 instead")
+
+    # results[(n, worker, launcher)] = {"launch": [...], ..., "status": str}
+    results = {}
+    for n in ns:
+        for worker in workers:
+            for launcher in launchers:
+                cell = {"launch": [], "restart": [], "stop": [], "status": ""}
+                results[(n, worker, launcher)] = cell
+                for rep in range(args.reps):
+                    print(f"N={n} {worker} {launcher} rep {rep + 1}/{args.reps}"
+                          " ...", end=" ", file=sys.stderr, flush=True)
+                    try:
+                        r = run_trial(launcher, worker, n, args)
+                    except TrialError as e:
+                        print(e, file=sys.stderr)
+                        cell["status"] = ("timeout" if str(e).startswith(
+                            "timeout") else "failed")
+                        notes.append(f"N={n} {worker} {launcher} rep "
+                                     f"{rep + 1}: {e}")
+                        break  # keep the total bounded
+                    for k in ("launch", "restart", "stop"):
+                        if r.get(k) is not None:
+                            cell[k].append(r[k])
+                    if "note" in r:
+                        notes.append(f"N={n} {worker} {launcher} rep "
+                                     f"{rep + 1}: {r['note']}")
+                    print(" ".join(f"{k}={v:.3f}s" for k, v in r.items()
+                                   if isinstance(v, float)),
+                          file=sys.stderr, flush=True)
+
+    print()
+    print(f"# elastrun vs torchrun, {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"nproc={os.cpu_count()}, reps={args.reps}; seconds, median "
+          "(min-max)")
+    print()
+    head = ["N", "worker", "launcher", "launch", "restart", "stop",
+            "launch torchrun/elastrun", "restart torchrun/elastrun"]
+    rows = []
+    for n in ns:
+        for worker in workers:
+            for launcher in launchers:
+                c = results[(n, worker, launcher)]
+                e = results.get((n, worker, "elastrun"))
+                show_ratio = launcher == "torchrun" and e is not None
+                rows.append([
+                    str(n), worker, launcher,
+                    fmt(c["launch"]) + (f" [{c['status']}]" if c["status"] else ""),
+                    fmt(c["restart"]), fmt(c["stop"]),
+                    ratio(c["launch"], e["launch"]) if show_ratio else "",
+                    ratio(c["restart"], e["restart"]) if show_ratio else "",
+                ])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(head)]
+    line = lambda cells: "| " + " | ".join(
+        c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+    if notes:
+        print()
+        for note in notes:
+            print(f"- {note}")
+    print()
+    print("launch: start -> every rank past its first barrier; restart: "
+          "SIGKILL of one worker -> every rank of attempt 1 past its first "
+          "barrier; stop: SIGTERM -> launcher exited.")
+    if "torchrun" in launchers and not args.torchrun_extra:
+        print("torchrun runs with its defaults (--monitor_interval 5).")
+    failed = any(c["status"] for c in results.values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
