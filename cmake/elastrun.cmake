@@ -12,8 +12,7 @@ function(elastrun_test name)
   endif()
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
-               ENVIRONMENT "ELASTRUN_BIN_DIR=${CMAKE_BINARY_DIR}/bin;ELASTRUN_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}")
 endfunction()
 
 set(ELASTRUN_WARNINGS -Wall -Wextra -Wno-unused-parameter)

@@ -1,7 +1,14 @@
 #include "worker/process_group.h"
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <exception>
 #include <vector>
 
@@ -65,6 +72,48 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> GlooDevices(
   return devices;
 }
 
+// Whether host:port accepts a TCP connection within `wait`.
+bool Accepts(const std::string& host, int port, std::chrono::milliseconds wait) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
+    return false;
+  }
+  bool ok = false;
+  for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    a->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof err;
+      ok = poll(&p, 1, static_cast<int>(wait.count())) == 1 &&
+           getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return ok;
+}
+
+// Waits until the store's port accepts connections, or `timeout` passes.
+// libtorch 1.13's TCPStore client sleeps a whole second after a refused
+// connection; ranks start together, so without this the ranks that are
+// faster than rank 0 lose that second on every start and restart.
+void WaitForStoreListening(const WorkerEnv& env, absl::Duration timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + ToChrono(timeout);
+  auto pause = std::chrono::milliseconds(1);
+  while (!Accepts(env.master_addr, env.master_port, std::chrono::milliseconds(200)) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<c10::intrusive_ptr<c10d::TCPStore>> ConnectStore(
@@ -77,6 +126,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::TCPStore>> ConnectStore(
   opts.timeout = ToChrono(options.store_timeout);
   // As PyTorch's env:// (multi_tenant=True): one server per port per process.
   opts.multiTenant = true;
+  if (!opts.isServer) WaitForStoreListening(env, options.store_timeout);
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   } catch (...) {

@@ -20,11 +20,12 @@ namespace elastrun::worker {
 
 struct ProcessGroupOptions {
   // How long to wait for connecting to the store. A rank that cannot reach
-  // it within this fails with an error naming the address.
+  // it within this fails with an error naming the address. In libtorch 1.13
+  // it also bounds each wait on the store, so forming the group fails after
+  // the shorter of this and collective_timeout when a rank is missing.
   absl::Duration store_timeout = absl::Minutes(5);
-  // Timeout of each collective, and of forming the group (Gloo's ranks find
-  // each other through the store with this timeout, not store_timeout: one
-  // Gloo option sets both). PyTorch's default_pg_timeout.
+  // Timeout of each collective (and of forming the group, Gloo's ranks
+  // finding each other through the store). PyTorch's default_pg_timeout.
   absl::Duration collective_timeout = absl::Minutes(30);
   // Rank 0's store waits in ConnectStore() until every rank has connected
   // (TCPStore's waitWorkers). Off by default: the process group's own
@@ -54,8 +55,9 @@ class ProcessGroup {
  public:
   // Connects to the store and builds the process group; returns once every
   // rank of env.world_size has joined. Errors: ConnectStore()'s; Unavailable
-  // when the other ranks do not all join within options.collective_timeout
-  // or Gloo cannot bind its interface.
+  // when the other ranks do not all join within the shorter of
+  // options.store_timeout and options.collective_timeout, or Gloo cannot
+  // bind its interface.
   static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(
       const WorkerEnv& env, const ProcessGroupOptions& options = {});
   // As above over an existing store (from ConnectStore(); tests).

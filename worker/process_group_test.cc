@@ -171,6 +171,7 @@ TEST(ProcessGroupTest, PortInUseNamesTheAddress) {
 TEST(ProcessGroupTest, MissingPeerTimesOut) {
   WorkerEnv env0 = Env(0, 2, 0);
   ProcessGroupOptions options;
+  options.store_timeout = absl::Seconds(1);
   options.collective_timeout = absl::Seconds(1);
   absl::StatusOr<c10::intrusive_ptr<c10d::TCPStore>> store = ConnectStore(env0, options);
   ASSERT_TRUE(store.ok()) << store.status();

@@ -209,12 +209,12 @@ bool FileExists(const std::string& path) {
 
 std::string BinDir() {
   const char* d = getenv("ELASTRUN_BIN_DIR");
-  return d ? d : "build/bin";
+  return d && *d ? d : ELASTRUN_BUILD_BIN_DIR;
 }
 
 std::string SourceDir() {
   const char* d = getenv("ELASTRUN_SOURCE_DIR");
-  return d ? d : ".";
+  return d && *d ? d : ELASTRUN_BUILD_SOURCE_DIR;
 }
 
 std::string TorchPython() {

@@ -74,9 +74,9 @@ std::string MakeTempDir(const std::string& tag);
 std::string ReadFile(const std::string& path);
 bool FileExists(const std::string& path);
 
-// Where the build put binaries ($ELASTRUN_BIN_DIR, set by ctest).
+// Where the build put binaries (the build's own, or $ELASTRUN_BIN_DIR).
 std::string BinDir();
-// The source tree ($ELASTRUN_SOURCE_DIR, set by ctest).
+// The source tree (the build's own, or $ELASTRUN_SOURCE_DIR).
 std::string SourceDir();
 // Debian's python3 with torch, or empty when it lacks torch.
 std::string TorchPython();
