@@ -56,8 +56,9 @@ class LauncherTest : public ::testing::Test {
     return argv;
   }
 
-  RunResult RunOrDie(const std::vector<std::string>& argv) {
-    auto r = testing::Run(argv, {marker_}, kRunTimeout);
+  RunResult RunOrDie(const std::vector<std::string>& argv,
+                     absl::Duration timeout = kRunTimeout) {
+    auto r = testing::Run(argv, {marker_}, timeout);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : RunResult{};
   }
@@ -210,10 +211,13 @@ TEST_F(LauncherTest, WorkerIgnoringSigtermIsKilledAfterGrace) {
 TEST_F(LauncherTest, HundredBackToBackRestartsNeverCollideOnPort) {
   // Every attempt's workers pass their first collective and rank 1 then
   // exits 1, until the 100th restart: 101 rendezvous on fresh ports.
+  // Each attempt starts two libtorch processes (~0.35 s of CPU each): on a
+  // loaded 2-core machine this takes minutes, hence the long deadline.
   RunResult r = RunOrDie(Command({"--nproc-per-node", "2", "--max-restarts", "100",
                                   "--redirects", "3"},
                                  {"--fail-rank", "1", "--fail-mode", "exit:1",
-                                  "--fail-restarts", "100"}));
+                                  "--fail-restarts", "100"}),
+                         absl::Minutes(10));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("succeeded after 100 restart(s)"));
   EXPECT_THAT(r.output, Not(HasSubstr("EADDRINUSE")));
