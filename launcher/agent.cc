@@ -12,7 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/standby.h"
@@ -103,10 +106,27 @@ void Agent::RequestStop(int sig) {
 }
 
 void Agent::ReapChildren(Supervisor* supervisor) {
+  // Collect every exit first: when one worker dies its peers often fail a
+  // moment later (a closed connection), and one SIGCHLD may cover both. The
+  // order of waitpid says nothing about who died first, so within a batch a
+  // death by signal is taken as the cause before an exit code, and an exit
+  // code before a clean exit.
+  std::vector<std::pair<pid_t, int>> batch;
   for (;;) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;  // 0: none ready; -1 (ECHILD): no children left
+    batch.emplace_back(pid, status);
+  }
+  auto severity = [](int status) {
+    if (WIFSIGNALED(status)) return 0;
+    return WEXITSTATUS(status) != 0 ? 1 : 2;
+  };
+  std::stable_sort(batch.begin(), batch.end(), [&](const auto& a, const auto& b) {
+    return severity(a.second) < severity(b.second);
+  });
+  const absl::Time now = absl::Now();
+  for (const auto& [pid, status] : batch) {
     bool was_standby = false;
     for (Standby& s : standby_) was_standby = was_standby || s.pid == pid;
     if (was_standby) {
@@ -117,7 +137,7 @@ void Agent::ReapChildren(Supervisor* supervisor) {
       }
       DiscardStandbySet();
     } else if (supervisor != nullptr) {
-      supervisor->OnExit(pid, status, absl::Now());
+      supervisor->OnExit(pid, status, now);
     }
   }
 }
