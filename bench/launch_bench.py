@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Launch and restart latency: `elastrun run` vs torchrun, same workers.
+"""Launch and restart latency: `elastrun run` (with and without --standby)
+vs torchrun, same workers.
 
 launch latency:  t0 = time.time_ns() just before the launcher is started;
                  end = the latest ready.0.<rank> timestamp (each rank writes
@@ -9,6 +10,9 @@ restart latency: with --max-restarts 1 and --hang, once every rank of
                  found through /proc/*/environ (a unique marker variable plus
                  RANK=...) and SIGKILLed; t_kill = time.time_ns() right before
                  os.kill; end = the latest ready.1.<rank> timestamp.
+                 With elastrun-standby the kill waits until the N standby
+                 processes (marker set, no RANK= in /proc/PID/environ, not
+                 the launcher) exist and are idle (see wait_standbys).
 stop time:       SIGTERM to the launcher -> the launcher has exited.
 
 One trial measures all three (the launch is the same whether or not a kill
@@ -30,6 +34,7 @@ import uuid
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_PYTHON = "/usr/bin/python3"  # the only interpreter with torch
 READY_RE = re.compile(r"^ready\.(\d+)\.(\d+)$")
+LAUNCHERS = ("elastrun", "elastrun-standby", "torchrun")
 MARKER_VAR = "ELASTRUN_BENCH_MARKER"
 # Variables of the bench's own environment that must not leak into a run.
 CONTRACT_VARS = (
@@ -74,7 +79,7 @@ def worker_cmd(worker, args, ready_dir):
 def python_keepalive(path):
     """--hang, or (a ddp_worker.py without it) slow steps that keep it alive."""
     with open(path) as f:
-        if "--hang" in f.read():
+        if '"--hang"' in f.read():  # its add_argument("--hang", ...)
             return ["--hang"]
     return ["--steps", "1000000", "--step-ms", "1000"]
 
@@ -91,10 +96,11 @@ def launcher_cmd(launcher, worker, n, args, tmp):
     if launcher == "torchrun":  # torch 1.13 knows only the underscored names
         common = ["--" + c[2:].replace("-", "_") if c.startswith("--") else c
                   for c in common]
-    if launcher == "elastrun":
+    if launcher in ("elastrun", "elastrun-standby"):
         if is_python:
             env["ELASTRUN_PYTHON"] = TORCH_PYTHON
         cmd = [args.elastrun, "run", *common,
+               *(["--standby"] if launcher == "elastrun-standby" else []),
                *([] if is_python else ["--no-python"]),
                *args.elastrun_extra.split(), *prog]
     else:
@@ -144,13 +150,24 @@ def read_environ(pid):
     return env
 
 
-def ppid_of(pid):
+def stat_of(pid):
+    """/proc/PID/stat fields after the command: [state, ppid, pgrp, session,
+    ...] (field 3 onwards of proc(5)), or None if gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-        return int(stat[stat.rindex(")") + 2:].split()[1])
-    except (OSError, ValueError, IndexError):
+        return stat[stat.rindex(")") + 2:].split()
+    except (OSError, ValueError):
         return None
+
+
+def ppid_of(pid):
+    st = stat_of(pid)
+    return int(st[1]) if st else None
+
+
+def cpu_ticks(st):
+    return int(st[11]) + int(st[12])  # utime + stime, all threads
 
 
 def marked_pids(marker):
@@ -177,19 +194,86 @@ def find_worker(marker, rank, restart):
     return min(top) if top else None
 
 
+def wait_standbys(marker, n, launcher_pid, proc, deadline, until="idle"):
+    """Waits until the next attempt's N standbys exist and are idle.
+
+    A standby is a process with our marker whose /proc/PID/environ has no
+    RANK= (it gets RANK only with its activation, which does not change
+    /proc/PID/environ), other than the launcher. Idle: all N sleeping
+    (state S, blocked on the standby socket) with no CPU time used over
+    IDLE_MS, i.e. their libtorch start-up is done. Returns the seconds from
+    the call until they exist and until they are idle."""
+    idle_ms = 50
+    t0 = time.monotonic()
+    t_exist = None
+    last = None  # (pids, total cpu ticks, since)
+    while True:
+        pids = sorted(pid for pid, env in marked_pids(marker).items()
+                      if pid != launcher_pid and "RANK" not in env)
+        top = [p for p in pids if ppid_of(p) not in pids]  # no wrappers' kids
+        if len(top) >= n:
+            now = time.monotonic()
+            if t_exist is None:
+                t_exist = now - t0
+                if until == "exist":
+                    return t_exist, t_exist
+            stats = [stat_of(p) for p in top]
+            if all(stats):
+                ticks = sum(cpu_ticks(st) for st in stats)
+                sleeping = all(st[0] == "S" for st in stats)
+                if last and last[0] == top and last[1] == ticks and sleeping:
+                    if now - last[2] >= idle_ms / 1000:
+                        return t_exist, now - t0
+                else:
+                    last = (top, ticks, now)
+        if proc.poll() is not None:
+            raise TrialError(f"launcher exited with {proc.returncode} "
+                             f"while waiting for standbys ({len(pids)}/{n})")
+        if time.monotonic() > deadline:
+            raise TrialError(f"timeout: waiting for {n} standbys "
+                             f"({len(pids)} without RANK found)")
+        time.sleep(0.005)
+
+
+def session_pids(sid):
+    """Live processes in session `sid` (the launcher's: start_new_session)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = stat_of(int(name))
+            if st and st[3] == str(sid) and st[0] != "Z":  # zombies: dead
+                out.append(int(name))
+    return out
+
+
 def cleanup(proc, marker):
-    """Leave nothing behind: the launcher's group, then any marked process."""
+    """Leave nothing behind. Each attempt (and the standby set) of elastrun
+    has its own process group inside the launcher's session, so: SIGKILL the
+    launcher's group, then every process group found in its session or
+    holding a marked process, then any marked process by pid. Bounded (5 s).
+    Returns how many marked/session processes are still alive."""
+    own_pgrp = os.getpgrp()
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
     deadline = time.monotonic() + 5
     while True:
-        left = marked_pids(marker)
+        left = set(marked_pids(marker)) | set(session_pids(proc.pid))
+        left.discard(os.getpid())
         if not left:
             return 0
         for pid in left:
+            st = stat_of(pid)
+            if st and int(st[2]) not in (0, own_pgrp):
+                try:
+                    os.killpg(int(st[2]), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -219,6 +303,9 @@ def run_trial(launcher, worker, n, args):
             res["launch"] = (end0 - t0) / 1e9
             if not args.no_restart:
                 victim_rank = 1 if n > 1 else 0
+                if launcher == "elastrun-standby":
+                    res["standby_exist"], res["standby_idle"] = wait_standbys(
+                        marker, n, proc.pid, proc, deadline, args.standby_wait)
                 pid = None
                 while pid is None:
                     pid = find_worker(marker, victim_rank, 0)
@@ -272,13 +359,17 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", default="1,2,4,8", help="world sizes (1,2,4,8)")
     p.add_argument("--workers", default="cpp,python", help="cpp,python")
-    p.add_argument("--launchers", default="elastrun,torchrun",
-                   help="elastrun,torchrun")
+    p.add_argument("--launchers", default=",".join(LAUNCHERS),
+                   help="elastrun,elastrun-standby,torchrun (all three; "
+                   "elastrun-standby = elastrun run --standby)")
     p.add_argument("--reps", type=int, default=5, help="trials per cell (5)")
     p.add_argument("--timeout", type=float, default=120,
                    help="seconds per trial before the cell is a timeout (120)")
     p.add_argument("--stop-timeout", type=float, default=40,
                    help="seconds to wait for the launcher after SIGTERM (40)")
+    p.add_argument("--standby-wait", choices=("idle", "exist"), default="idle",
+                   help="elastrun-standby: kill once the N standbys are idle "
+                   "(start-up done; default) or as soon as they exist")
     p.add_argument("--no-restart", action="store_true",
                    help="measure the launch only")
     p.add_argument("--elastrun", default=os.path.join(REPO, "build/bin/elastrun"))
@@ -302,11 +393,11 @@ def main():
         if w not in ("cpp", "python"):
             p.error(f"unknown worker {w!r}")
     for l in launchers:
-        if l not in ("elastrun", "torchrun"):
+        if l not in LAUNCHERS:
             p.error(f"unknown launcher {l!r}")
 
     notes = []
-    if "elastrun" in launchers and not os.access(args.elastrun, os.X_OK):
+    if any(l.startswith("elastrun") for l in launchers) and not os.access(args.elastrun, os.X_OK):
         p.error(f"{args.elastrun} not found: build first (ninja -C build)")
     if "cpp" in workers and not os.access(args.cpp_worker, os.X_OK):
         notes.append(f"cpp worker skipped: {args.cpp_worker} not found")
@@ -314,6 +405,10 @@ def main():
     if "python" in workers and not os.path.exists(args.python_worker):
         notes.append(f"python worker skipped: {args.python_worker} not found")
         workers.remove("python")
+    if "python" in workers and "elastrun-standby" in launchers:
+        notes.append("python x elastrun-standby skipped: standbys need a "
+                     "worker built on libelastrun_worker; a Python script "
+                     "gets none (= plain elastrun)")
     if "python" in workers and "--hang" not in python_keepalive(
             args.python_worker):
         notes.append("python worker has no --hang: kept alive with "
@@ -324,7 +419,10 @@ def main():
     for n in ns:
         for worker in workers:
             for launcher in launchers:
-                cell = {"launch": [], "restart": [], "stop": [], "status": ""}
+                if worker == "python" and launcher == "elastrun-standby":
+                    continue
+                cell = {"launch": [], "restart": [], "stop": [],
+                        "standby_idle": [], "status": ""}
                 results[(n, worker, launcher)] = cell
                 for rep in range(args.reps):
                     print(f"N={n} {worker} {launcher} rep {rep + 1}/{args.reps}"
@@ -338,7 +436,7 @@ def main():
                         notes.append(f"N={n} {worker} {launcher} rep "
                                      f"{rep + 1}: {e}")
                         break  # keep the total bounded
-                    for k in ("launch", "restart", "stop"):
+                    for k in ("launch", "restart", "stop", "standby_idle"):
                         if r.get(k) is not None:
                             cell[k].append(r[k])
                     if "note" in r:
@@ -353,21 +451,28 @@ def main():
           f"nproc={os.cpu_count()}, reps={args.reps}; seconds, median "
           "(min-max)")
     print()
+    # Ratios on the elastrun rows: torchrun's median / this row's median.
+    standby = "elastrun-standby" in launchers
     head = ["N", "worker", "launcher", "launch", "restart", "stop",
-            "launch torchrun/elastrun", "restart torchrun/elastrun"]
+            *(["standbys idle"] if standby else []),
+            "launch torchrun/this", "restart torchrun/this"]
     rows = []
     for n in ns:
         for worker in workers:
             for launcher in launchers:
-                c = results[(n, worker, launcher)]
-                e = results.get((n, worker, "elastrun"))
-                show_ratio = launcher == "torchrun" and e is not None
+                c = results.get((n, worker, launcher))
+                if c is None:
+                    continue
+                t = results.get((n, worker, "torchrun"))
+                show_ratio = launcher != "torchrun" and t is not None
                 rows.append([
                     str(n), worker, launcher,
                     fmt(c["launch"]) + (f" [{c['status']}]" if c["status"] else ""),
                     fmt(c["restart"]), fmt(c["stop"]),
-                    ratio(c["launch"], e["launch"]) if show_ratio else "",
-                    ratio(c["restart"], e["restart"]) if show_ratio else "",
+                    *([fmt(c["standby_idle"]) if launcher == "elastrun-standby"
+                       else ""] if standby else []),
+                    ratio(t["launch"], c["launch"]) if show_ratio else "",
+                    ratio(t["restart"], c["restart"]) if show_ratio else "",
                 ])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(head)]
@@ -385,6 +490,12 @@ def main():
     print("launch: start -> every rank past its first barrier; restart: "
           "SIGKILL of one worker -> every rank of attempt 1 past its first "
           "barrier; stop: SIGTERM -> launcher exited.")
+    if standby:
+        print("standbys idle: attempt 0 ready -> the N standbys exist and "
+              "are idle (the kill waits for this; not part of restart)"
+              + ("" if args.standby_wait == "idle" else
+                 "; --standby-wait exist: killed as soon as they exist")
+              + ".")
     if "torchrun" in launchers and not args.torchrun_extra:
         print("torchrun runs with its defaults (--monitor_interval 5).")
     failed = any(c["status"] for c in results.values())

@@ -9,7 +9,7 @@ is a shard of one global batch of 16, so the hash is the same for every
 world size dividing 16, given the same --seed and --steps). It has the same failure and readiness flags as
 elastrun-test-worker (--ready-dir, --fail-rank, --fail-mode
 sigkill|exit:CODE|throw, --fail-restarts, --fail-at-step, --steps,
---step-ms).
+--step-ms, --hang).
 
 Run it with Debian's interpreter (/usr/bin/python3), which has torch.
 """
@@ -42,6 +42,9 @@ def parse_args():
                    help="fail while TORCHELASTIC_RESTART_COUNT < K; -1: always")
     p.add_argument("--fail-at-step", type=int, default=-1,
                    help="fail at this step instead of right after init")
+    p.add_argument("--hang", action="store_true",
+                   help="after the first barrier (and the ready file), block "
+                   "until killed")
     args = p.parse_args()
     mode = args.fail_mode
     if not (mode in ("sigkill", "throw") or
@@ -97,6 +100,9 @@ def main():
         write_ready(args.ready_dir, restart, rank)
     if fails and args.fail_at_step < 0:
         fail(args.fail_mode, rank, restart, "after the first barrier")
+    if args.hang:
+        while True:  # until a signal kills us (SIGTERM's default action)
+            signal.pause()
 
     if GLOBAL_BATCH % world:
         raise ValueError(f"WORLD_SIZE={world} does not divide the batch of {GLOBAL_BATCH}")
