@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cli.h"
 #include "launcher/run_options.h"
 #include "launcher/standalone.h"
 
@@ -15,16 +16,22 @@ constexpr char kUsage[] = R"(usage: elastrun COMMAND [ARGS...]
 Commands:
   run       run a program as an elastic worker group on this node
             (torchrun's flags; see `elastrun run --help`)
+)";
 
+constexpr char kUsageEnd[] = R"(
 `elastrun COMMAND --help` describes a command.
 )";
+
+std::string Usage() {
+  return std::string(kUsage) + elastrun::launcher::JobCommandsHelp() + kUsageEnd;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    std::fputs(Usage().c_str(), args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
   const std::string command = args[0];
@@ -46,6 +53,11 @@ int main(int argc, char** argv) {
     }
     return elastrun::launcher::RunStandalone(*options);
   }
-  std::fprintf(stderr, "elastrun: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  if (elastrun::launcher::IsJobCommand(command)) {
+    return elastrun::launcher::RunJobCommand(command, args,
+                                             elastrun::launcher::RealCliContext());
+  }
+  std::fprintf(stderr, "elastrun: unknown command '%s'\n\n%s", command.c_str(),
+               Usage().c_str());
   return 2;
 }

@@ -1,0 +1,286 @@
+// End to end: the real elastrun-rendezvous binary on 127.0.0.1:0 and the
+// real `elastrun` CLI against it. No daemon registers, so a job stays
+// PENDING; that is enough to prove submit, status, list, cancel, wait and
+// the errors. Every wait is on an event (a pipe, a process exit) with a
+// generous deadline; nothing sleeps.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using ::testing::Not;
+using testing::BinDir;
+using testing::RunResult;
+
+constexpr absl::Duration kWait = absl::Seconds(60);
+
+// elastrun-rendezvous in its own process group, its stdout on a pipe so that
+// the test learns the bound address from "listening on HOST:PORT" without
+// polling. Killed (whole group) and reaped on destruction.
+class Service {
+ public:
+  ~Service() {
+    if (pid_ > 0) {
+      kill(-pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+    }
+    if (out_ >= 0) close(out_);
+  }
+
+  // Starts the service and waits for its address. Returns "" (with a test
+  // failure) if it did not come up within kWait.
+  std::string Start(const std::vector<std::string>& flags) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      ADD_FAILURE() << "pipe: " << errno;
+      return "";
+    }
+    std::vector<std::string> argv = {BinDir() + "/elastrun-rendezvous", "--listen",
+                                      "127.0.0.1:0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      dup2(fds[1], STDOUT_FILENO);
+      execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    out_ = fds[0];
+    // Read until the first line, or EOF (the service died), or the deadline.
+    const absl::Time deadline = absl::Now() + kWait;
+    std::string text;
+    while (text.find('\n') == std::string::npos) {
+      pollfd p = {out_, POLLIN, 0};
+      const int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
+      if (ms <= 0 || poll(&p, 1, ms) <= 0) {
+        ADD_FAILURE() << "elastrun-rendezvous printed no address within " << kWait;
+        return "";
+      }
+      char buf[256];
+      const ssize_t n = read(out_, buf, sizeof(buf));
+      if (n <= 0) {
+        ADD_FAILURE() << "elastrun-rendezvous exited before listening: " << text;
+        return "";
+      }
+      text.append(buf, static_cast<size_t>(n));
+    }
+    const std::string first = text.substr(0, text.find('\n'));
+    absl::string_view line = first;
+    if (!absl::ConsumePrefix(&line, "listening on ")) {
+      ADD_FAILURE() << "unexpected first line: " << text;
+      return "";
+    }
+    return std::string(line);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+};
+
+// A loopback port with nothing listening: bound, read back, released.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "bind: " << errno;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class CliE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    address_ = service_.Start({});
+    ASSERT_FALSE(address_.empty());
+  }
+
+  // `elastrun ARGS` against the service (through ELASTRUN_RENDEZVOUS, as a
+  // script would), stdout and stderr together.
+  RunResult Cli(std::vector<std::string> args, std::vector<std::string> env = {}) {
+    args.insert(args.begin(), BinDir() + "/elastrun");
+    env.push_back("ELASTRUN_RENDEZVOUS=" + address_);
+    absl::StatusOr<RunResult> r = testing::Run(args, env, kWait);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : RunResult{};
+  }
+
+  nlohmann::json Json(const RunResult& r) {
+    nlohmann::json j = nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(j.is_discarded()) << r.output;
+    return j;
+  }
+
+  Service service_;
+  std::string address_;
+};
+
+TEST_F(CliE2eTest, SubmitStatusListCancelWait) {
+  RunResult submit = Cli({"submit", "--name", "e2e", "--nnodes", "1:2", "--nproc-per-node",
+                          "2", "--max-restarts", "1", "--", "/bin/true", "arg"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  // The id and nothing else (the CLI writes nothing to stderr on success).
+  EXPECT_THAT(submit.output, MatchesRegex("e2e-[0-9]+\n"));
+  const std::string job(absl::StripTrailingAsciiWhitespace(submit.output));
+
+  // No daemon is registered: the job is queued.
+  RunResult status = Cli({"status", job, "--output", "json"});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  nlohmann::json j = Json(status);
+  EXPECT_EQ(j["state"], "PENDING");
+  EXPECT_EQ(j["round"], 0);
+  EXPECT_EQ(j["restarts"], 0);
+  EXPECT_EQ(j["world_size"], 0);
+  EXPECT_EQ(j["job_id"], job);
+  EXPECT_EQ(j["max_nodes"], 2);
+  EXPECT_EQ(j["command"], nlohmann::json({"/bin/true", "arg"}));
+
+  RunResult text = Cli({"status", job});
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_THAT(text.output, HasSubstr("PENDING"));
+
+  RunResult list = Cli({"list", "--output", "json"});
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  ASSERT_EQ(Json(list)["jobs"].size(), 1u);
+  EXPECT_EQ(Json(list)["jobs"][0]["job_id"], job);
+  EXPECT_THAT(Cli({"list"}).output, HasSubstr(job));
+
+  RunResult nodes = Cli({"nodes", "--output", "json"});
+  ASSERT_EQ(nodes.exit_code, 0) << nodes.output;
+  EXPECT_TRUE(Json(nodes)["nodes"].empty());
+
+  RunResult cancel = Cli({"cancel", job});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
+  EXPECT_THAT(cancel.output, HasSubstr(job + " CANCELLED"));
+  EXPECT_EQ(Json(Cli({"status", job, "--output", "json"}))["state"], "CANCELLED");
+
+  RunResult wait = Cli({"wait", job, "--timeout", "60"});
+  EXPECT_EQ(wait.exit_code, 1) << wait.output;
+  EXPECT_THAT(wait.output, HasSubstr(job + " CANCELLED"));
+
+  RunResult logs = Cli({"logs", job});
+  EXPECT_EQ(logs.exit_code, 1);
+  EXPECT_THAT(logs.output, HasSubstr("not implemented yet"));
+}
+
+TEST_F(CliE2eTest, JobFileSubmits) {
+  RunResult r = Cli({"submit", testing::SourceDir() + "/configs/jobs/test_worker.yaml",
+                     "nnodes=3"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, MatchesRegex("test-worker-[0-9]+\n"));
+  nlohmann::json j = Json(Cli({"status", std::string(absl::StripTrailingAsciiWhitespace(
+                                             r.output)),
+                               "--output", "json"}));
+  EXPECT_EQ(j["min_nodes"], 3);
+  EXPECT_EQ(j["max_nodes"], 3);
+}
+
+TEST_F(CliE2eTest, BadSpecIsRefusedAndNothingIsCreated) {
+  const std::string dir = testing::MakeTempDir("cli_e2e");
+  const std::string file = dir + "/job.yaml";
+  {
+    absl::StatusOr<RunResult> w = testing::Run(
+        {"/bin/sh", "-c",
+         "printf 'name: bad\\nnnodes: \"1:2\"\\ncommand: [x]\\nnproc_per_node: 0\\n' > " +
+             file});
+    ASSERT_TRUE(w.ok() && w->exit_code == 0);
+  }
+  RunResult r = Cli({"submit", file});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(file + ":4:17: nproc_per_node: 0 is out of range"));
+
+  r = Cli({"submit", "--nnodes", "3:1", "--", "x"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--nnodes: MIN 3 is greater than MAX 1"));
+
+  r = Cli({"submit", "--name", "x"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("no command"));
+
+  // Refused by the service itself: only it caps an argument's length.
+  r = Cli({"submit", "--", "x", std::string(70000, 'a')});
+  EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 500);
+  EXPECT_THAT(r.output, HasSubstr("spec.argv[1]: too long"));
+
+  RunResult list = Cli({"list", "--output", "json"});
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_TRUE(Json(list)["jobs"].empty()) << list.output;
+}
+
+TEST_F(CliE2eTest, UnknownJobIsNotFound) {
+  RunResult r = Cli({"status", "nope-9"});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_EQ(Cli({"wait", "nope-9"}).exit_code, 4);
+  EXPECT_EQ(Cli({"cancel", "nope-9"}).exit_code, 4);
+}
+
+TEST_F(CliE2eTest, UnreachableServiceExits3NamingTheAddress) {
+  const std::string nowhere = absl::StrCat("127.0.0.1:", FreePort());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"list"}, {"status", "j-1"}, {"submit", "--", "x"}}) {
+    // Before the arguments: submit's program follows "--".
+    std::vector<std::string> a = args;
+    a.insert(a.begin() + 1, {"--rendezvous", nowhere});
+    RunResult r = Cli(a);
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("cannot reach the elastrun service at " + nowhere));
+  }
+}
+
+TEST(CliTokenE2eTest, TokenIsSentAndRequired) {
+  const std::string dir = testing::MakeTempDir("cli_token");
+  absl::StatusOr<RunResult> w =
+      testing::Run({"/bin/sh", "-c", "echo ' s3cret ' > " + dir + "/token"});
+  ASSERT_TRUE(w.ok() && w->exit_code == 0);
+  Service service;
+  const std::string address = service.Start({"--token-file", dir + "/token"});
+  ASSERT_FALSE(address.empty());
+  auto cli = [&](std::vector<std::string> args, std::vector<std::string> env) {
+    args.insert(args.begin(), BinDir() + "/elastrun");
+    args.insert(args.end(), {"--rendezvous", address});
+    absl::StatusOr<RunResult> r = testing::Run(args, env, kWait);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : RunResult{};
+  };
+  RunResult none = cli({"list"}, {});
+  EXPECT_EQ(none.exit_code, 1) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("--token-file"));
+  EXPECT_EQ(cli({"list"}, {"ELASTRUN_TOKEN=s3cret"}).exit_code, 0);
+  EXPECT_EQ(cli({"list", "--token-file", dir + "/token"}, {}).exit_code, 0);
+  EXPECT_EQ(cli({"list", "--token", "wrong"}, {}).exit_code, 1);
+}
+
+}  // namespace
+}  // namespace elastrun
