@@ -38,8 +38,17 @@ constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
 
 // Niceness of standby workers while they start, so their start-up yields
-// the CPU to the running attempt; raised back on activation where allowed.
+// the CPU to the running attempt; set back to 0 on activation. Only used
+// where the launcher may raise priority again (root or RLIMIT_NICE), so a
+// user's activated workers never stay behind at a lower priority.
 constexpr int kStandbyNice = 10;
+
+int StandbyNiceness() {
+  rlimit limit{};
+  const bool may_raise = geteuid() == 0 ||
+                         (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20);
+  return may_raise ? kStandbyNice : 0;
+}
 
 // A socket pair for the standby protocol: {ours, the worker's}.
 bool StandbySocket(int fds[2]) {
@@ -152,7 +161,7 @@ void Agent::SpawnStandbySet(const AttemptSpec& spec, size_t n) {
     p.env.push_back(absl::StrCat(env::kStandbyFd, "=", fds[1]));
     p.pass_fds = {{fds[1], fds[1]}};
     p.process_group = standby_pgid_;
-    p.niceness = kStandbyNice;
+    p.niceness = StandbyNiceness();
     auto spawned = processes_->Spawn(p);
     close(fds[1]);
     if (!spawned.ok()) {
@@ -277,7 +286,7 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
   // The next attempt's standbys start once every worker of this one has
   // finished its own start-up, so they do not slow it down.
   auto maybe_start_standbys = [&] {
-    if (!options_.standby || !standby_.empty() ||
+    if (!options_.standby || !spec.next_attempt_possible || !standby_.empty() ||
         supervisor.state() != Supervisor::State::kRunning) {
       return;
     }

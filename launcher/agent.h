@@ -54,6 +54,9 @@ struct AttemptSpec {
   // the environment that does not depend on the attempt.
   std::vector<std::string> standby_argv;
   std::vector<std::string> standby_env;
+  // Whether another attempt can follow this one (restarts left, or rounds
+  // that do not count as restarts): standbys are started only then.
+  bool next_attempt_possible = true;
 };
 
 struct AttemptOutcome {

@@ -188,7 +188,9 @@ int RunStandalone(const RunOptions& o) {
       }
     }
 
-    auto outcome = (*agent)->RunAttempt(BuildAttempt(group, ctx, base_env));
+    AttemptSpec attempt = BuildAttempt(group, ctx, base_env);
+    attempt.next_attempt_possible = a->restart_count < o.max_restarts;
+    auto outcome = (*agent)->RunAttempt(std::move(attempt));
     if (!outcome.ok()) {
       Say(absl::StrCat("internal error: ", outcome.status().message()));
       return 1;
