@@ -139,7 +139,8 @@ passed first (default: no timeout). Polls the service every --poll-interval
 
 Streaming logs through the service is not implemented yet: this prints where
 the logs are on each node and exits 1. Each node daemon writes them under its
---log-dir, as LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log.
+--log-dir (default /tmp/elastrund-NODE_ID), as
+LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log.
 )"},
   };
   return *commands;

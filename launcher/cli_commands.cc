@@ -229,7 +229,8 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
   if (!s.ok()) return Fail(a, ctx, s.status());
   std::string text = absl::StrFormat(
       "elastrun logs: streaming logs through the service is not implemented yet.\n"
-      "Each node keeps its workers' output under the --log-dir of its elastrund:\n"
+      "Each node keeps its workers' output under the --log-dir of its elastrund\n"
+      "(default /tmp/elastrund-NODE_ID):\n"
       "  LOG_DIR/%s/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log\n",
       *job);
   const v1::RoundRecord* latest = nullptr;

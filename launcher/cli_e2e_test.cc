@@ -1,8 +1,9 @@
 // End to end: the real elastrun-rendezvous binary on 127.0.0.1:0 and the
-// real `elastrun` CLI against it. No daemon registers, so a job stays
-// PENDING; that is enough to prove submit, status, list, cancel, wait and
-// the errors. Every wait is on an event (a pipe, a process exit) with a
-// generous deadline; nothing sleeps.
+// real `elastrun` CLI against it. Most tests register no daemon, so a job
+// stays PENDING: enough to prove submit, status, list, cancel, wait and the
+// errors; one test adds two real elastrund with shell workers. Every wait
+// is on an event (a pipe, a process exit, `elastrun wait`) with a generous
+// deadline; nothing sleeps.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -256,6 +257,79 @@ TEST_F(CliE2eTest, UnreachableServiceExits3NamingTheAddress) {
     RunResult r = Cli(a);
     EXPECT_EQ(r.exit_code, 3) << r.output;
     EXPECT_THAT(r.output, HasSubstr("cannot reach the elastrun service at " + nowhere));
+  }
+}
+
+// Real node daemons running shell workers: what status, wait, nodes and
+// logs show for a job that succeeds and one that fails past its restarts.
+TEST_F(CliE2eTest, JobsOnRealDaemons) {
+  const std::string logs = testing::MakeTempDir("cli_daemons");
+  // Submitted before any daemon is up: queued, then placed on registration.
+  RunResult ok = Cli({"submit", "--name", "ok", "--nnodes", "2", "--nproc-per-node", "2", "--",
+                      "/bin/sh", "-c", "exit 0"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  const std::string ok_job(absl::StripTrailingAsciiWhitespace(ok.output));
+
+  std::vector<std::unique_ptr<testing::Subprocess>> daemons;
+  for (const char* id : {"n1", "n2"}) {
+    absl::StatusOr<std::unique_ptr<testing::Subprocess>> d = testing::Subprocess::Start(
+        {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", id, "--slots", "2",
+         "--log-dir", logs + "/" + id});
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemons.push_back(*std::move(d));
+  }
+
+  RunResult wait = Cli({"wait", ok_job, "--timeout", "120"});
+  EXPECT_EQ(wait.exit_code, 0) << wait.output;
+  EXPECT_THAT(wait.output, HasSubstr(ok_job + " SUCCEEDED"));
+  nlohmann::json j = Json(Cli({"status", ok_job, "--output", "json"}));
+  EXPECT_EQ(j["state"], "SUCCEEDED");
+  EXPECT_EQ(j["world_size"], 4);
+  EXPECT_EQ(j["restarts"], 0);
+  EXPECT_EQ(j["nodes"].size(), 2u);
+  ASSERT_FALSE(j["history"].empty());
+  EXPECT_EQ(j["history"].back()["end_reason"], "succeeded");
+
+  // Rank 3 always fails: one restart, then FAILED with it as the root cause.
+  RunResult bad = Cli({"submit", "--name", "bad", "--nnodes", "2", "--nproc-per-node", "2",
+                       "--max-restarts", "1", "--", "/bin/sh", "-c",
+                       "if [ \"$RANK\" = 3 ]; then echo boom >&2; exit 3; fi"});
+  ASSERT_EQ(bad.exit_code, 0) << bad.output;
+  const std::string bad_job(absl::StripTrailingAsciiWhitespace(bad.output));
+  wait = Cli({"wait", bad_job, "--timeout", "120"});
+  EXPECT_EQ(wait.exit_code, 1) << wait.output;
+  EXPECT_THAT(wait.output, HasSubstr(bad_job + " FAILED"));
+  EXPECT_THAT(wait.output, HasSubstr("rank 3 (local 1), round 1: exit code 3"));
+  j = Json(Cli({"status", bad_job, "--output", "json"}));
+  EXPECT_EQ(j["state"], "FAILED");
+  EXPECT_EQ(j["restarts"], 1);
+  EXPECT_EQ(j["round"], 1);
+  EXPECT_EQ(j["root_cause"]["rank"], 3);
+  EXPECT_EQ(j["root_cause"]["exit_code"], 3);
+  ASSERT_EQ(j["history"].size(), 2u);
+  EXPECT_EQ(j["history"][0]["counted_as_restart"], true);
+  EXPECT_EQ(j["history"][0]["failures"][0]["rank"], 3);
+  RunResult text = Cli({"status", bad_job});
+  EXPECT_THAT(text.output, HasSubstr("round 0: failure (counted as a restart)"));
+  EXPECT_THAT(text.output, HasSubstr("root cause: node "));
+
+  nlohmann::json nodes = Json(Cli({"nodes", "--output", "json"}));
+  ASSERT_EQ(nodes["nodes"].size(), 2u);
+  EXPECT_EQ(nodes["nodes"][0]["state"], "ALIVE");
+  EXPECT_EQ(nodes["nodes"][0]["slots"], 2);
+
+  // `logs` points at the folder where the failing rank's output really is.
+  RunResult where = Cli({"logs", bad_job});
+  EXPECT_EQ(where.exit_code, 1);
+  const std::string node = j["root_cause"]["node_id"];
+  EXPECT_THAT(where.output, HasSubstr("node " + node + " (127.0.0.1): LOG_DIR/" + bad_job +
+                                      "/attempt_1/{0..1}/  ranks 2-3"));
+  EXPECT_THAT(testing::ReadFile(logs + "/" + node + "/" + bad_job + "/attempt_1/1/stderr.log"),
+              HasSubstr("boom"));
+
+  for (auto& d : daemons) {
+    d->Signal(SIGTERM);
+    EXPECT_TRUE(d->Wait(kWait).ok());
   }
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace elastrun::launcher {
@@ -24,8 +25,21 @@ Json TimeJson(const google::protobuf::Timestamp& t) {
   return TimeUtil::ToString(t);
 }
 
+// To the second, for people; JSON keeps the full RFC 3339 time.
 std::string TimeText(const google::protobuf::Timestamp& t) {
-  return IsSet(t) ? TimeUtil::ToString(t) : "-";
+  if (!IsSet(t)) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixSeconds(t.seconds()),
+                          absl::UTCTimeZone());
+}
+
+// What the current round of a not-finished job is doing.
+std::string PhaseText(const v1::JobStatus& s) {
+  switch (s.phase()) {
+    case v1::ROUND_PHASE_QUEUED: return "queued: waiting for nodes with free slots";
+    case v1::ROUND_PHASE_JOINING: return absl::StrCat("nodes joining round ", s.round());
+    case v1::ROUND_PHASE_RUNNING: return absl::StrCat("round ", s.round(), " running");
+    default: return "";
+  }
 }
 
 std::string SignalName(int sig) {
@@ -218,8 +232,8 @@ std::string FormatJobLine(const v1::JobStatus& s) {
 
 std::string FormatJobStatus(const v1::JobStatus& s) {
   std::string state = JobStateName(s.state());
-  if (s.phase() != v1::ROUND_PHASE_DONE && s.phase() != v1::ROUND_PHASE_UNSPECIFIED) {
-    absl::StrAppend(&state, " (round ", RoundPhaseName(s.phase()), ")");
+  if (const std::string phase = PhaseText(s); !phase.empty()) {
+    absl::StrAppend(&state, " (", phase, ")");
   }
   std::vector<std::vector<std::string>> rows = {
       {"job:", s.job_id()},

@@ -122,6 +122,22 @@ TEST(CliFormatTest, PendingJobJsonHasNulls) {
   EXPECT_TRUE(j["nodes"].is_array());
 }
 
+TEST(CliFormatTest, PendingJobTextSaysWhy) {
+  v1::JobStatus s;
+  s.set_job_id("job-1");
+  s.set_state(v1::JOB_STATE_PENDING);
+  s.set_phase(v1::ROUND_PHASE_QUEUED);
+  *s.mutable_submit_time() = At(1700000000);
+  const std::string text = FormatJobStatus(s);
+  EXPECT_THAT(text, HasSubstr("PENDING (queued: waiting for nodes with free slots)"));
+  EXPECT_THAT(text, HasSubstr("2023-11-14 22:13:20 UTC"));
+  EXPECT_THAT(text, HasSubstr("progress:    -"));
+  s.set_state(v1::JOB_STATE_RUNNING);
+  s.set_phase(v1::ROUND_PHASE_JOINING);
+  s.set_round(3);
+  EXPECT_THAT(FormatJobStatus(s), HasSubstr("RUNNING (nodes joining round 3)"));
+}
+
 TEST(CliFormatTest, StatusTextShowsHistoryAndCauses) {
   const std::string text = FormatJobStatus(FailedJob());
   EXPECT_THAT(text, HasSubstr("mnist-7"));
