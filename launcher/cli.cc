@@ -2,6 +2,7 @@
 // themselves are in cli_commands.cc.
 #include "launcher/cli.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -90,9 +91,17 @@ current round and its phase, world size, restarts, every round with why it
 ended and its root-cause failure (node, rank, exit code or signal, message),
 the state of each of its nodes, and the last progress a worker reported.
 
---output json prints one object; stable keys include state, round, restarts,
-world_size, phase, root_cause, nodes, last_progress, history (see
-launcher/cli_format.h for all of them).
+--output json prints one object with these keys (keys are only ever added;
+times are RFC 3339 UTC or null):
+  job_id, name, state, phase (QUEUED, JOINING, RUNNING, DONE), round,
+  world_size, restarts, max_restarts, min_nodes, max_nodes, nproc_per_node,
+  command, submit_time, finish_time, finish_reason,
+  root_cause    a failure or null: {node_id, round, rank, local_rank,
+                exit_code, signal, message, traceback, time}
+  nodes         [{node_id, state, group_rank}]
+  last_progress {node_id, round, rank, step, metrics, time} or null
+  history       [{round, end_reason, counted_as_restart, world_size, nodes,
+                failures, succeeded, opened_time, closed_time, ended_time}]
 )"},
       {"list", "list jobs, oldest first",
        {"--output"},

@@ -12,12 +12,21 @@
 namespace elastrun::launcher {
 namespace {
 
+// gRPC's reconnect backoff grows to 120 s by default; `wait` polls through a
+// service restart and should see the service within about a second of its
+// return, so the backoff is capped low (a CLI makes few connections).
+std::shared_ptr<grpc::Channel> NewChannel(const ServiceOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+}
+
 class GrpcJobsClient : public JobsClient {
  public:
   explicit GrpcJobsClient(ServiceOptions options)
-      : options_(std::move(options)),
-        stub_(v1::Jobs::NewStub(grpc::CreateChannel(options_.address,
-                                                    grpc::InsecureChannelCredentials()))) {}
+      : options_(std::move(options)), stub_(v1::Jobs::NewStub(NewChannel(options_))) {}
 
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) override {
     v1::SubmitRequest req;
