@@ -53,9 +53,10 @@ struct CommandInfo {
 
 const std::vector<CommandInfo>& Commands() {
   static const auto* const commands = new std::vector<CommandInfo>{
-      {"submit", "submit a job (a YAML job spec, or flags and -- PROGRAM ARGS)",
-       {"--name", "--nnodes", "--nproc-per-node", "--max-restarts", "--env", "--working-dir",
-        "--last-call-timeout", "--join-timeout"},
+      {"submit",
+       "submit a job (a YAML job spec, or flags and -- PROGRAM ARGS)",
+       {"--name", "--nnodes", "--nproc-per-node", "--max-restarts", "--env",
+        "--working-dir", "--last-call-timeout", "--join-timeout"},
        {},
        R"(usage: elastrun submit [flags] JOB.yaml [KEY=VALUE...]
        elastrun submit [flags] -- PROGRAM [ARGS...]
@@ -81,7 +82,8 @@ Spec flags:
   --last-call-timeout DUR   after MIN nodes joined, wait this long for more (1s)
   --join-timeout DUR        a round below MIN this long fails the job (600s)
 )"},
-      {"status", "show a job: state, round, world size, restarts and causes, nodes",
+      {"status",
+       "show a job: state, round, world size, restarts and causes, nodes",
        {"--output"},
        {},
        R"(usage: elastrun status JOB [--output text|json]
@@ -103,7 +105,8 @@ times are RFC 3339 UTC or null):
   history       [{round, end_reason, counted_as_restart, world_size, nodes,
                 failures, succeeded, opened_time, closed_time, ended_time}]
 )"},
-      {"list", "list jobs, oldest first",
+      {"list",
+       "list jobs, oldest first",
        {"--output"},
        {},
        R"(usage: elastrun list [--output text|json]
@@ -111,7 +114,8 @@ times are RFC 3339 UTC or null):
 Lists every job the service knows, oldest first. --output json prints
 {"jobs": [...]}, each job with the keys of `status` but history.
 )"},
-      {"nodes", "list the registered node daemons",
+      {"nodes",
+       "list the registered node daemons",
        {"--output"},
        {},
        R"(usage: elastrun nodes [--output text|json]
@@ -122,7 +126,8 @@ Lists the node daemons (elastrund) the service knows: id, address, state
 free_slots, labels, state, watching, jobs, lost_reason, registered_time,
 lease_expiry.
 )"},
-      {"cancel", "cancel a job; every node stops its workers",
+      {"cancel",
+       "cancel a job; every node stops its workers",
        {"--reason", "--output"},
        {},
        R"(usage: elastrun cancel JOB [--reason TEXT] [--output text|json]
@@ -131,7 +136,8 @@ Cancels a job that has not finished: every node stops its workers and the
 job ends CANCELLED. Cancelling a finished job changes nothing. Prints the
 job's status line (or JSON) afterwards; exits 0 when the call succeeded.
 )"},
-      {"wait", "block until a job ends; exit 0 only if it succeeded",
+      {"wait",
+       "block until a job ends; exit 0 only if it succeeded",
        {"--timeout", "--poll-interval", "--output"},
        {},
        R"(usage: elastrun wait JOB [--timeout DUR] [--poll-interval DUR] [--output text|json]
@@ -141,7 +147,8 @@ exits 0 if it SUCCEEDED, 1 if it FAILED or was CANCELLED, 5 if --timeout
 passed first (default: no timeout). Polls the service every --poll-interval
 (default 250ms); a service that stays unreachable for 60s exits 3.
 )"},
-      {"logs", "where a job's worker logs are (streaming is not implemented yet)",
+      {"logs",
+       "where a job's worker logs are (streaming is not implemented yet)",
        {"--rank"},
        {"-f", "--follow"},
        R"(usage: elastrun logs JOB [-f] [--rank R]
@@ -183,7 +190,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 
 // Parses flags (anywhere before "--"; "--flag=value" or "--flag value"),
 // positionals, and the words after "--". Sets *help for -h/--help.
-absl::StatusOr<ParsedArgs> Parse(const CommandInfo& info, const std::vector<std::string>& args,
+absl::StatusOr<ParsedArgs> Parse(const CommandInfo& info,
+                                 const std::vector<std::string>& args,
                                  const CliContext& ctx, bool* help) {
   static const std::vector<std::string> kServiceFlags = {"--rendezvous", "--token",
                                                          "--token-file", "--rpc-timeout"};
@@ -197,7 +205,8 @@ absl::StatusOr<ParsedArgs> Parse(const CommandInfo& info, const std::vector<std:
       }
       a.program.assign(args.begin() + i + 1, args.end());
       if (a.program.empty()) {
-        return absl::InvalidArgumentError("\"--\" must be followed by the program to run");
+        return absl::InvalidArgumentError(
+            "\"--\" must be followed by the program to run");
       }
       break;
     }
@@ -220,7 +229,8 @@ absl::StatusOr<ParsedArgs> Parse(const CommandInfo& info, const std::vector<std:
     if (absl::StartsWith(arg, "--")) std::replace(arg.begin() + 2, arg.end(), '_', '-');
     const bool service = Contains(kServiceFlags, arg);
     if (Contains(info.bool_flags, arg)) {
-      if (has_value) return absl::InvalidArgumentError(absl::StrCat(arg, " takes no value"));
+      if (has_value)
+        return absl::InvalidArgumentError(absl::StrCat(arg, " takes no value"));
       a.flags[arg].push_back("");
       continue;
     }
@@ -242,7 +252,8 @@ absl::StatusOr<ParsedArgs> Parse(const CommandInfo& info, const std::vector<std:
   } else if (auto v = env("ELASTRUN_RENDEZVOUS"); v && !v->empty()) {
     a.service.address = *v;
   }
-  if (a.service.address.empty()) return absl::InvalidArgumentError("--rendezvous is empty");
+  if (a.service.address.empty())
+    return absl::InvalidArgumentError("--rendezvous is empty");
   if (a.Has("--token") && a.Has("--token-file")) {
     return absl::InvalidArgumentError("give --token or --token-file, not both");
   }
@@ -256,7 +267,8 @@ absl::StatusOr<ParsedArgs> Parse(const CommandInfo& info, const std::vector<std:
     a.service.token = *v;
   }
   if (a.Has("--rpc-timeout")) {
-    absl::StatusOr<absl::Duration> d = ParseDuration(a.Last("--rpc-timeout"), "--rpc-timeout");
+    absl::StatusOr<absl::Duration> d =
+        ParseDuration(a.Last("--rpc-timeout"), "--rpc-timeout");
     if (!d.ok()) return d.status();
     if (*d <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError("--rpc-timeout must be greater than 0");
@@ -287,12 +299,17 @@ std::string ParsedArgs::Last(const std::string& flag) const {
 
 int ExitCodeFor(const absl::Status& status) {
   switch (status.code()) {
-    case absl::StatusCode::kOk: return kExitOk;
-    case absl::StatusCode::kInvalidArgument: return kExitUsage;
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+      return kExitUsage;
     case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded: return kExitUnreachable;
-    case absl::StatusCode::kNotFound: return kExitNotFound;
-    default: return kExitFailed;
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitUnreachable;
+    case absl::StatusCode::kNotFound:
+      return kExitNotFound;
+    default:
+      return kExitFailed;
   }
 }
 
@@ -317,9 +334,10 @@ std::string JobCommandsHelp() {
   for (const CommandInfo& c : Commands()) {
     absl::StrAppendFormat(&out, "  %-9s %s\n", c.name, c.summary);
   }
-  absl::StrAppend(&out, "\nJob commands find the service from --rendezvous HOST:PORT or "
-                        "$ELASTRUN_RENDEZVOUS\n(default 127.0.0.1:29400) and send "
-                        "--token-file, --token or $ELASTRUN_TOKEN.\n\n",
+  absl::StrAppend(&out,
+                  "\nJob commands find the service from --rendezvous HOST:PORT or "
+                  "$ELASTRUN_RENDEZVOUS\n(default 127.0.0.1:29400) and send "
+                  "--token-file, --token or $ELASTRUN_TOKEN.\n\n",
                   kExitCodesHelp);
   return out;
 }
@@ -338,8 +356,8 @@ int RunJobCommand(const std::string& command, const std::vector<std::string>& ar
     return kExitOk;
   }
   if (!a.ok()) {
-    *ctx.err << "elastrun " << command << ": " << a.status().message() << "\n(see elastrun "
-             << command << " --help)\n";
+    *ctx.err << "elastrun " << command << ": " << a.status().message()
+             << "\n(see elastrun " << command << " --help)\n";
     return kExitUsage;
   }
   if (command == "submit") return internal::Submit(*a, ctx);

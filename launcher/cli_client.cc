@@ -20,7 +20,8 @@ std::shared_ptr<grpc::Channel> NewChannel(const ServiceOptions& options) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(),
+                                   args);
 }
 
 class GrpcJobsClient : public JobsClient {
@@ -52,7 +53,8 @@ class GrpcJobsClient : public JobsClient {
     v1::ListJobsResponse resp;
     grpc::ClientContext ctx;
     Prepare(ctx);
-    if (absl::Status st = Convert(stub_->List(&ctx, v1::ListJobsRequest(), &resp)); !st.ok()) {
+    if (absl::Status st = Convert(stub_->List(&ctx, v1::ListJobsRequest(), &resp));
+        !st.ok()) {
       return st;
     }
     return resp;
@@ -84,7 +86,8 @@ class GrpcJobsClient : public JobsClient {
  private:
   void Prepare(grpc::ClientContext& ctx) const {
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
+    if (!options_.token.empty())
+      ctx.AddMetadata("authorization", "Bearer " + options_.token);
   }
 
   // The one place where a grpc::Status becomes an absl::Status for the CLI;
@@ -105,9 +108,10 @@ class GrpcJobsClient : public JobsClient {
                           options_.address, absl::FormatDuration(options_.rpc_timeout)));
     }
     if (code == absl::StatusCode::kUnauthenticated) {
-      return absl::UnauthenticatedError(absl::StrCat(
-          st.error_message(), " (give the service's token with --token-file, --token or "
-                              "ELASTRUN_TOKEN)"));
+      return absl::UnauthenticatedError(
+          absl::StrCat(st.error_message(),
+                       " (give the service's token with --token-file, --token or "
+                       "ELASTRUN_TOKEN)"));
     }
     return absl::Status(code, st.error_message());
   }

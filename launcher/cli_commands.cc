@@ -29,9 +29,9 @@ int Fail(const ParsedArgs& a, const CliContext& ctx, const absl::Status& st) {
 // The single JOB word of status/cancel/wait/logs, or a usage error.
 absl::StatusOr<std::string> OneJob(const ParsedArgs& a) {
   if (a.positional.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "expected one JOB id, got %d words (see elastrun %s --help)", a.positional.size(),
-        a.command));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("expected one JOB id, got %d words (see elastrun %s --help)",
+                        a.positional.size(), a.command));
   }
   return a.positional[0];
 }
@@ -39,8 +39,8 @@ absl::StatusOr<std::string> OneJob(const ParsedArgs& a) {
 int NoWords(const ParsedArgs& a, const CliContext& ctx) {
   if (a.positional.empty()) return kExitOk;
   return Fail(a, ctx,
-              absl::InvalidArgumentError(absl::StrFormat("unexpected argument \"%s\"",
-                                                         a.positional[0])),
+              absl::InvalidArgumentError(
+                  absl::StrFormat("unexpected argument \"%s\"", a.positional[0])),
               kExitUsage);
 }
 
@@ -73,7 +73,8 @@ absl::StatusOr<v1::JobSpec> SpecFromArgs(const ParsedArgs& a) {
   take("--join-timeout", &f.join_timeout);
   f.program = a.program;
 
-  if (a.positional.empty()) return ApplySpecFlags(f, DefaultJobSpec(), /*from_file=*/false);
+  if (a.positional.empty())
+    return ApplySpecFlags(f, DefaultJobSpec(), /*from_file=*/false);
   if (!a.program.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "give a job file or \"-- PROGRAM ARGS\", not both (got \"%s\" and \"-- %s\")",
@@ -179,7 +180,8 @@ int Wait(const ParsedArgs& a, const CliContext& ctx) {
         ParseDuration(a.Last("--poll-interval"), "--poll-interval");
     if (!d.ok()) return Fail(a, ctx, d.status(), kExitUsage);
     if (*d <= absl::ZeroDuration()) {
-      return Fail(a, ctx, absl::InvalidArgumentError("--poll-interval must be greater than 0"),
+      return Fail(a, ctx,
+                  absl::InvalidArgumentError("--poll-interval must be greater than 0"),
                   kExitUsage);
     }
     poll = *d;
@@ -207,7 +209,8 @@ int Wait(const ParsedArgs& a, const CliContext& ctx) {
       s = *std::move(next);
       continue;
     }
-    if (ExitCodeFor(next.status()) != kExitUnreachable) return Fail(a, ctx, next.status());
+    if (ExitCodeFor(next.status()) != kExitUnreachable)
+      return Fail(a, ctx, next.status());
     const absl::Time now = ctx.clock->Now();
     if (!unreachable_since) {
       unreachable_since = now;
@@ -238,15 +241,15 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
     if (r.has_assignment()) latest = &r;
   }
   if (latest == nullptr) {
-    absl::StrAppend(&text, "No round of ", *job, " has started yet, so there are no logs.\n");
+    absl::StrAppend(&text, "No round of ", *job,
+                    " has started yet, so there are no logs.\n");
   } else {
     absl::StrAppendFormat(&text, "Round %d ran on:\n", latest->id());
     for (const v1::NodeAssignment& n : latest->assignment().nodes()) {
-      absl::StrAppendFormat(&text,
-                            "  node %s (%s): LOG_DIR/%s/attempt_%d/{0..%d}/  ranks %d-%d\n",
-                            n.node_id(), n.addr(), *job, latest->id(),
-                            n.local_world_size() - 1, n.rank_offset(),
-                            n.rank_offset() + n.local_world_size() - 1);
+      absl::StrAppendFormat(
+          &text, "  node %s (%s): LOG_DIR/%s/attempt_%d/{0..%d}/  ranks %d-%d\n",
+          n.node_id(), n.addr(), *job, latest->id(), n.local_world_size() - 1,
+          n.rank_offset(), n.rank_offset() + n.local_world_size() - 1);
     }
   }
   *ctx.err << text;

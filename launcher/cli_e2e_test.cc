@@ -13,10 +13,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -29,10 +28,10 @@
 namespace elastrun {
 namespace {
 
+using testing::BinDir;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 using ::testing::Not;
-using testing::BinDir;
 using testing::RunResult;
 
 constexpr absl::Duration kWait = absl::Seconds(60);
@@ -60,7 +59,7 @@ class Service {
       return "";
     }
     std::vector<std::string> argv = {BinDir() + "/elastrun-rendezvous", "--listen",
-                                      "127.0.0.1:0"};
+                                     "127.0.0.1:0"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     std::vector<char*> cargv;
     for (std::string& a : argv) cargv.push_back(a.data());
@@ -139,7 +138,8 @@ class CliE2eTest : public ::testing::Test {
   }
 
   nlohmann::json Json(const RunResult& r) {
-    nlohmann::json j = nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j =
+        nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
     EXPECT_FALSE(j.is_discarded()) << r.output;
     return j;
   }
@@ -149,8 +149,9 @@ class CliE2eTest : public ::testing::Test {
 };
 
 TEST_F(CliE2eTest, SubmitStatusListCancelWait) {
-  RunResult submit = Cli({"submit", "--name", "e2e", "--nnodes", "1:2", "--nproc-per-node",
-                          "2", "--max-restarts", "1", "--", "/bin/true", "arg"});
+  RunResult submit =
+      Cli({"submit", "--name", "e2e", "--nnodes", "1:2", "--nproc-per-node", "2",
+           "--max-restarts", "1", "--", "/bin/true", "arg"});
   ASSERT_EQ(submit.exit_code, 0) << submit.output;
   // The id and nothing else (the CLI writes nothing to stderr on success).
   EXPECT_THAT(submit.output, MatchesRegex("e2e-[0-9]+\n"));
@@ -197,13 +198,13 @@ TEST_F(CliE2eTest, SubmitStatusListCancelWait) {
 }
 
 TEST_F(CliE2eTest, JobFileSubmits) {
-  RunResult r = Cli({"submit", testing::SourceDir() + "/configs/jobs/test_worker.yaml",
-                     "nnodes=3"});
+  RunResult r = Cli(
+      {"submit", testing::SourceDir() + "/configs/jobs/test_worker.yaml", "nnodes=3"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, MatchesRegex("test-worker-[0-9]+\n"));
-  nlohmann::json j = Json(Cli({"status", std::string(absl::StripTrailingAsciiWhitespace(
-                                             r.output)),
-                               "--output", "json"}));
+  nlohmann::json j =
+      Json(Cli({"status", std::string(absl::StripTrailingAsciiWhitespace(r.output)),
+                "--output", "json"}));
   EXPECT_EQ(j["min_nodes"], 3);
   EXPECT_EQ(j["max_nodes"], 3);
 }
@@ -265,16 +266,16 @@ TEST_F(CliE2eTest, UnreachableServiceExits3NamingTheAddress) {
 TEST_F(CliE2eTest, JobsOnRealDaemons) {
   const std::string logs = testing::MakeTempDir("cli_daemons");
   // Submitted before any daemon is up: queued, then placed on registration.
-  RunResult ok = Cli({"submit", "--name", "ok", "--nnodes", "2", "--nproc-per-node", "2", "--",
-                      "/bin/sh", "-c", "exit 0"});
+  RunResult ok = Cli({"submit", "--name", "ok", "--nnodes", "2", "--nproc-per-node", "2",
+                      "--", "/bin/sh", "-c", "exit 0"});
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   const std::string ok_job(absl::StripTrailingAsciiWhitespace(ok.output));
 
   std::vector<std::unique_ptr<testing::Subprocess>> daemons;
   for (const char* id : {"n1", "n2"}) {
     absl::StatusOr<std::unique_ptr<testing::Subprocess>> d = testing::Subprocess::Start(
-        {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", id, "--slots", "2",
-         "--log-dir", logs + "/" + id});
+        {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", id, "--slots",
+         "2", "--log-dir", logs + "/" + id});
     ASSERT_TRUE(d.ok()) << d.status();
     daemons.push_back(*std::move(d));
   }
@@ -291,8 +292,8 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   EXPECT_EQ(j["history"].back()["end_reason"], "succeeded");
 
   // Rank 3 always fails: one restart, then FAILED with it as the root cause.
-  RunResult bad = Cli({"submit", "--name", "bad", "--nnodes", "2", "--nproc-per-node", "2",
-                       "--max-restarts", "1", "--", "/bin/sh", "-c",
+  RunResult bad = Cli({"submit", "--name", "bad", "--nnodes", "2", "--nproc-per-node",
+                       "2", "--max-restarts", "1", "--", "/bin/sh", "-c",
                        "if [ \"$RANK\" = 3 ]; then echo boom >&2; exit 3; fi"});
   ASSERT_EQ(bad.exit_code, 0) << bad.output;
   const std::string bad_job(absl::StripTrailingAsciiWhitespace(bad.output));
@@ -322,10 +323,11 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   RunResult where = Cli({"logs", bad_job});
   EXPECT_EQ(where.exit_code, 1);
   const std::string node = j["root_cause"]["node_id"];
-  EXPECT_THAT(where.output, HasSubstr("node " + node + " (127.0.0.1): LOG_DIR/" + bad_job +
-                                      "/attempt_1/{0..1}/  ranks 2-3"));
-  EXPECT_THAT(testing::ReadFile(logs + "/" + node + "/" + bad_job + "/attempt_1/1/stderr.log"),
-              HasSubstr("boom"));
+  EXPECT_THAT(where.output, HasSubstr("node " + node + " (127.0.0.1): LOG_DIR/" +
+                                      bad_job + "/attempt_1/{0..1}/  ranks 2-3"));
+  EXPECT_THAT(
+      testing::ReadFile(logs + "/" + node + "/" + bad_job + "/attempt_1/1/stderr.log"),
+      HasSubstr("boom"));
 
   for (auto& d : daemons) {
     d->Signal(SIGTERM);

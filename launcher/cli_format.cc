@@ -17,7 +17,9 @@ namespace {
 
 using google::protobuf::util::TimeUtil;
 
-bool IsSet(const google::protobuf::Timestamp& t) { return t.seconds() != 0 || t.nanos() != 0; }
+bool IsSet(const google::protobuf::Timestamp& t) {
+  return t.seconds() != 0 || t.nanos() != 0;
+}
 
 // RFC 3339 in UTC, or null for an unset time.
 Json TimeJson(const google::protobuf::Timestamp& t) {
@@ -35,10 +37,14 @@ std::string TimeText(const google::protobuf::Timestamp& t) {
 // What the current round of a not-finished job is doing.
 std::string PhaseText(const v1::JobStatus& s) {
   switch (s.phase()) {
-    case v1::ROUND_PHASE_QUEUED: return "queued: waiting for nodes with free slots";
-    case v1::ROUND_PHASE_JOINING: return absl::StrCat("nodes joining round ", s.round());
-    case v1::ROUND_PHASE_RUNNING: return absl::StrCat("round ", s.round(), " running");
-    default: return "";
+    case v1::ROUND_PHASE_QUEUED:
+      return "queued: waiting for nodes with free slots";
+    case v1::ROUND_PHASE_JOINING:
+      return absl::StrCat("nodes joining round ", s.round());
+    case v1::ROUND_PHASE_RUNNING:
+      return absl::StrCat("round ", s.round(), " running");
+    default:
+      return "";
   }
 }
 
@@ -73,16 +79,16 @@ Json JobSummaryJson(const v1::JobStatus& s) {
   j["root_cause"] = s.has_root_cause() ? FailureJson(s.root_cause()) : Json(nullptr);
   Json nodes = Json::array();
   for (const v1::JobNode& n : s.nodes()) {
-    nodes.push_back({{"node_id", n.node_id()}, {"state", n.state()},
-                     {"group_rank", n.group_rank()}});
+    nodes.push_back(
+        {{"node_id", n.node_id()}, {"state", n.state()}, {"group_rank", n.group_rank()}});
   }
   j["nodes"] = std::move(nodes);
   if (s.has_last_progress()) {
     const v1::Progress& p = s.last_progress();
     Json metrics = Json::object();
     // Sorted: a proto map has no order, and stable output diffs well.
-    for (const auto& [k, v] : std::map<std::string, double>(p.metrics().begin(),
-                                                            p.metrics().end())) {
+    for (const auto& [k, v] :
+         std::map<std::string, double>(p.metrics().begin(), p.metrics().end())) {
       metrics[k] = v;
     }
     j["last_progress"] = {{"node_id", p.node_id()}, {"round", p.round()},
@@ -103,7 +109,8 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
   for (const auto& row : rows) {
     width.resize(std::max(width.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size() + 2);
+    for (size_t i = 0; i < row.size(); ++i)
+      width[i] = std::max(width[i], row[i].size() + 2);
   }
   std::string out;
   for (const auto& row : rows) {
@@ -120,30 +127,44 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string JobStateName(v1::JobState state) {
   switch (state) {
-    case v1::JOB_STATE_PENDING: return "PENDING";
-    case v1::JOB_STATE_RUNNING: return "RUNNING";
-    case v1::JOB_STATE_SUCCEEDED: return "SUCCEEDED";
-    case v1::JOB_STATE_FAILED: return "FAILED";
-    case v1::JOB_STATE_CANCELLED: return "CANCELLED";
-    default: return "UNSPECIFIED";
+    case v1::JOB_STATE_PENDING:
+      return "PENDING";
+    case v1::JOB_STATE_RUNNING:
+      return "RUNNING";
+    case v1::JOB_STATE_SUCCEEDED:
+      return "SUCCEEDED";
+    case v1::JOB_STATE_FAILED:
+      return "FAILED";
+    case v1::JOB_STATE_CANCELLED:
+      return "CANCELLED";
+    default:
+      return "UNSPECIFIED";
   }
 }
 
 std::string RoundPhaseName(v1::RoundPhase phase) {
   switch (phase) {
-    case v1::ROUND_PHASE_QUEUED: return "QUEUED";
-    case v1::ROUND_PHASE_JOINING: return "JOINING";
-    case v1::ROUND_PHASE_RUNNING: return "RUNNING";
-    case v1::ROUND_PHASE_DONE: return "DONE";
-    default: return "UNSPECIFIED";
+    case v1::ROUND_PHASE_QUEUED:
+      return "QUEUED";
+    case v1::ROUND_PHASE_JOINING:
+      return "JOINING";
+    case v1::ROUND_PHASE_RUNNING:
+      return "RUNNING";
+    case v1::ROUND_PHASE_DONE:
+      return "DONE";
+    default:
+      return "UNSPECIFIED";
   }
 }
 
 std::string NodeStateName(v1::NodeState state) {
   switch (state) {
-    case v1::NODE_STATE_ALIVE: return "ALIVE";
-    case v1::NODE_STATE_LOST: return "LOST";
-    default: return "UNSPECIFIED";
+    case v1::NODE_STATE_ALIVE:
+      return "ALIVE";
+    case v1::NODE_STATE_LOST:
+      return "LOST";
+    default:
+      return "UNSPECIFIED";
   }
 }
 
@@ -162,18 +183,19 @@ Json JobStatusJson(const v1::JobStatus& s) {
     Json failures = Json::array();
     for (const v1::WorkerFailure& f : r.failures()) failures.push_back(FailureJson(f));
     std::vector<std::string> nodes;
-    for (const v1::NodeAssignment& n : r.assignment().nodes()) nodes.push_back(n.node_id());
-    history.push_back(
-        {{"round", r.id()},
-         {"end_reason", r.end_reason()},
-         {"counted_as_restart", r.counted_as_restart()},
-         {"world_size", r.assignment().world_size()},
-         {"nodes", nodes},
-         {"failures", failures},
-         {"succeeded", std::vector<std::string>(r.succeeded().begin(), r.succeeded().end())},
-         {"opened_time", TimeJson(r.opened_time())},
-         {"closed_time", TimeJson(r.closed_time())},
-         {"ended_time", TimeJson(r.ended_time())}});
+    for (const v1::NodeAssignment& n : r.assignment().nodes())
+      nodes.push_back(n.node_id());
+    history.push_back({{"round", r.id()},
+                       {"end_reason", r.end_reason()},
+                       {"counted_as_restart", r.counted_as_restart()},
+                       {"world_size", r.assignment().world_size()},
+                       {"nodes", nodes},
+                       {"failures", failures},
+                       {"succeeded", std::vector<std::string>(r.succeeded().begin(),
+                                                              r.succeeded().end())},
+                       {"opened_time", TimeJson(r.opened_time())},
+                       {"closed_time", TimeJson(r.closed_time())},
+                       {"ended_time", TimeJson(r.ended_time())}});
   }
   j["history"] = std::move(history);
   return j;
@@ -188,18 +210,18 @@ Json JobListJson(const v1::ListJobsResponse& r) {
 Json NodeListJson(const v1::ListNodesResponse& r) {
   Json nodes = Json::array();
   for (const v1::NodeInfo& n : r.nodes()) {
-    nodes.push_back(
-        {{"node_id", n.node_id()},
-         {"addr", n.addr()},
-         {"slots", n.slots()},
-         {"free_slots", n.free_slots()},
-         {"labels", std::map<std::string, std::string>(n.labels().begin(), n.labels().end())},
-         {"state", NodeStateName(n.state())},
-         {"watching", n.watching()},
-         {"jobs", std::vector<std::string>(n.jobs().begin(), n.jobs().end())},
-         {"lost_reason", n.lost_reason()},
-         {"registered_time", TimeJson(n.registered_time())},
-         {"lease_expiry", TimeJson(n.lease_expiry())}});
+    nodes.push_back({{"node_id", n.node_id()},
+                     {"addr", n.addr()},
+                     {"slots", n.slots()},
+                     {"free_slots", n.free_slots()},
+                     {"labels", std::map<std::string, std::string>(n.labels().begin(),
+                                                                   n.labels().end())},
+                     {"state", NodeStateName(n.state())},
+                     {"watching", n.watching()},
+                     {"jobs", std::vector<std::string>(n.jobs().begin(), n.jobs().end())},
+                     {"lost_reason", n.lost_reason()},
+                     {"registered_time", TimeJson(n.registered_time())},
+                     {"lease_expiry", TimeJson(n.lease_expiry())}});
   }
   return {{"nodes", nodes}};
 }
@@ -240,9 +262,9 @@ std::string FormatJobStatus(const v1::JobStatus& s) {
       {"state:", state},
       {"round:", absl::StrCat(s.round())},
       {"world size:", absl::StrCat(s.world_size())},
-      {"nodes:", absl::StrFormat("%s x %d worker%s", Nnodes(s.spec()),
-                                 s.spec().nproc_per_node(),
-                                 s.spec().nproc_per_node() == 1 ? "" : "s")},
+      {"nodes:",
+       absl::StrFormat("%s x %d worker%s", Nnodes(s.spec()), s.spec().nproc_per_node(),
+                       s.spec().nproc_per_node() == 1 ? "" : "s")},
       {"restarts:", absl::StrFormat("%d of %d", s.restarts(), s.spec().max_restarts())},
       {"command:", absl::StrJoin(s.spec().argv(), " ")},
       {"submitted:", TimeText(s.submit_time())},
@@ -282,14 +304,16 @@ std::string FormatJobStatus(const v1::JobStatus& s) {
       absl::StrAppendFormat(&out, "  round %d: %s", r.id(), why);
       if (r.has_assignment()) {
         std::vector<std::string> ids;
-        for (const v1::NodeAssignment& n : r.assignment().nodes()) ids.push_back(n.node_id());
+        for (const v1::NodeAssignment& n : r.assignment().nodes())
+          ids.push_back(n.node_id());
         absl::StrAppendFormat(&out, "; world size %d on %s", r.assignment().world_size(),
                               absl::StrJoin(ids, ","));
       }
       absl::StrAppend(&out, "\n");
       for (int i = 0; i < r.failures_size(); ++i) {
-        absl::StrAppend(&out, "    ", i == 0 ? "root cause: " : "also: ",
-                        FormatFailure(r.failures(i)), "\n");
+        absl::StrAppend(&out, "    ",
+                        i == 0 ? "root cause: " : "also: ", FormatFailure(r.failures(i)),
+                        "\n");
       }
     }
   }

@@ -25,9 +25,8 @@
 #ifndef ELASTRUN_LAUNCHER_CLI_FORMAT_H_
 #define ELASTRUN_LAUNCHER_CLI_FORMAT_H_
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "elastrun/v1/jobs.pb.h"
 #include "elastrun/v1/types.pb.h"

@@ -81,9 +81,10 @@ v1::JobStatus FailedJob() {
 TEST(CliFormatTest, StatusJsonHasStableKeys) {
   const Json j = JobStatusJson(FailedJob());
   for (const char* key :
-       {"job_id", "name", "state", "phase", "round", "world_size", "restarts", "max_restarts",
-        "min_nodes", "max_nodes", "nproc_per_node", "command", "submit_time", "finish_time",
-        "finish_reason", "root_cause", "nodes", "last_progress", "history"}) {
+       {"job_id", "name", "state", "phase", "round", "world_size", "restarts",
+        "max_restarts", "min_nodes", "max_nodes", "nproc_per_node", "command",
+        "submit_time", "finish_time", "finish_reason", "root_cause", "nodes",
+        "last_progress", "history"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["state"], "FAILED");
@@ -144,19 +145,23 @@ TEST(CliFormatTest, StatusTextShowsHistoryAndCauses) {
   EXPECT_THAT(text, HasSubstr("FAILED"));
   EXPECT_THAT(text, HasSubstr("2:3 x 2 workers"));
   EXPECT_THAT(text, HasSubstr("1 of 1"));
-  EXPECT_THAT(text, HasSubstr("round 1: failure (counted as a restart); world size 4 on n1,n2"));
-  EXPECT_THAT(text, HasSubstr("root cause: node n2 rank 3 (local 1), round 1: exit code 1: "
-                              "CUDA out of memory"));
-  EXPECT_THAT(text, HasSubstr("node n2 rank 3 (local 1), round 2: killed by signal 9 (SIGKILL)"));
+  EXPECT_THAT(
+      text, HasSubstr("round 1: failure (counted as a restart); world size 4 on n1,n2"));
+  EXPECT_THAT(text,
+              HasSubstr("root cause: node n2 rank 3 (local 1), round 1: exit code 1: "
+                        "CUDA out of memory"));
+  EXPECT_THAT(
+      text, HasSubstr("node n2 rank 3 (local 1), round 2: killed by signal 9 (SIGKILL)"));
   EXPECT_THAT(text, HasSubstr("step 120 (rank 0 on n1, round 2) loss=0.5"));
   EXPECT_THAT(text, HasSubstr("n2"));
   EXPECT_THAT(text, HasSubstr("LOST"));
 }
 
 TEST(CliFormatTest, JobLineSaysWhyItFailed) {
-  EXPECT_EQ(FormatJobLine(FailedJob()),
-            "mnist-7 FAILED (round 2, world size 4, 1 restart): max_restarts (1) exceeded; "
-            "root cause: node n2 rank 3 (local 1), round 2: killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(
+      FormatJobLine(FailedJob()),
+      "mnist-7 FAILED (round 2, world size 4, 1 restart): max_restarts (1) exceeded; "
+      "root cause: node n2 rank 3 (local 1), round 2: killed by signal 9 (SIGKILL)");
   v1::JobStatus ok = FailedJob();
   ok.set_state(v1::JOB_STATE_SUCCEEDED);
   ok.set_restarts(0);
@@ -190,9 +195,9 @@ TEST(CliFormatTest, NodesJsonAndText) {
   n->set_state(v1::NODE_STATE_ALIVE);
   n->add_jobs("mnist-7");
   const Json j = NodeListJson(r);
-  for (const char* key : {"node_id", "addr", "slots", "free_slots", "labels", "state",
-                          "watching", "jobs", "lost_reason", "registered_time",
-                          "lease_expiry"}) {
+  for (const char* key :
+       {"node_id", "addr", "slots", "free_slots", "labels", "state", "watching", "jobs",
+        "lost_reason", "registered_time", "lease_expiry"}) {
     EXPECT_TRUE(j["nodes"][0].contains(key)) << key;
   }
   EXPECT_EQ(j["nodes"][0]["state"], "ALIVE");

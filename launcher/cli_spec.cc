@@ -33,7 +33,8 @@ bool IsNameChar(char c) {
 }
 
 bool IsEnvName(absl::string_view name) {
-  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
+  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0])))
+    return false;
   for (char c : name) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
   }
@@ -70,16 +71,17 @@ absl::StatusOr<IntRange> CheckNnodes(absl::string_view text, absl::string_view w
 
 absl::Status CheckNproc(int64_t n) {
   if (n < 1 || n > rendezvous::kMaxLocalWorldSize) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%d is out of range; workers per node must be in 1..%d", n,
-        rendezvous::kMaxLocalWorldSize));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d is out of range; workers per node must be in 1..%d", n,
+                        rendezvous::kMaxLocalWorldSize));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckMaxRestarts(int64_t n) {
   if (n < 0 || n > INT32_MAX) {
-    return absl::InvalidArgumentError(absl::StrFormat("%d must be in 0..%d", n, INT32_MAX));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d must be in 0..%d", n, INT32_MAX));
   }
   return absl::OkStatus();
 }
@@ -89,9 +91,9 @@ absl::StatusOr<google::protobuf::Duration> CheckTimeout(absl::string_view text,
                                                         bool positive) {
   ASSIGN_OR_RETURN(absl::Duration d, ParseDuration(text, what));
   if (d > kMaxTimeout) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s is too long (at most %s)", what, absl::FormatDuration(d),
-        absl::FormatDuration(kMaxTimeout)));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %s is too long (at most %s)",
+                                                      what, absl::FormatDuration(d),
+                                                      absl::FormatDuration(kMaxTimeout)));
   }
   if (positive && d <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": must be greater than 0"));
@@ -113,7 +115,8 @@ absl::StatusOr<v1::JobSpec> SpecFromNode(const Node& raw) {
   v1::JobSpec spec;
 
   const Node& name = *n.Find("name");
-  if (absl::Status st = CheckName(name.ScalarText()); !st.ok()) return At(name, "name", st);
+  if (absl::Status st = CheckName(name.ScalarText()); !st.ok())
+    return At(name, "name", st);
   spec.set_name(name.ScalarText());
 
   const Node& nnodes = *n.Find("nnodes");
@@ -136,8 +139,9 @@ absl::StatusOr<v1::JobSpec> SpecFromNode(const Node& raw) {
 
   const Node& command = *n.Find("command");
   if (command.items().empty()) {
-    return At(command, "command",
-              absl::InvalidArgumentError("no command: list the program and its arguments"));
+    return At(
+        command, "command",
+        absl::InvalidArgumentError("no command: list the program and its arguments"));
   }
   for (const Node& word : command.items()) spec.add_argv(word.ScalarText());
   if (spec.argv(0).empty()) {
@@ -177,8 +181,9 @@ absl::StatusOr<v1::JobSpec> SpecFromNode(const Node& raw) {
 const Schema& JobSpecSchema() {
   static const Schema* const schema = new Schema(
       Schema("JobSpec")
-          .Optional("name", Type::String(), "''",
-                    "Job name, [A-Za-z0-9._-]{0,64}; the job id is NAME-N ('job' if empty).")
+          .Optional(
+              "name", Type::String(), "''",
+              "Job name, [A-Za-z0-9._-]{0,64}; the job id is NAME-N ('job' if empty).")
           .Optional("nnodes", Type::String(), "'1'", "Node count N or range MIN:MAX.")
           .Optional("nproc_per_node", Type::Int(), "1", "Workers per node (1 slot each).")
           .Optional("max_restarts", Type::Int(), "0",
@@ -222,9 +227,9 @@ absl::StatusOr<v1::JobSpec> JobSpecFromYaml(const std::string& path,
   return Load(path, overrides, config::LoadOptions());
 }
 
-absl::StatusOr<v1::JobSpec> JobSpecFromYamlString(const std::string& text,
-                                                  const std::string& name,
-                                                  const std::vector<std::string>& overrides) {
+absl::StatusOr<v1::JobSpec> JobSpecFromYamlString(
+    const std::string& text, const std::string& name,
+    const std::vector<std::string>& overrides) {
   config::LoadOptions options;
   // LoadFile asks for the normalized path; `_base_` files come from disk.
   const std::string key = std::filesystem::path(name).lexically_normal().string();
@@ -266,7 +271,8 @@ absl::StatusOr<v1::JobSpec> ApplySpecFlags(const SpecFlags& flags, v1::JobSpec s
   if (!flags.max_restarts.empty()) {
     absl::StatusOr<int64_t> n = ParseInt(flags.max_restarts.back(), "--max-restarts");
     if (!n.ok()) return n.status();
-    if (absl::Status st = CheckMaxRestarts(*n); !st.ok()) return Flag("--max-restarts", st);
+    if (absl::Status st = CheckMaxRestarts(*n); !st.ok())
+      return Flag("--max-restarts", st);
     spec.set_max_restarts(static_cast<int>(*n));
   }
   for (const std::string& kv : flags.env) {
@@ -306,7 +312,8 @@ absl::StatusOr<v1::JobSpec> ApplySpecFlags(const SpecFlags& flags, v1::JobSpec s
         "(elastrun submit [flags] -- PROGRAM ARGS)");
   }
   if (spec.argv(0).empty()) {
-    return absl::InvalidArgumentError("the program name (the word after \"--\") is empty");
+    return absl::InvalidArgumentError(
+        "the program name (the word after \"--\") is empty");
   }
   return spec;
 }

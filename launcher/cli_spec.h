@@ -50,15 +50,15 @@ absl::StatusOr<v1::JobSpec> JobSpecFromYamlString(
 // What `elastrun submit` flags set; each field remembers whether it was
 // given, so that flags may override a job file.
 struct SpecFlags {
-  std::vector<std::string> name;              // --name (last wins)
-  std::vector<std::string> nnodes;            // --nnodes
-  std::vector<std::string> nproc_per_node;    // --nproc-per-node
-  std::vector<std::string> max_restarts;      // --max-restarts
-  std::vector<std::string> env;               // --env K=V, in order
-  std::vector<std::string> working_dir;       // --working-dir
-  std::vector<std::string> last_call_timeout; // --last-call-timeout
-  std::vector<std::string> join_timeout;      // --join-timeout
-  std::vector<std::string> program;           // after "--"
+  std::vector<std::string> name;               // --name (last wins)
+  std::vector<std::string> nnodes;             // --nnodes
+  std::vector<std::string> nproc_per_node;     // --nproc-per-node
+  std::vector<std::string> max_restarts;       // --max-restarts
+  std::vector<std::string> env;                // --env K=V, in order
+  std::vector<std::string> working_dir;        // --working-dir
+  std::vector<std::string> last_call_timeout;  // --last-call-timeout
+  std::vector<std::string> join_timeout;       // --join-timeout
+  std::vector<std::string> program;            // after "--"
 };
 
 // Applies `flags` over `spec` (a job file's, or an empty spec) and checks

@@ -24,8 +24,8 @@ absl::StatusOr<v1::JobSpec> Yaml(const std::string& text,
 }
 
 TEST(CliSpecTest, ExampleJobFileLoads) {
-  absl::StatusOr<v1::JobSpec> s =
-      JobSpecFromYaml(std::string(ELASTRUN_CONFIGS_DIR) + "/jobs/fashion_mnist_mlp.yaml", {});
+  absl::StatusOr<v1::JobSpec> s = JobSpecFromYaml(
+      std::string(ELASTRUN_CONFIGS_DIR) + "/jobs/fashion_mnist_mlp.yaml", {});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->name(), "fashion-mnist-mlp");
   EXPECT_EQ(s->min_nodes(), 1);
@@ -76,8 +76,8 @@ TEST(CliSpecTest, NnodesAsNumberOrRange) {
 }
 
 TEST(CliSpecTest, OverridesApply) {
-  absl::StatusOr<v1::JobSpec> s =
-      Yaml("nnodes: '1:2'\ncommand: [x]\n", {"nnodes=2:4", "+env.SEED=3", "max_restarts=5"});
+  absl::StatusOr<v1::JobSpec> s = Yaml("nnodes: '1:2'\ncommand: [x]\n",
+                                       {"nnodes=2:4", "+env.SEED=3", "max_restarts=5"});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->min_nodes(), 2);
   EXPECT_EQ(s->max_nodes(), 4);
@@ -86,15 +86,17 @@ TEST(CliSpecTest, OverridesApply) {
 }
 
 TEST(CliSpecTest, UnknownKeyNamesPositionAndSuggests) {
-  EXPECT_THAT(ErrorOf(Yaml("command: [x]\nmax_restart: 2\n")),
-              HasSubstr("job.yaml:2:1: max_restart: unknown key 'max_restart' for JobSpec"));
+  EXPECT_THAT(
+      ErrorOf(Yaml("command: [x]\nmax_restart: 2\n")),
+      HasSubstr("job.yaml:2:1: max_restart: unknown key 'max_restart' for JobSpec"));
   EXPECT_THAT(ErrorOf(Yaml("command: [x]\nmax_restart: 2\n")),
               HasSubstr("did you mean: max_restarts?"));
 }
 
 TEST(CliSpecTest, WrongTypeNamesPositionAndField) {
-  EXPECT_THAT(ErrorOf(Yaml("command: [x]\nnproc_per_node: two\n")),
-              HasSubstr("job.yaml:2:17: nproc_per_node: expected int, got string \"two\""));
+  EXPECT_THAT(
+      ErrorOf(Yaml("command: [x]\nnproc_per_node: two\n")),
+      HasSubstr("job.yaml:2:17: nproc_per_node: expected int, got string \"two\""));
   EXPECT_THAT(ErrorOf(Yaml("command: x\n")),
               HasSubstr("job.yaml:1:10: command: expected list<string>"));
   EXPECT_THAT(ErrorOf(Yaml("command: [x]\nenv: [A]\n")),
@@ -104,7 +106,8 @@ TEST(CliSpecTest, WrongTypeNamesPositionAndField) {
 TEST(CliSpecTest, ValueErrorsNameField) {
   EXPECT_THAT(ErrorOf(Yaml("nnodes: '4:2'\ncommand: [x]\n")),
               HasSubstr("job.yaml:1:9: nnodes: MIN 4 is greater than MAX 2"));
-  EXPECT_THAT(ErrorOf(Yaml("nnodes: 0\ncommand: [x]\n")), HasSubstr("job.yaml:1:9: nnodes:"));
+  EXPECT_THAT(ErrorOf(Yaml("nnodes: 0\ncommand: [x]\n")),
+              HasSubstr("job.yaml:1:9: nnodes:"));
   EXPECT_THAT(ErrorOf(Yaml("nproc_per_node: 0\ncommand: [x]\n")),
               HasSubstr("job.yaml:1:17: nproc_per_node: 0 is out of range"));
   EXPECT_THAT(ErrorOf(Yaml("max_restarts: -1\ncommand: [x]\n")),
@@ -120,8 +123,7 @@ TEST(CliSpecTest, ValueErrorsNameField) {
 }
 
 TEST(CliSpecTest, NoCommandNamesField) {
-  EXPECT_THAT(ErrorOf(Yaml("name: j\n")),
-              HasSubstr("missing required key 'command'"));
+  EXPECT_THAT(ErrorOf(Yaml("name: j\n")), HasSubstr("missing required key 'command'"));
   EXPECT_THAT(ErrorOf(Yaml("command: []\n")),
               HasSubstr("job.yaml:1:10: command: no command"));
   EXPECT_THAT(ErrorOf(Yaml("command: ['', x]\n")),
@@ -132,9 +134,10 @@ TEST(CliSpecTest, OverrideSetsAKeyLeftToItsDefault) {
   absl::StatusOr<v1::JobSpec> s = Yaml("command: [x]\n", {"nproc_per_node=4"});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->nproc_per_node(), 4);
-  EXPECT_THAT(ErrorOf(Yaml("command: [x]\n", {"nproc_per_node=0"})),
-              HasSubstr("override #1 'nproc_per_node=0':1:16: nproc_per_node: 0 is out of "
-                        "range"));
+  EXPECT_THAT(
+      ErrorOf(Yaml("command: [x]\n", {"nproc_per_node=0"})),
+      HasSubstr("override #1 'nproc_per_node=0':1:16: nproc_per_node: 0 is out of "
+                "range"));
 }
 
 TEST(CliSpecTest, BadOverrideIsRefused) {

@@ -33,7 +33,8 @@ class FakeJobsClient : public JobsClient {
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) override {
     if (!s_->error.ok()) return s_->error;
     s_->submitted.push_back(spec);
-    return absl::StrCat(spec.name().empty() ? "job" : spec.name(), "-", s_->submitted.size());
+    return absl::StrCat(spec.name().empty() ? "job" : spec.name(), "-",
+                        s_->submitted.size());
   }
   absl::StatusOr<v1::JobStatus> Get(const std::string& job_id) override {
     ++s_->get_calls;
@@ -102,8 +103,8 @@ class CliTest : public ::testing::Test {
 };
 
 TEST_F(CliTest, SubmitFromFlagsPrintsOnlyTheId) {
-  EXPECT_EQ(Run("submit", {"--name", "m", "--nnodes=1:2", "--nproc_per_node", "2", "--env",
-                           "A=1", "--", "python", "train.py", "--lr", "0.1"}),
+  EXPECT_EQ(Run("submit", {"--name", "m", "--nnodes=1:2", "--nproc_per_node", "2",
+                           "--env", "A=1", "--", "python", "train.py", "--lr", "0.1"}),
             0)
       << err_.str();
   EXPECT_EQ(out_.str(), "m-1\n");
@@ -115,9 +116,10 @@ TEST_F(CliTest, SubmitFromFlagsPrintsOnlyTheId) {
 }
 
 TEST_F(CliTest, SubmitFromFileWithOverrides) {
-  EXPECT_EQ(Run("submit", {std::string(ELASTRUN_CONFIGS_DIR) + "/jobs/fashion_mnist_mlp.yaml",
-                           "nnodes=2", "--max-restarts", "0"}),
-            0)
+  EXPECT_EQ(
+      Run("submit", {std::string(ELASTRUN_CONFIGS_DIR) + "/jobs/fashion_mnist_mlp.yaml",
+                     "nnodes=2", "--max-restarts", "0"}),
+      0)
       << err_.str();
   ASSERT_EQ(service_.submitted.size(), 1u);
   EXPECT_EQ(service_.submitted[0].min_nodes(), 2);
@@ -170,7 +172,8 @@ TEST_F(CliTest, ServiceFromFlagThenEnvironmentThenDefault) {
 TEST_F(CliTest, ServiceErrorsMapToExitCodes) {
   service_.error = absl::UnavailableError("cannot reach the elastrun service at h:1");
   EXPECT_EQ(Run("list", {}), kExitUnreachable);
-  EXPECT_THAT(err_.str(), HasSubstr("elastrun list: cannot reach the elastrun service at h:1"));
+  EXPECT_THAT(err_.str(),
+              HasSubstr("elastrun list: cannot reach the elastrun service at h:1"));
   service_.error = absl::DeadlineExceededError("no answer");
   EXPECT_EQ(Run("submit", {"--", "x"}), kExitUnreachable);
   service_.error = absl::InvalidArgumentError("spec.env: bad");
@@ -253,7 +256,8 @@ TEST_F(CliTest, LogsSaysWhereTheLogsAre) {
 }
 
 TEST_F(CliTest, HelpForEveryCommandListsExitCodes) {
-  for (const char* cmd : {"submit", "status", "list", "nodes", "cancel", "wait", "logs"}) {
+  for (const char* cmd :
+       {"submit", "status", "list", "nodes", "cancel", "wait", "logs"}) {
     out_.str("");
     EXPECT_EQ(Run(cmd, {"--help"}), 0) << cmd;
     EXPECT_THAT(out_.str(), HasSubstr(std::string("usage: elastrun ") + cmd));
