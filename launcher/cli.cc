@@ -23,7 +23,7 @@ namespace {
 
 using internal::ParsedArgs;
 
-constexpr char kExitCodesHelp[] = R"(Exit codes:
+constexpr char kExitCodesHelp[] = R"(Exit codes of the job commands:
   0  done (wait: the job SUCCEEDED)
   1  the job FAILED or was CANCELLED (wait), or the command failed
   2  usage error: bad flags or arguments, or a job spec refused
