@@ -195,6 +195,23 @@ TEST_F(LauncherTest, SigtermToLauncherStopsEverythingAndExits143) {
   EXPECT_NE(killpg((*p)->pid(), 0), 0);
 }
 
+TEST_F(LauncherTest, WorkersDieWhenTheLauncherIsKilled) {
+  auto p = Subprocess::Start(Command({"--nproc-per-node", "2"},
+                                     {"--ready-dir", ready_dir_, "--hang"}),
+                             {marker_});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.", 2, kRunTimeout).ok())
+      << (*p)->Output();
+  (*p)->Signal(SIGKILL);  // no chance to stop anything: the kernel must
+  ASSERT_TRUE((*p)->Wait(kRunTimeout).ok());
+  // The parent-death signal kills the workers; wait for it with a deadline.
+  const absl::Time deadline = absl::Now() + kRunTimeout;
+  while (!ProcessesWithEnv(marker_).empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_THAT(ProcessesWithEnv(marker_), ::testing::IsEmpty());
+}
+
 TEST_F(LauncherTest, WorkerIgnoringSigtermIsKilledAfterGrace) {
   auto p = Subprocess::Start(
       Command({"--nproc-per-node", "2", "--shutdown-timeout", "1"},
