@@ -20,6 +20,9 @@ namespace {
 constexpr size_t kRecentPorts = 32;
 // Exit code reported when a worker cannot be started at all (as a shell).
 constexpr int kCannotStart = 127;
+// JoinRound tries, and the delay before the n-th retry (times n).
+constexpr int kJoinAttempts = 3;
+constexpr absl::Duration kJoinRetryDelay = absl::Milliseconds(100);
 
 absl::Status MakeDirs(const std::string& path) {
   for (size_t i = 1; i <= path.size(); ++i) {
@@ -66,12 +69,13 @@ void Daemon::OnCommand(const v1::Command& command) {
       HandleStop(command.stop().job_id(), command.stop().round());
       break;
     case v1::Command::kEndJob: {
-      LOG(INFO) << "job " << command.end_job().job_id() << " ended: "
+      LOG(INFO) << "job " << command.end_job().job_id() << " ended here: "
                 << command.end_job().reason();
       {
         absl::MutexLock lock(&mu_);
-        ended_jobs_.insert(command.end_job().job_id());
-        // Reports for a finished job would only be refused.
+        // Reports for a job this node left would only be refused. The job
+        // is not blacklisted: the service may place this node on it again
+        // (after a network blip made it lose the node), with a new round.
         for (auto it = reports_.begin(); it != reports_.end();) {
           it = it->job_id() == command.end_job().job_id() ? reports_.erase(it) : it + 1;
         }
@@ -89,7 +93,7 @@ void Daemon::HandleJoin(const v1::JoinRoundCommand& join) {
   int port = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_ || ended_jobs_.count(join.job_id())) return;
+    if (shutting_down_) return;
     if (current_ && current_->job_id != join.job_id() && !current_->stop_requested) {
       // Placement never does this (a busy node is full); joining anyway
       // would leave a round waiting for an attempt that cannot start here.
@@ -117,9 +121,21 @@ void Daemon::HandleJoin(const v1::JoinRoundCommand& join) {
   r.set_node_id(options_.node_id);
   r.set_master_port(port);
   r.set_local_world_size(join.spec().nproc_per_node());
+  // A short retry for a slow or briefly unreachable service; when the
+  // stream itself broke, the re-attached stream re-sends the command.
   absl::StatusOr<v1::JoinRoundResponse> resp = client_->JoinRound(r);
+  for (int attempt = 1; attempt < kJoinAttempts && !resp.ok() && Retriable(resp.status());
+       ++attempt) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&shutting_down_),
+                               kJoinRetryDelay * attempt)) {
+        return;
+      }
+    }
+    resp = client_->JoinRound(r);
+  }
   if (!resp.ok()) {
-    // A lost command is re-sent when the Watch stream re-attaches.
     LOG(WARNING) << "JoinRound job " << join.job_id() << " round " << join.round() << ": "
                  << resp.status();
     return;
@@ -134,7 +150,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
   uint64_t stop_id = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_ || ended_jobs_.count(start.job_id())) return;
+    if (shutting_down_) return;
     if (ran_.count({start.job_id(), round})) return;  // already ran: never twice
     if (current_ && current_->job_id == start.job_id() && current_->round == round) {
       return;  // the attempt already running: a no-op

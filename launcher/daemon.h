@@ -15,7 +15,8 @@
 //                       and this one starts when it has ended.
 //   StopAttempt{job, g} stop attempt (job, g) if it runs: SIGTERM, grace,
 //                       SIGKILL (the agent's job); its end is not reported.
-//   EndJob{job}         stop anything of the job and forget it.
+//   EndJob{job}         stop anything of the job and drop its unsent
+//                       reports (a later JoinRound may bring the node back).
 // When an attempt ends on its own it is reported once: the first worker
 // failure (exit code or signal, plus the worker's error file), or success
 // when every worker exited 0. Reports the service could not take (it is
@@ -129,9 +130,8 @@ class Daemon {
   // A StartAttempt waiting for the current attempt to end.
   std::optional<v1::StartAttempt> next_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Attempts that ran (never run one twice), and jobs that ended.
+  // Attempts that ran: a re-sent StartAttempt never runs one twice.
   std::set<std::pair<std::string, int64_t>> ran_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);
   // MASTER_PORTs offered lately: their sockets may linger, so skip them.
   std::deque<int> recent_ports_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::ReportExitRequest> reports_ ABSL_GUARDED_BY(mu_);

@@ -42,7 +42,7 @@ class GrpcRendezvousClient : public RendezvousClient {
     // grows to 120 s); the session adds its own capped backoff on top.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     channel_ = grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(),
                                          args);
     stub_ = v1::Rendezvous::NewStub(channel_);
@@ -52,6 +52,10 @@ class GrpcRendezvousClient : public RendezvousClient {
       const v1::RegisterNodeRequest& request) override {
     grpc::ClientContext ctx;
     Prepare(ctx);
+    // Wait (up to the deadline) for the channel to connect rather than fail
+    // at once while it backs off: after a service restart the daemon must
+    // re-register within the lease for its workers to go on.
+    ctx.set_wait_for_ready(true);
     v1::RegisterNodeResponse resp;
     absl::Status st = FromGrpcStatus(stub_->RegisterNode(&ctx, request, &resp));
     if (!st.ok()) return st;

@@ -38,8 +38,16 @@ class DaemonE2eTest : public ::testing::Test {
     marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=daemon-",
                            ::testing::UnitTest::GetInstance()->current_test_info()->name(),
                            "-", getpid(), "-", dir_);
-    auto service = Subprocess::Start(
-        {BinDir() + "/elastrun-rendezvous", "--listen", "127.0.0.1:0"}, {marker_});
+    ASSERT_NO_FATAL_FAILURE(StartService("127.0.0.1:0"));
+    for (int i = 0; i < 2; ++i) ASSERT_NO_FATAL_FAILURE(StartDaemon());
+    ASSERT_TRUE(PollUntil([&] { return AliveNodes() == 2; })) << "daemons did not register";
+  }
+
+  // Starts elastrun-rendezvous on `listen` with its state in dir_/state.
+  void StartService(const std::string& listen) {
+    auto service = Subprocess::Start({BinDir() + "/elastrun-rendezvous", "--listen", listen,
+                                      "--state-dir", dir_ + "/state"},
+                                     {marker_});
     ASSERT_TRUE(service.ok()) << service.status();
     service_ = *std::move(service);
     const std::string prefix = "listening on ";
@@ -50,8 +58,6 @@ class DaemonE2eTest : public ::testing::Test {
     address_ = out.substr(at, out.find('\n', at) - at);
     jobs_ = v1::Jobs::NewStub(
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
-    for (int i = 0; i < 2; ++i) StartDaemon(absl::StrCat("node", i));
-    ASSERT_TRUE(PollUntil([&] { return AliveNodes() == 2; })) << "daemons did not register";
   }
 
   void TearDown() override {
@@ -67,7 +73,9 @@ class DaemonE2eTest : public ::testing::Test {
     EXPECT_THAT(ProcessesWithEnv(marker_), IsEmpty()) << "processes were left behind";
   }
 
-  void StartDaemon(const std::string& id) {
+  // Starts daemon "node<N>" (N: how many were started before).
+  void StartDaemon() {
+    const std::string id = absl::StrCat("node", daemons_.size());
     auto d = Subprocess::Start({BinDir() + "/elastrund", "--rendezvous", address_,
                                 "--node-id", id, "--slots", "2", "--log-dir",
                                 absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s"},
@@ -97,12 +105,13 @@ class DaemonE2eTest : public ::testing::Test {
   }
 
   std::string Submit(const std::string& name, const std::vector<std::string>& worker_args,
-                     int max_restarts, const std::string& job_marker = "") {
+                     int max_restarts, const std::string& job_marker = "",
+                     int min_nodes = 2, int max_nodes = 2) {
     v1::SubmitRequest r;
     v1::JobSpec* s = r.mutable_spec();
     s->set_name(name);
-    s->set_min_nodes(2);
-    s->set_max_nodes(2);
+    s->set_min_nodes(min_nodes);
+    s->set_max_nodes(max_nodes);
     s->set_nproc_per_node(2);
     s->set_max_restarts(max_restarts);
     s->add_argv(BinDir() + "/elastrun-test-worker");
@@ -149,7 +158,18 @@ class DaemonE2eTest : public ::testing::Test {
     return out;
   }
 
-  std::string Log(int node, const std::string& job, int round, int local_rank) const {
+  // The stdout logs of every node and local rank of `round`, concatenated.
+  std::string Logs(const std::string& job, int64_t round) const {
+    std::string logs;
+    for (size_t node = 0; node < daemons_.size(); ++node) {
+      for (int local = 0; local < 2; ++local) {
+        absl::StrAppend(&logs, Log(static_cast<int>(node), job, round, local));
+      }
+    }
+    return logs;
+  }
+
+  std::string Log(int node, const std::string& job, int64_t round, int local_rank) const {
     return testing::ReadFile(absl::StrCat(dir_, "/node", node, "/", job, "/attempt_", round,
                                           "/", local_rank, "/stdout.log"));
   }
@@ -167,10 +187,7 @@ TEST_F(DaemonE2eTest, TwoByTwoJobSucceeds) {
   EXPECT_EQ(st.world_size(), 4);
   EXPECT_EQ(st.restarts(), 0);
   // Each node ran two of the four ranks, and logged them per local rank.
-  std::string logs;
-  for (int node = 0; node < 2; ++node) {
-    for (int local = 0; local < 2; ++local) absl::StrAppend(&logs, Log(node, job, 0, local));
-  }
+  const std::string logs = Logs(job, 0);
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", rank, "/4 ok restart=0")));
   }
@@ -186,12 +203,7 @@ TEST_F(DaemonE2eTest, SigkilledWorkerRestartsEveryNodeThenSucceeds) {
   ASSERT_GE(st.history(0).failures_size(), 1);
   EXPECT_EQ(st.history(0).failures(0).rank(), 1);
   EXPECT_EQ(st.history(0).failures(0).signal(), SIGKILL);
-  std::string logs;
-  for (int node = 0; node < 2; ++node) {
-    for (int local = 0; local < 2; ++local) {
-      absl::StrAppend(&logs, Log(node, job, st.round(), local));
-    }
-  }
+  const std::string logs = Logs(job, st.round());
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", rank, "/4 ok restart=1")));
   }
@@ -226,6 +238,62 @@ TEST_F(DaemonE2eTest, SigtermToDaemonStopsItsWorkersAndExits) {
   }
   // The daemons reaped their workers before exiting.
   EXPECT_THAT(ProcessesWithEnv("ELASTRUN_TEST_JOB=" + job_marker), IsEmpty());
+}
+
+TEST_F(DaemonE2eTest, ServiceSigkilledAndRestartedJobGoesOnWithoutRestart) {
+  const std::string ready = testing::MakeTempDir("daemon_e2e_ready");
+  // About 4 s of training, so the service is back before it ends.
+  const std::string job =
+      Submit("svc", {"--steps", "40", "--step-ms", "100", "--ready-dir", ready}, 0);
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 4, kDeadline).ok()) << DaemonOutput();
+  service_->Signal(SIGKILL);
+  ASSERT_TRUE(service_->Wait(kDeadline).ok());
+  ASSERT_NO_FATAL_FAILURE(StartService(address_));  // same port, same state
+  v1::JobStatus st = WaitFinished(job);
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
+  // The daemons re-registered within the lease with their running attempt:
+  // no node was lost, no new round.
+  EXPECT_EQ(st.round(), 0) << st.DebugString();
+  EXPECT_EQ(st.restarts(), 0);
+  EXPECT_EQ(st.history_size(), 1);
+  EXPECT_EQ(AliveNodes(), 2);
+}
+
+TEST_F(DaemonE2eTest, DaemonSigkilledJobReformsOnSurvivors) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  ASSERT_TRUE(PollUntil([&] { return AliveNodes() == 3; }));
+  const std::string ready = testing::MakeTempDir("daemon_e2e_ready");
+  const std::string job = Submit(
+      "lose", {"--steps", "30", "--step-ms", "50", "--ready-dir", ready}, 3, "", 2, 3);
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 6, kDeadline).ok()) << DaemonOutput();
+  // The daemon dies; its workers die with it (parent-death signal).
+  daemons_[2]->Signal(SIGKILL);
+  ASSERT_TRUE(daemons_[2]->Wait(kDeadline).ok());
+  v1::JobStatus st = WaitFinished(job);
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
+  EXPECT_GE(st.round(), 1);
+  EXPECT_EQ(st.world_size(), 4);
+  // Depending on whether the survivors' workers saw the broken collective
+  // before the service saw the broken stream, round 0 ended as a node loss
+  // or as a failure.
+  EXPECT_THAT(st.history(0).end_reason(), ::testing::AnyOf("node lost", "failure"));
+}
+
+TEST_F(DaemonE2eTest, NodeJoiningMidJobScalesUp) {
+  const std::string ready = testing::MakeTempDir("daemon_e2e_ready");
+  const std::string job = Submit(
+      "grow", {"--steps", "60", "--step-ms", "50", "--ready-dir", ready}, 0, "", 2, 3);
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 4, kDeadline).ok()) << DaemonOutput();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  v1::JobStatus st = WaitFinished(job);
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
+  EXPECT_EQ(st.world_size(), 6);
+  EXPECT_EQ(st.restarts(), 0);  // a membership change is not a restart
+  EXPECT_EQ(st.history(0).end_reason(), "scale-up");
+  const std::string logs = Logs(job, st.round());
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", rank, "/6 ok")));
+  }
 }
 
 }  // namespace

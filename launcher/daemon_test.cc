@@ -245,18 +245,24 @@ TEST_F(DaemonTest, NewRoundWhileOldStillRunsStopsItThenStarts) {
   EXPECT_THAT(client_.reports, IsEmpty());
 }
 
-TEST_F(DaemonTest, EndJobStopsAndIgnoresLaterCommands) {
+TEST_F(DaemonTest, EndJobStopsTheJobAndDropsItsReports) {
   daemon_->OnCommand(Start("j-1", 0));
+  client_.report_status = absl::UnavailableError("away");
+  runner_.Finish(Killed(2, SIGABRT));
+  EXPECT_EQ(daemon_->pending_reports(), 1u);
+  daemon_->OnCommand(Start("j-1", 1));
   daemon_->OnCommand(End("j-1"));
+  EXPECT_EQ(daemon_->pending_reports(), 0u);
   EXPECT_EQ(runner_.stops.size(), 1u);
   runner_.Finish(Stopped());
-  daemon_->OnCommand(Join("j-1", 1));
-  daemon_->OnCommand(Start("j-1", 1));
-  EXPECT_THAT(client_.joins, IsEmpty());
-  EXPECT_EQ(runner_.started.size(), 1u);
   // Another job runs on the free node.
   daemon_->OnCommand(Start("j-2", 0));
-  EXPECT_EQ(runner_.started.size(), 2u);
+  EXPECT_EQ(runner_.started.size(), 3u);
+  runner_.Finish(Succeeded());
+  // The service may place the node on the first job again, in a new round.
+  client_.report_status = absl::OkStatus();
+  daemon_->OnCommand(Join("j-1", 5));
+  EXPECT_EQ(client_.joins.size(), 1u);
 }
 
 TEST_F(DaemonTest, BusyNodeDoesNotJoinAnotherJob) {

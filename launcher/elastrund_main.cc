@@ -310,16 +310,23 @@ int main(int argc, char** argv) {
   }
   if (sig > 0) {
     LOG(INFO) << "signal " << sig << ": stopping the workers";
-    daemon.Shutdown(sig);
   } else {
     LOG(ERROR) << "the service refused this node: " << session_status;
-    daemon.Shutdown(SIGTERM);
   }
-  if (!daemon.WaitIdle(agent_options.grace + absl::Seconds(10))) {
-    LOG(ERROR) << "workers did not end in time";
-  }
+  const int exit_code = sig > 0 ? 128 + sig : 1;
+  daemon.Shutdown(sig > 0 ? sig : SIGTERM);
+  // Leave at once (the Watch stream closes): the service re-forms the job
+  // without this node as a membership change, instead of the other nodes
+  // seeing their collectives break while these workers wind down.
   session.Stop();
   session_thread.join();
+  if (!daemon.WaitIdle(agent_options.grace + absl::Seconds(10))) {
+    // The runner thread still holds an attempt; exiting kills its workers
+    // (their parent-death signal is tied to that thread).
+    LOG(ERROR) << "workers did not end in time; exiting anyway";
+    google::FlushLogFiles(google::GLOG_INFO);
+    std::_Exit(exit_code);
+  }
   LOG(INFO) << "elastrund " << node_id << " exits";
-  return sig > 0 ? 128 + sig : 1;
+  return exit_code;
 }
