@@ -57,6 +57,40 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const std::str
   return reactor;
 }
 
+// Bounds on log traffic: one PushLogs request, one StreamLogs answer.
+constexpr size_t kMaxPushLogsBytes = 4 << 20;
+constexpr size_t kMaxStreamLogsBytes = 4 << 20;
+
+// Writes a fixed list of chunks, then finishes: StreamLogs answers with what
+// the service holds now; a follower calls again with the last seq it saw.
+class LogsReactor : public grpc::ServerWriteReactor<v1::LogChunk> {
+ public:
+  LogsReactor(grpc::Status status, std::vector<v1::LogChunk> chunks)
+      : status_(std::move(status)), chunks_(std::move(chunks)) {
+    Next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
+      return;
+    }
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (!status_.ok() || next_ >= chunks_.size()) {
+      Finish(status_);
+      return;
+    }
+    StartWrite(&chunks_[next_++]);
+  }
+  const grpc::Status status_;
+  const std::vector<v1::LogChunk> chunks_;
+  size_t next_ = 0;
+};
+
 // One node's Watch stream. Owned by itself (`self_`) until gRPC's OnDone and
 // shared with the Coordinator, which may still hold it in an Outbox: after
 // OnDone, Send and Close are no-ops. One write in flight at a time.
@@ -198,7 +232,8 @@ class BarrierReactor : public grpc::ServerUnaryReactor {
 
 class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackService {
  public:
-  RendezvousService(Coordinator* c, std::string token) : c_(c), token_(std::move(token)) {}
+  RendezvousService(Coordinator* c, LogStore* logs, std::string token)
+      : c_(c), logs_(logs), token_(std::move(token)) {}
 
   grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* ctx,
                                          const v1::RegisterNodeRequest* req,
@@ -246,14 +281,36 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
     return r;
   }
 
+  grpc::ServerUnaryReactor* PushLogs(grpc::CallbackServerContext* ctx,
+                                     const v1::PushLogsRequest* req,
+                                     v1::PushLogsResponse* resp) override {
+    return Unary(ctx, token_, resp, [&]() -> absl::Status {
+      if (req->job_id().empty()) return absl::InvalidArgumentError("job_id: empty");
+      size_t bytes = 0;
+      for (const v1::LogChunk& c : req->chunks()) bytes += c.data().size();
+      if (bytes > kMaxPushLogsBytes) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "chunks: %d bytes in one PushLogs; at most %d", bytes, kMaxPushLogsBytes));
+      }
+      // Only jobs the service knows: a stale daemon cannot fill memory.
+      v1::GetJobRequest get;
+      get.set_job_id(req->job_id());
+      RETURN_IF_ERROR(c_->GetJob(get).status());
+      logs_->Append(req->job_id(), {req->chunks().begin(), req->chunks().end()});
+      return absl::OkStatus();
+    });
+  }
+
  private:
   Coordinator* const c_;
+  LogStore* const logs_;
   const std::string token_;
 };
 
 class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
  public:
-  JobsService(Coordinator* c, std::string token) : c_(c), token_(std::move(token)) {}
+  JobsService(Coordinator* c, LogStore* logs, std::string token)
+      : c_(c), logs_(logs), token_(std::move(token)) {}
 
   grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx,
                                    const v1::SubmitRequest* req,
@@ -284,22 +341,22 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
   }
   grpc::ServerWriteReactor<v1::LogChunk>* StreamLogs(
       grpc::CallbackServerContext* ctx, const v1::StreamLogsRequest* req) override {
-    class Unimplemented : public grpc::ServerWriteReactor<v1::LogChunk> {
-     public:
-      explicit Unimplemented(grpc::Status st) { Finish(st); }
-      void OnDone() override { delete this; }
-    };
     absl::Status st = CheckToken(ctx, token_);
+    LogStore::ReadResult read;
     if (st.ok()) {
-      st = absl::UnimplementedError(
-          "StreamLogs is not implemented yet: worker logs are on each node under "
-          "<log_dir>/<job>/<round>/<rank>/{stdout,stderr}");
+      v1::GetJobRequest get;
+      get.set_job_id(req->job_id());
+      st = c_->GetJob(get).status();
     }
-    return new Unimplemented(ToGrpcStatus(st));
+    if (st.ok()) {
+      read = logs_->Read(req->job_id(), req->after_seq(), req->rank(), kMaxStreamLogsBytes);
+    }
+    return new LogsReactor(ToGrpcStatus(st), std::move(read.chunks));
   }
 
  private:
   Coordinator* const c_;
+  LogStore* const logs_;
   const std::string token_;
 };
 
@@ -356,8 +413,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
   if (s->options_.timer_thread) copts.on_timers_changed = [raw] { raw->WakeTimer(); };
   ASSIGN_OR_RETURN(s->coordinator_, Coordinator::Create(std::move(copts)));
   s->rendezvous_service_ =
-      std::make_unique<RendezvousService>(s->coordinator_.get(), s->options_.token);
-  s->jobs_service_ = std::make_unique<JobsService>(s->coordinator_.get(), s->options_.token);
+      std::make_unique<RendezvousService>(s->coordinator_.get(), &s->logs_, s->options_.token);
+  s->jobs_service_ =
+      std::make_unique<JobsService>(s->coordinator_.get(), &s->logs_, s->options_.token);
 
   grpc::ServerBuilder builder;
   int bound = 0;

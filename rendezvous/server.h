@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "rendezvous/coordinator.h"
+#include "rendezvous/log_store.h"
 
 namespace grpc {
 class Server;
@@ -78,6 +79,7 @@ class RendezvousServer {
   std::string address_;
   int port_ = 0;
   std::unique_ptr<Coordinator> coordinator_;  // outlives the services/server
+  LogStore logs_;  // worker output pushed by daemons, for `elastrun logs`
   std::unique_ptr<RendezvousService> rendezvous_service_;
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<grpc::Server> server_;

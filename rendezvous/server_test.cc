@@ -448,3 +448,64 @@ TEST(ServerSecurityTest, TokenRequiredOffLoopback) {
 
 }  // namespace
 }  // namespace elastrun::rendezvous
+
+namespace elastrun::rendezvous {
+namespace {
+
+// Reads StreamLogs to its end.
+std::vector<v1::LogChunk> ReadLogs(v1::Jobs::Stub& jobs, const std::string& job, int rank,
+                                   int64_t after, grpc::Status* status) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::StreamLogsRequest req;
+  req.set_job_id(job);
+  req.set_rank(rank);
+  req.set_after_seq(after);
+  auto reader = jobs.StreamLogs(&ctx, req);
+  std::vector<v1::LogChunk> out;
+  v1::LogChunk c;
+  while (reader->Read(&c)) out.push_back(c);
+  *status = reader->Finish();
+  return out;
+}
+
+TEST_F(ServerTest, PushedLogsAreStreamedBackByCursorAndRank) {
+  StartServer();
+  const std::string job = Submit(1, 1);
+  auto rdzv = v1::Rendezvous::NewStub(Dial(*server_));
+  v1::PushLogsRequest push;
+  push.set_node_id("n0");
+  push.set_job_id(job);
+  for (int i = 0; i < 3; ++i) {
+    v1::LogChunk* c = push.add_chunks();
+    c->set_rank(i % 2);
+    c->set_stream("stdout");
+    c->set_data("line " + std::to_string(i) + "\n");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::PushLogsResponse resp;
+    ASSERT_TRUE(rdzv->PushLogs(&ctx, push, &resp).ok());
+  }
+  grpc::Status st;
+  auto all = ReadLogs(*jobs_, job, -1, 0, &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[2].data(), "line 2\n");
+  auto rest = ReadLogs(*jobs_, job, -1, all[0].seq(), &st);
+  EXPECT_EQ(rest.size(), 2u);
+  auto rank1 = ReadLogs(*jobs_, job, 1, 0, &st);
+  ASSERT_EQ(rank1.size(), 1u);
+  EXPECT_EQ(rank1[0].data(), "line 1\n");
+
+  // Unknown jobs: pushing and reading are refused.
+  ReadLogs(*jobs_, "no-such-job", -1, 0, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  push.set_job_id("no-such-job");
+  grpc::ClientContext ctx;
+  v1::PushLogsResponse resp;
+  EXPECT_EQ(rdzv->PushLogs(&ctx, push, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace elastrun::rendezvous

@@ -1,0 +1,58 @@
+#include "rendezvous/log_store.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+v1::LogChunk Chunk(int rank, const std::string& data) {
+  v1::LogChunk c;
+  c.set_rank(rank);
+  c.set_stream("stdout");
+  c.set_data(data);
+  return c;
+}
+
+TEST(LogStoreTest, ReadsInOrderAfterACursorAndByRank) {
+  LogStore store;
+  store.Append("j", {Chunk(0, "a\n"), Chunk(1, "b\n")});
+  store.Append("j", {Chunk(0, "c\n")});
+  auto all = store.Read("j", 0, -1, 1 << 20);
+  ASSERT_EQ(all.chunks.size(), 3u);
+  EXPECT_EQ(all.chunks[0].seq(), 1);
+  EXPECT_EQ(all.chunks[2].data(), "c\n");
+  EXPECT_FALSE(all.dropped);
+  auto after = store.Read("j", 2, -1, 1 << 20);
+  ASSERT_EQ(after.chunks.size(), 1u);
+  EXPECT_EQ(after.chunks[0].data(), "c\n");
+  auto rank0 = store.Read("j", 0, 0, 1 << 20);
+  ASSERT_EQ(rank0.chunks.size(), 2u);
+  EXPECT_EQ(rank0.chunks[1].data(), "c\n");
+  EXPECT_TRUE(store.Read("other", 0, -1, 1 << 20).chunks.empty());
+}
+
+TEST(LogStoreTest, BoundedPerJobOldestDroppedAndReported) {
+  LogStore store(LogStore::Options{/*max_bytes_per_job=*/10, /*max_jobs=*/2});
+  store.Append("j", {Chunk(0, "12345\n"), Chunk(0, "abcde\n")});
+  auto r = store.Read("j", 0, -1, 1 << 20);
+  ASSERT_EQ(r.chunks.size(), 1u);  // 12 bytes > 10: the first chunk went
+  EXPECT_EQ(r.chunks[0].data(), "abcde\n");
+  EXPECT_TRUE(r.dropped);
+  // A third job evicts the oldest job.
+  store.Append("k", {Chunk(0, "x\n")});
+  store.Append("l", {Chunk(0, "y\n")});
+  EXPECT_TRUE(store.Read("j", 0, -1, 1 << 20).chunks.empty());
+  EXPECT_EQ(store.Read("l", 0, -1, 1 << 20).chunks.size(), 1u);
+}
+
+TEST(LogStoreTest, ReadHonoursByteBudgetButReturnsAtLeastOneChunk) {
+  LogStore store;
+  store.Append("j", {Chunk(0, std::string(100, 'x')), Chunk(0, "y\n")});
+  auto r = store.Read("j", 0, -1, 10);
+  ASSERT_EQ(r.chunks.size(), 1u);
+  EXPECT_EQ(r.chunks[0].data().size(), 100u);
+}
+
+}  // namespace
+}  // namespace elastrun::rendezvous
