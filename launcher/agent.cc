@@ -224,6 +224,8 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
 
   // Workers come from the standby set when it fits, else as new processes.
   const size_t n = spec.workers.size();
+  std::vector<std::pair<int, int>> ranks;  // (local rank, rank) per worker
+  for (const WorkerSpec& w : spec.workers) ranks.emplace_back(w.local_rank, w.rank);
   std::vector<int> controls(n, -1);  // our ends of the workers' standby sockets
   std::vector<bool> started(n, false);
   ReapChildren(nullptr);  // a standby may have died since the last attempt
@@ -312,8 +314,15 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
       for (int k = 0; k < 2; ++k) {
         Stream s;
         s.fd = fds[k];
-        s.out = std::make_unique<OutputStream>(log_fds[2 * i + k],
-                                               show[k] ? console[k] : -1, o.prefix);
+        std::function<void(absl::string_view)> sink;
+        if (options_.on_output_line) {
+          sink = [this, local = ranks[i].first, rank = ranks[i].second,
+                  is_stderr = k == 1](absl::string_view text) {
+            options_.on_output_line(OutputLine{local, rank, is_stderr, text});
+          };
+        }
+        s.out = std::make_unique<OutputStream>(
+            log_fds[2 * i + k], show[k] ? console[k] : -1, o.prefix, std::move(sink));
         log_fds[2 * i + k] = -1;  // owned by the stream now
         if (s.fd >= 0) {
           epoll_event ev{};

@@ -13,17 +13,27 @@
 #define ELASTRUN_LAUNCHER_AGENT_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "launcher/process.h"
 #include "launcher/supervisor.h"
 
 namespace elastrun::launcher {
+
+// One line of a worker's output, for AgentOptions::on_output_line.
+struct OutputLine {
+  int local_rank = 0;
+  int rank = 0;
+  bool is_stderr = false;
+  absl::string_view text;  // without the newline; valid during the call
+};
 
 struct AgentOptions {
   // Grace between the stop signal and SIGKILL (--shutdown-timeout).
@@ -36,7 +46,11 @@ struct AgentOptions {
   // Only workers built on libelastrun_worker take part; for other programs
   // no standby is ever started.
   bool standby = false;
+  // Called on the agent's thread with every complete line a worker writes
+  // (e.g. to forward logs to the service); must not block for long.
+  std::function<void(const OutputLine&)> on_output_line;
 };
+
 
 // Where one worker's output goes.
 struct WorkerOutput {

@@ -61,8 +61,12 @@ bool WriteAll(int fd, absl::string_view data) {
   return true;
 }
 
-OutputStream::OutputStream(int log_fd, int console_fd, std::string prefix)
-    : log_fd_(log_fd), console_fd_(console_fd), prefix_(std::move(prefix)) {}
+OutputStream::OutputStream(int log_fd, int console_fd, std::string prefix,
+                           std::function<void(absl::string_view)> line_sink)
+    : log_fd_(log_fd),
+      console_fd_(console_fd),
+      prefix_(std::move(prefix)),
+      line_sink_(std::move(line_sink)) {}
 
 OutputStream::~OutputStream() {
   Close();
@@ -71,7 +75,7 @@ OutputStream::~OutputStream() {
 
 void OutputStream::Write(absl::string_view data) {
   if (log_fd_ >= 0) WriteAll(log_fd_, data);
-  if (console_fd_ < 0) return;
+  if (console_fd_ < 0 && !line_sink_) return;
   size_t start = 0;
   for (size_t nl = data.find('\n'); nl != absl::string_view::npos;
        nl = data.find('\n', start)) {
@@ -103,7 +107,8 @@ void OutputStream::Close() {
 
 void OutputStream::EmitLine(absl::string_view line) {
   // One write per line, so lines of different workers never interleave.
-  WriteAll(console_fd_, absl::StrCat(prefix_, line, "\n"));
+  if (console_fd_ >= 0) WriteAll(console_fd_, absl::StrCat(prefix_, line, "\n"));
+  if (line_sink_) line_sink_(line);
 }
 
 }  // namespace elastrun::launcher

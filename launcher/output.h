@@ -4,6 +4,7 @@
 #ifndef ELASTRUN_LAUNCHER_OUTPUT_H_
 #define ELASTRUN_LAUNCHER_OUTPUT_H_
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -31,8 +32,11 @@ class StdSetting {
 class OutputStream {
  public:
   // `log_fd` (owned; -1 for none) receives every byte; `console_fd` (not
-  // owned; -1 for none) receives complete lines, each behind `prefix`.
-  OutputStream(int log_fd, int console_fd, std::string prefix);
+  // owned; -1 for none) receives complete lines, each behind `prefix`;
+  // `line_sink` (may be empty) is called with every complete line, without
+  // its newline.
+  OutputStream(int log_fd, int console_fd, std::string prefix,
+               std::function<void(absl::string_view)> line_sink = nullptr);
   ~OutputStream();
   OutputStream(const OutputStream&) = delete;
   OutputStream& operator=(const OutputStream&) = delete;
@@ -47,6 +51,7 @@ class OutputStream {
   int log_fd_;
   int console_fd_;
   std::string prefix_;
+  std::function<void(absl::string_view)> line_sink_;
   std::string partial_;
 };
 

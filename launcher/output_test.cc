@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -45,6 +46,17 @@ TEST(OutputStreamTest, NoConsoleMeansLogOnly) {
   }
   EXPECT_EQ(ReadAll(log[0]), "x\n");
   close(log[0]);
+}
+
+TEST(OutputStreamTest, LineSinkSeesEveryWholeLineEvenWithoutConsole) {
+  std::vector<std::string> lines;
+  {
+    OutputStream s(-1, -1, "[rank0]:",
+                   [&](absl::string_view l) { lines.emplace_back(l); });
+    s.Write("one\ntw");
+    s.Write("o\nthree");
+  }
+  EXPECT_THAT(lines, ::testing::ElementsAre("one", "two", "three"));
 }
 
 TEST(StdSettingTest, AllAndPerRank) {
