@@ -1,0 +1,213 @@
+// Test helper for end-to-end tests of elastrund: a real elastrun-rendezvous
+// and real daemons as tagged subprocesses, and a small Jobs client.
+// Header-only; used by daemon_e2e_test.cc and daemon_netns_test.cc.
+#ifndef ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
+#define ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "elastrun/v1/jobs.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun::daemon_testing {
+
+inline constexpr absl::Duration kDeadline = absl::Seconds(90);
+// Polling interval for states only visible through the API or a log file.
+inline constexpr absl::Duration kPoll = absl::Milliseconds(20);
+
+// Polls `done` every kPoll until it holds or kDeadline passes.
+inline bool PollUntil(const std::function<bool()>& done) {
+  const absl::Time end = absl::Now() + kDeadline;
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(kPoll);
+  }
+  return true;
+}
+
+inline bool Finished(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED;
+}
+
+// The service and its daemons. Every process gets `marker` in its
+// environment; call ASSERT_NO_FATAL_FAILURE around the Start* methods.
+class Cluster {
+ public:
+  Cluster(std::string dir, std::string marker, std::string token = "")
+      : dir_(std::move(dir)), marker_(std::move(marker)), token_(std::move(token)) {
+    if (!token_.empty()) {
+      token_file_ = dir_ + "/token";
+      FILE* f = std::fopen(token_file_.c_str(), "w");
+      std::fputs(token_.c_str(), f);
+      std::fclose(f);
+    }
+  }
+
+  // Starts elastrun-rendezvous on `listen` with its state in dir/state.
+  void StartService(const std::string& listen) {
+    std::vector<std::string> argv = {testing::BinDir() + "/elastrun-rendezvous", "--listen",
+                                     listen, "--state-dir", dir_ + "/state"};
+    if (!token_file_.empty()) argv.insert(argv.end(), {"--token-file", token_file_});
+    auto service = testing::Subprocess::Start(argv, {marker_});
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = *std::move(service);
+    const std::string prefix = "listening on ";
+    ASSERT_TRUE(PollUntil([&] { return absl::StrContains(service_->Output(), prefix); }))
+        << service_->Output();
+    const std::string out = service_->Output();
+    const size_t at = out.find(prefix) + prefix.size();
+    address_ = out.substr(at, out.find('\n', at) - at);
+    jobs_ = v1::Jobs::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  }
+
+  // Starts daemon "node<N>" (N: how many were started before), its command
+  // behind `prefix` (e.g. "ip netns exec NS").
+  void StartDaemon(const std::vector<std::string>& prefix = {}) {
+    const std::string id = absl::StrCat("node", daemons_.size());
+    std::vector<std::string> argv = prefix;
+    argv.insert(argv.end(), {testing::BinDir() + "/elastrund", "--rendezvous", address_,
+                             "--node-id", id, "--slots", "2", "--log-dir",
+                             absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s"});
+    if (!token_file_.empty()) argv.insert(argv.end(), {"--token-file", token_file_});
+    auto d = testing::Subprocess::Start(argv, {marker_});
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemons_.push_back(*std::move(d));
+  }
+
+  // SIGTERMs every daemon still running (expecting exit 128+SIGTERM) and the
+  // service, and checks that nothing tagged with the marker is left.
+  void StopAll() {
+    for (auto& d : daemons_) {
+      if (d->exit_code()) continue;
+      d->Signal(SIGTERM);
+      absl::StatusOr<int> st = d->Wait(kDeadline);
+      EXPECT_TRUE(st.ok()) << st.status();
+      EXPECT_EQ(d->exit_code(), 128 + SIGTERM) << d->Output();
+    }
+    if (service_ && !service_->exit_code()) {
+      service_->Signal(SIGTERM);
+      EXPECT_TRUE(service_->Wait(kDeadline).ok());
+    }
+    EXPECT_TRUE(PollUntil([&] { return testing::ProcessesWithEnv(marker_).empty(); }))
+        << "processes were left behind";
+  }
+
+  int AliveNodes() {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::ListNodesResponse resp;
+    if (!jobs_->ListNodes(&ctx, v1::ListNodesRequest(), &resp).ok()) return -1;
+    int alive = 0;
+    for (const v1::NodeInfo& n : resp.nodes()) alive += n.state() == v1::NODE_STATE_ALIVE;
+    return alive;
+  }
+
+  // Submits `spec` with argv = the test worker + `worker_args`.
+  std::string Submit(v1::JobSpec spec, const std::vector<std::string>& worker_args) {
+    spec.clear_argv();
+    spec.add_argv(testing::BinDir() + "/elastrun-test-worker");
+    for (const std::string& a : worker_args) spec.add_argv(a);
+    v1::SubmitRequest r;
+    *r.mutable_spec() = spec;
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::SubmitResponse resp;
+    grpc::Status st = jobs_->Submit(&ctx, r, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.job_id();
+  }
+
+  v1::JobStatus Get(const std::string& job) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::GetJobRequest r;
+    r.set_job_id(job);
+    v1::JobStatus s;
+    grpc::Status st = jobs_->Get(&ctx, r, &s);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return s;
+  }
+
+  bool Cancel(const std::string& job) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::CancelJobRequest r;
+    r.set_job_id(job);
+    v1::JobStatus resp;
+    return jobs_->Cancel(&ctx, r, &resp).ok();
+  }
+
+  v1::JobStatus WaitFinished(const std::string& job) {
+    v1::JobStatus st;
+    EXPECT_TRUE(PollUntil([&] {
+      st = Get(job);
+      return Finished(st.state());
+    })) << "job " << job << " did not finish: " << st.DebugString() << DaemonOutput();
+    return st;
+  }
+
+  std::string DaemonOutput() const {
+    std::string out;
+    for (size_t i = 0; i < daemons_.size(); ++i) {
+      absl::StrAppend(&out, "\n--- node", i, " ---\n", daemons_[i]->Output());
+    }
+    return out;
+  }
+
+  // The stdout logs of every node and local rank of `round`, concatenated.
+  std::string Logs(const std::string& job, int64_t round, int nproc = 2) const {
+    std::string logs;
+    for (size_t node = 0; node < daemons_.size(); ++node) {
+      for (int local = 0; local < nproc; ++local) {
+        absl::StrAppend(&logs, testing::ReadFile(absl::StrCat(dir_, "/node", node, "/", job,
+                                                              "/attempt_", round, "/", local,
+                                                              "/stdout.log")));
+      }
+    }
+    return logs;
+  }
+
+  testing::Subprocess& service() { return *service_; }
+  testing::Subprocess& daemon(size_t i) { return *daemons_.at(i); }
+  const std::string& address() const { return address_; }
+
+ private:
+  void Prepare(grpc::ClientContext& ctx) const {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+  }
+
+  const std::string dir_, marker_, token_;
+  std::string token_file_, address_;
+  std::unique_ptr<testing::Subprocess> service_;
+  std::vector<std::unique_ptr<testing::Subprocess>> daemons_;
+  std::unique_ptr<v1::Jobs::Stub> jobs_;
+};
+
+// A job spec of the test worker: `nodes` MIN:MAX x nproc.
+inline v1::JobSpec Spec(const std::string& name, int min_nodes, int max_nodes, int nproc,
+                        int max_restarts) {
+  v1::JobSpec s;
+  s.set_name(name);
+  s.set_min_nodes(min_nodes);
+  s.set_max_nodes(max_nodes);
+  s.set_nproc_per_node(nproc);
+  s.set_max_restarts(max_restarts);
+  return s;
+}
+
+}  // namespace elastrun::daemon_testing
+
+#endif  // ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
