@@ -1,0 +1,86 @@
+#include "trainer/ddp.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace elastrun::trainer {
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                 const DdpOptions& options)
+    : module_(std::move(module)), group_(std::move(group)), options_(options) {}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
+    std::shared_ptr<torch::nn::Module> module, c10::intrusive_ptr<c10d::ProcessGroup> group,
+    const DdpOptions& options) {
+  std::unique_ptr<DistributedDataParallel> ddp(
+      new DistributedDataParallel(std::move(module), std::move(group), options));
+  try {
+    std::vector<at::Tensor> params;
+    for (const at::Tensor& p : ddp->module_->parameters()) {
+      if (p.requires_grad()) params.push_back(p);
+    }
+    if (params.empty()) return absl::InvalidArgumentError("DDP: the model has no parameters");
+    ddp->buffers_ = ddp->module_->buffers();
+    ddp->BroadcastState(0);
+    // As torch/nn/parallel/distributed.py: buckets by size in parameter
+    // order, then reversed, since gradients arrive roughly last layer first.
+    std::vector<std::vector<size_t>> buckets;
+    std::vector<size_t> limits;
+    std::tie(buckets, limits) = c10d::compute_bucket_assignment_by_size(
+        params, {options.first_bucket_bytes, options.bucket_bytes},
+        std::vector<bool>(params.size(), false));
+    std::reverse(buckets.begin(), buckets.end());
+    std::reverse(limits.begin(), limits.end());
+    ddp->buckets_ = buckets;
+    ddp->reducer_ = std::make_unique<c10d::Reducer>(
+        params, std::move(buckets), std::move(limits), ddp->group_,
+        std::vector<bool>(params.size(), false),
+        static_cast<int64_t>(options.bucket_bytes),
+        /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+        std::unordered_map<size_t, std::string>{},
+        static_cast<int64_t>(options.first_bucket_bytes));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("DDP set-up failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("DDP set-up failed: ", e.what()));
+  }
+  return ddp;
+}
+
+void DistributedDataParallel::BroadcastState(int root) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> state;
+  for (const at::Tensor& p : module_->parameters()) state.push_back(p.detach());
+  for (const at::Tensor& b : buffers_) state.push_back(b.detach());
+  if (!state.empty()) {
+    c10d::broadcast_coalesced(group_, state, options_.broadcast_bytes, root);
+  }
+}
+
+void DistributedDataParallel::BeforeForward(bool sync) {
+  // Buckets are re-ordered once, after the first iteration, by the order in
+  // which gradients became ready; calling this every step is what DDP does
+  // (and skipping it leaks the Reducer's record of that order).
+  reducer_->rebuild_buckets();
+  if (options_.broadcast_buffers && buffers_need_sync_ && !buffers_.empty()) {
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> buffers;
+    for (const at::Tensor& b : buffers_) buffers.push_back(b.detach());
+    c10d::broadcast_coalesced(group_, buffers, options_.broadcast_bytes, 0);
+  }
+  if (sync) reducer_->prepare_for_forward();
+}
+
+void DistributedDataParallel::BeforeBackward(const at::Tensor& loss, bool sync) {
+  if (!sync) return;
+  buffers_need_sync_ = true;
+  // With find_unused_parameters=false the outputs are not traversed; DDP
+  // passes an empty list too.
+  reducer_->prepare_for_backward({});
+}
+
+}  // namespace elastrun::trainer

@@ -1,0 +1,78 @@
+// Distributed data parallel through PyTorch's own c10d::Reducer, driven
+// from C++ the way torch.nn.parallel.DistributedDataParallel drives it:
+// gradient buckets (a small first bucket, then ~25 MiB) allreduced while
+// backward still runs, averaged over ranks.
+//
+// A training step:
+//   ddp->BeforeForward(sync);          // rebuild buckets, sync buffers
+//   at::Tensor loss = ...forward...;
+//   ddp->BeforeBackward(loss, sync);   // arm the reducer's hooks
+//   loss.backward();                   // buckets allreduce as grads finish
+// sync = false accumulates locally (DDP's no_sync()); the next synced
+// backward reduces the sum.
+//
+// reducer.hpp needs trainer/shim (see the header there).
+#ifndef ELASTRUN_TRAINER_DDP_H_
+#define ELASTRUN_TRAINER_DDP_H_
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainer/trainer_pch.h"
+
+namespace elastrun::trainer {
+
+struct DdpOptions {
+  // Python DDP's _DEFAULT_FIRST_BUCKET_BYTES and bucket_cap_mb=25.
+  size_t first_bucket_bytes = size_t{1} << 20;
+  size_t bucket_bytes = size_t{25} << 20;
+  // Broadcast buffers (BatchNorm statistics) from rank 0 before every synced
+  // forward, as DDP's broadcast_buffers=True.
+  bool broadcast_buffers = true;
+  // Bucket size of broadcast_coalesced (Python DDP: 250 MiB).
+  size_t broadcast_bytes = size_t{250} << 20;
+};
+
+// Wraps one module on one rank. The module and the process group must
+// outlive this object. Not thread-safe: one thread drives the steps.
+class DistributedDataParallel {
+ public:
+  // Broadcasts parameters and buffers from rank 0 (every rank then starts
+  // from rank 0's state), assigns buckets and builds the Reducer.
+  // Errors: Internal with torch's message (e.g. a peer left during the
+  // broadcast).
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(
+      std::shared_ptr<torch::nn::Module> module,
+      c10::intrusive_ptr<c10d::ProcessGroup> group, const DdpOptions& options = {});
+  ~DistributedDataParallel();
+
+  // Copies parameters and buffers of rank `root` to every rank.
+  void BroadcastState(int root = 0);
+  void BeforeForward(bool sync);
+  void BeforeBackward(const at::Tensor& loss, bool sync);
+
+  // Bucket assignment (parameter indices per bucket, in reduction order).
+  const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
+
+ private:
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                          c10::intrusive_ptr<c10d::ProcessGroup> group,
+                          const DdpOptions& options);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  DdpOptions options_;
+  std::vector<at::Tensor> buffers_;
+  std::vector<std::vector<size_t>> buckets_;
+  std::unique_ptr<c10d::Reducer> reducer_;
+  // Buffers are broadcast after a synced backward (DDP's
+  // require_forward_param_sync).
+  bool buffers_need_sync_ = false;
+};
+
+}  // namespace elastrun::trainer
+
+#endif  // ELASTRUN_TRAINER_DDP_H_

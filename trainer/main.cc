@@ -1,0 +1,75 @@
+// elastrun-train: the LibTorch DDP trainer. Run under `elastrun run` (or
+// torchrun) for one process per rank:
+//   elastrun run --nproc-per-node 2 elastrun-train
+//       --config configs/fashion_mnist_mlp.yaml train.epochs=2
+// Flags: see kUsage in trainer/options.cc.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/config/config.h"
+#include "trainer/options.h"
+#include "trainer/trainer.h"
+#include "worker/env.h"
+#include "worker/record.h"
+
+namespace {
+
+int Main(int argc, char** argv) {
+  using namespace elastrun;
+  absl::StatusOr<trainer::Flags> flags =
+      trainer::ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
+  if (!flags.ok()) {
+    std::fprintf(stderr, "elastrun-train: %s\n%s", std::string(flags.status().message()).c_str(),
+                 trainer::kUsage);
+    return 2;
+  }
+  if (flags->help) {
+    std::fputs(trainer::kUsage, stdout);
+    return 0;
+  }
+  if (flags->list_targets) {
+    config::PrintTargets(std::cout);
+    return 0;
+  }
+  absl::StatusOr<trainer::TrainerConfig> cfg =
+      trainer::LoadTrainerConfig(flags->config, flags->overrides);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "elastrun-train: %s\n", std::string(cfg.status().message()).c_str());
+    return 2;
+  }
+  if (flags->print_config) {
+    std::cout << config::ToYaml(cfg->resolved);
+    return 0;
+  }
+  if (flags->resume.has_value()) {
+    std::fprintf(stderr, "elastrun-train: --resume is not implemented yet\n");
+    return 2;
+  }
+  trainer::RunOptions run;
+  // Started by a launcher (RANK set): join its group; by hand: one process.
+  if (std::getenv("RANK") != nullptr) {
+    absl::StatusOr<worker::WorkerEnv> env = worker::WorkerEnv::FromEnvironment();
+    if (!env.ok()) {
+      std::fprintf(stderr, "elastrun-train: %s\n", std::string(env.status().message()).c_str());
+      return 2;
+    }
+    run.env = *env;
+  }
+  run.tty = ::isatty(STDOUT_FILENO) == 1;
+  absl::StatusOr<trainer::TrainResult> result = trainer::Train(*cfg, run);
+  // Thrown so that RunRecorded leaves the launcher an error file.
+  if (!result.ok()) throw std::runtime_error(std::string(result.status().message()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return elastrun::worker::RunRecorded([&] { return Main(argc, argv); });
+}

@@ -1,0 +1,78 @@
+// Rank 0's record of a run: one CSV row per epoch in <run>/metrics.csv,
+// and the progress display (a bar on a terminal, plain lines otherwise).
+#ifndef ELASTRUN_TRAINER_METRICS_H_
+#define ELASTRUN_TRAINER_METRICS_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace elastrun::trainer {
+
+// One row of metrics.csv.
+struct EpochMetrics {
+  int64_t epoch = 0;         // 1-based: epochs completed.
+  double train_loss = 0;     // Mean over the epoch's samples, all ranks.
+  double test_loss = 0;
+  double test_acc = 0;       // Fraction in [0, 1].
+  double lr = 0;             // Lr of the weight groups at the epoch's end.
+  double seconds = 0;        // Wall time of the epoch (train + eval).
+  double images_per_sec = 0; // Training images per second, all ranks.
+};
+
+extern const char kMetricsHeader[];
+
+// Writes metrics.csv. Rows are flushed as they come, so a crash keeps the
+// epochs already done. Not thread-safe.
+class MetricsWriter {
+ public:
+  // Creates (or, when `append` and the file exists, appends to) `path`.
+  // Errors name the path (FailedPrecondition).
+  static absl::StatusOr<MetricsWriter> Open(const std::string& path, bool append);
+  MetricsWriter(MetricsWriter&& other) noexcept : file_(other.file_) { other.file_ = nullptr; }
+  MetricsWriter& operator=(MetricsWriter&&) = delete;
+  ~MetricsWriter();
+
+  absl::Status Append(const EpochMetrics& row);
+
+ private:
+  explicit MetricsWriter(std::FILE* file, std::string path)
+      : file_(file), path_(std::move(path)) {}
+  std::FILE* file_;
+  std::string path_;
+};
+
+// The progress display of rank 0.
+class Progress {
+ public:
+  // `tty`: draw an in-place bar on `out`; otherwise print a plain line every
+  // `log_period` iterations (0: none).
+  Progress(std::FILE* out, bool tty, int64_t log_period)
+      : out_(out), tty_(tty), log_period_(log_period) {}
+
+  // Iteration `i` (0-based) of `total` in epoch `epoch` of `epochs`.
+  void Update(int64_t epoch, int64_t epochs, int64_t i, int64_t total, double loss,
+              double lr, double elapsed_s);
+  // Ends the bar's line (terminal) before a summary line.
+  void Finish();
+
+ private:
+  std::FILE* out_;
+  bool tty_;
+  int64_t log_period_;
+  bool open_line_ = false;
+};
+
+// Makes `dir` (and parents). Errors name it.
+absl::Status MakeDirs(const std::string& dir);
+// Writes `contents` to `path` atomically: temporary file, fsync, rename,
+// fsync of the folder. Errors name the path and the failing call.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+}  // namespace elastrun::trainer
+
+#endif  // ELASTRUN_TRAINER_METRICS_H_

@@ -1,0 +1,94 @@
+// The torch-free side of a trainer config: the `data` and `train` sections
+// (plain sections checked against schemas), the command line, and loading
+// plus validating a whole config. Models and optimizers are `_target_`s in
+// the registry (models.cc, optimizer.cc, schedule.cc).
+#ifndef ELASTRUN_TRAINER_OPTIONS_H_
+#define ELASTRUN_TRAINER_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/config/node.h"
+#include "common/config/schema.h"
+
+namespace elastrun::trainer {
+
+// The `data` section.
+struct DataOptions {
+  // Folder with the Fashion-MNIST IDX files.
+  std::string root = "/usr/share/datasets/fashion-mnist";
+  // Per-worker batch; the global batch is batch_size * world size.
+  int64_t batch_size = 64;
+  // Random, learnable tensors of the same shape instead of files.
+  bool synthetic = false;
+  // Samples of the synthetic train and test splits.
+  int64_t synthetic_train_size = 60000;
+  int64_t synthetic_test_size = 10000;
+  int64_t num_classes = 10;
+  int64_t image_size = 28;
+  // Accepted for compatibility; the data sit in memory, no loader threads.
+  int64_t num_workers = 0;
+  // Drop the last incomplete shard samples (DistributedSampler's drop_last).
+  bool drop_last = false;
+};
+
+// The `train` section.
+struct TrainOptions {
+  int64_t epochs = 10;
+  // Seed of the model's initial weights, the sampler and dropout.
+  int64_t seed = 0;
+  // Metrics, the resolved config and checkpoints go here.
+  std::string output_dir = "runs/default";
+  // Checkpoint every N epochs (and after the last); 0: never.
+  int64_t checkpoint_period = 1;
+  // Rank 0 prints a progress line every N iterations (0: only per epoch).
+  int64_t log_period = 50;
+  // Intra-op threads per rank (torch::set_num_threads).
+  int64_t threads = 1;
+};
+
+const config::Schema& DataSchema();
+const config::Schema& TrainSchema();
+
+// Reads a checked section (defaults filled by the schema).
+DataOptions DataOptionsFrom(const config::Node& data);
+TrainOptions TrainOptionsFrom(const config::Node& train);
+
+// The command line of elastrun-train.
+struct Flags {
+  std::string config;                  // --config F (required unless listing).
+  std::vector<std::string> overrides;  // key=value, +key=value, ~key.
+  bool print_config = false;           // --print-config
+  bool list_targets = false;           // --list-targets
+  bool help = false;                   // --help / -h
+  // --resume [PATH]: "" means the newest checkpoint of the run.
+  std::optional<std::string> resume;
+};
+
+// Accepts "--flag value" and "--flag=value"; an argument without a leading
+// "-" is an override. InvalidArgument naming the flag on an unknown flag, a
+// missing value, or no --config where one is needed.
+absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args);
+extern const char kUsage[];
+
+// A loaded trainer config: the resolved tree (what --print-config shows and
+// the run folder keeps) with `data` and `train` checked and defaults filled.
+struct TrainerConfig {
+  config::Node resolved;
+  DataOptions data;
+  TrainOptions train;
+};
+
+// LoadConfig(path, overrides), then checks every section: `data` and
+// `train` against their schemas, and `model`, `optimizer`, `scheduler` by
+// instantiating them (which checks their arguments; building a model is
+// cheap). Errors name the file, line and key (see common/config).
+absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& path,
+                                                const std::vector<std::string>& overrides);
+
+}  // namespace elastrun::trainer
+
+#endif  // ELASTRUN_TRAINER_OPTIONS_H_

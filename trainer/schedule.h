@@ -1,0 +1,96 @@
+// YOLOv5's learning-rate and momentum schedule (train.py, hyp.scratch-low),
+// as plain math so it can be tested against the formulas without torch.
+//
+//   nb = batches per epoch, nw = max(round(warmup_epochs * nb), 100)
+//   lf(e) = ((1 - cos(e * pi / epochs)) / 2) * (lrf - 1) + 1   (one_cycle)
+//         = (1 - e / epochs) * (1 - lrf) + lrf                  (linear)
+//   iteration ni <= nw (warm-up), xi = [0, nw]:
+//     bias lr   = interp(ni, xi, [warmup_bias_lr, lr0 * lf(epoch)])
+//     other lrs = interp(ni, xi, [0,              lr0 * lf(epoch)])
+//     momentum  = interp(ni, xi, [warmup_momentum, momentum])
+//     accumulate = max(1, round(interp(ni, xi, [1, nbs / global_batch])))
+//   afterwards: lr = lr0 * lf(epoch), momentum = momentum,
+//     accumulate = max(round(nbs / global_batch), 1)
+// Rounding is Python's (half to even), as YOLOv5 gets from round()/np.round.
+#ifndef ELASTRUN_TRAINER_SCHEDULE_H_
+#define ELASTRUN_TRAINER_SCHEDULE_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace elastrun::trainer {
+
+// The `scheduler` section (`_target_: YoloV5Schedule`).
+struct ScheduleOptions {
+  // Epochs of the run; lf() reaches lrf at this epoch.
+  int64_t epochs = 10;
+  // Final lr as a fraction of lr0.
+  double lrf = 0.01;
+  // true: cosine decay; false: linear.
+  bool one_cycle = true;
+  // Warm-up length in epochs (at least kMinWarmupIters iterations).
+  double warmup_epochs = 3.0;
+  // Momentum at the start of warm-up.
+  double warmup_momentum = 0.8;
+  // Bias lr at the start of warm-up.
+  double warmup_bias_lr = 0.1;
+  // Momentum after warm-up (the optimizer's).
+  double momentum = 0.937;
+};
+
+// The hyperparameters one iteration uses.
+struct IterationValues {
+  double bias_lr = 0;   // Parameter group of biases.
+  double lr = 0;        // The other parameter groups.
+  double momentum = 0;  // SGD momentum (AdamW: unused).
+  int64_t accumulate = 1;  // Micro-batches per optimizer step.
+};
+
+// Immutable, thread-compatible.
+class YoloV5Schedule {
+ public:
+  static constexpr int64_t kMinWarmupIters = 100;
+
+  // lr0: base lr; batches_per_epoch: this rank's batches per epoch (> 0);
+  // nbs: nominal batch; global_batch: samples per micro-batch over all ranks.
+  // InvalidArgument on non-positive sizes or epochs.
+  static absl::StatusOr<YoloV5Schedule> Create(const ScheduleOptions& options,
+                                               double lr0,
+                                               int64_t batches_per_epoch,
+                                               int64_t nbs, int64_t global_batch);
+
+  // lf(epoch): the lr factor of an epoch.
+  double LrFactor(int64_t epoch) const;
+  // nw: iterations of warm-up.
+  int64_t warmup_iters() const { return warmup_iters_; }
+  // Accumulation after warm-up: max(round(nbs / global_batch), 1).
+  int64_t accumulate() const { return accumulate_; }
+  // Weight decay scaled as YOLOv5 does:
+  // weight_decay * global_batch * accumulate / nbs.
+  double ScaledWeightDecay(double weight_decay) const;
+  // Values at global iteration ni (= epoch * batches_per_epoch + i).
+  IterationValues At(int64_t ni, int64_t epoch) const;
+
+  const ScheduleOptions& options() const { return options_; }
+
+ private:
+  YoloV5Schedule(const ScheduleOptions& options, double lr0, int64_t nb,
+                 int64_t nbs, int64_t global_batch);
+
+  ScheduleOptions options_;
+  double lr0_;
+  int64_t nbs_;
+  int64_t global_batch_;
+  int64_t warmup_iters_;
+  int64_t accumulate_;
+};
+
+// Python's round(): to nearest, halves to even.
+double RoundHalfEven(double x);
+// numpy.interp for two points (x0 < x1), clamped outside.
+double Interp(double x, double x0, double x1, double y0, double y1);
+
+}  // namespace elastrun::trainer
+
+#endif  // ELASTRUN_TRAINER_SCHEDULE_H_

@@ -1,0 +1,33 @@
+// Shim for a header Debian's libtorch-dev does not ship.
+//
+// c10d's reducer.hpp includes the distributed-autograd context only to
+// static_assert that its GradCallback type equals Reducer's and to hold a
+// ContextPtr (a shared_ptr, same layout whatever it points to). The trainer
+// never uses distributed autograd (RPC), so declaring these two names is
+// enough to use c10d::Reducer from C++. Keep the GradCallback signature in
+// step with torch/csrc/distributed/autograd/context/context.h of the
+// LibTorch version in use (1.13: std::function<bool(at::Tensor&)>).
+#ifndef ELASTRUN_TRAINER_SHIM_DIST_AUTOGRAD_CONTEXT_H_
+#define ELASTRUN_TRAINER_SHIM_DIST_AUTOGRAD_CONTEXT_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+
+namespace torch {
+namespace distributed {
+namespace autograd {
+
+class DistAutogradContext {
+ public:
+  using GradCallback = std::function<bool(at::Tensor&)>;
+};
+
+using ContextPtr = std::shared_ptr<DistAutogradContext>;
+
+}  // namespace autograd
+}  // namespace distributed
+}  // namespace torch
+
+#endif  // ELASTRUN_TRAINER_SHIM_DIST_AUTOGRAD_CONTEXT_H_

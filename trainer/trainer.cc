@@ -1,0 +1,259 @@
+#include "trainer/trainer.h"
+
+#include <chrono>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/config/config.h"
+#include "common/status_macros.h"
+#include "trainer/data.h"
+#include "trainer/ddp.h"
+#include "trainer/digest.h"
+#include "trainer/metrics.h"
+#include "trainer/models.h"
+#include "trainer/optimizer.h"
+#include "trainer/sampler.h"
+#include "trainer/schedule.h"
+#include "worker/process_group.h"
+
+namespace elastrun::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The objects a config describes, instantiated.
+struct Components {
+  Model model;
+  OptimizerSpec optimizer;
+  ScheduleOptions schedule;
+};
+
+absl::StatusOr<Components> Instantiate(const config::Node& cfg) {
+  Components c;
+  ASSIGN_OR_RETURN(config::Object model, config::InstantiateAt(cfg, "model"));
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> m, model.Get<Model>());
+  c.model = *m;
+  ASSIGN_OR_RETURN(config::Object opt, config::InstantiateAt(cfg, "optimizer"));
+  ASSIGN_OR_RETURN(std::shared_ptr<OptimizerSpec> o, opt.Get<OptimizerSpec>());
+  c.optimizer = *o;
+  ASSIGN_OR_RETURN(config::Object sched, config::InstantiateAt(cfg, "scheduler"));
+  ASSIGN_OR_RETURN(std::shared_ptr<ScheduleOptions> s, sched.Get<ScheduleOptions>());
+  c.schedule = *s;
+  return c;
+}
+
+std::string ParamsSha256(torch::nn::Module& model) {
+  Sha256 h;
+  for (const at::Tensor& p : model.parameters()) {
+    at::Tensor c = p.detach().contiguous();
+    h.Update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
+  }
+  return h.HexDigest();
+}
+
+// Sums `values` over ranks (no-op without a group).
+absl::Status SumOverRanks(worker::ProcessGroup* group, std::vector<double>& values) {
+  if (group == nullptr) return absl::OkStatus();
+  at::Tensor t = at::tensor(values, at::kDouble);
+  RETURN_IF_ERROR(group->AllReduce(t));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
+  return absl::OkStatus();
+}
+
+struct EvalResult {
+  double loss = 0;
+  double acc = 0;
+};
+
+// Each rank scores its unpadded shard; correct, loss and count are summed.
+absl::StatusOr<EvalResult> Evaluate(Model& model, const Dataset& test, int world, int rank,
+                                    worker::ProcessGroup* group) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const std::vector<int64_t> shard = EvalShard(test.size(), world, rank);
+  constexpr size_t kBatch = 1000;
+  std::vector<double> sums = {0, 0, 0};  // correct, loss sum, count
+  for (size_t b = 0; b < shard.size(); b += kBatch) {
+    const size_t e = std::min(shard.size(), b + kBatch);
+    Batch batch = MakeBatch(test, shard, b, e);
+    at::Tensor logits = model->forward(batch.x);
+    sums[0] += logits.argmax(1).eq(batch.y).sum().item<double>();
+    sums[1] += torch::nn::functional::cross_entropy(
+                   logits, batch.y,
+                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                   .item<double>();
+    sums[2] += static_cast<double>(e - b);
+  }
+  RETURN_IF_ERROR(SumOverRanks(group, sums));
+  model->train();
+  return EvalResult{sums[1] / sums[2], sums[0] / sums[2]};
+}
+
+absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions& run,
+                                      worker::ProcessGroup* group) {
+  const Clock::time_point start = Clock::now();
+  const int world = group ? group->world_size() : 1;
+  const int rank = group ? group->rank() : 0;
+  const bool leader = rank == 0;
+  const DataOptions& data = cfg.data;
+  const TrainOptions& train = cfg.train;
+  if (train.threads > 0) torch::set_num_threads(static_cast<int>(train.threads));
+
+  // The same initial weights everywhere (rank 0's are broadcast anyway).
+  torch::manual_seed(static_cast<uint64_t>(train.seed));
+  ASSIGN_OR_RETURN(Components c, Instantiate(cfg.resolved));
+  Model& model = c.model;
+
+  ASSIGN_OR_RETURN(Dataset train_set, LoadDataset(data, /*train=*/true,
+                                                  static_cast<uint64_t>(train.seed)));
+  ASSIGN_OR_RETURN(Dataset test_set, LoadDataset(data, /*train=*/false,
+                                                 static_cast<uint64_t>(train.seed)));
+  SamplerOptions sampler_options;
+  sampler_options.seed = static_cast<uint64_t>(train.seed);
+  sampler_options.drop_last = data.drop_last;
+  ASSIGN_OR_RETURN(DistributedSampler sampler,
+                   DistributedSampler::Create(train_set.size(), world, rank, sampler_options,
+                                              TorchPermutation));
+  const int64_t nb = (sampler.num_samples() + data.batch_size - 1) / data.batch_size;
+  const int64_t global_batch = data.batch_size * world;
+  ScheduleOptions schedule_options = c.schedule;
+  ASSIGN_OR_RETURN(YoloV5Schedule schedule,
+                   YoloV5Schedule::Create(schedule_options, c.optimizer.lr0, nb,
+                                          c.optimizer.nbs, global_batch));
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                   Optimizer::Create(c.optimizer, *model,
+                                     schedule.ScaledWeightDecay(c.optimizer.weight_decay)));
+
+  std::unique_ptr<DistributedDataParallel> ddp;
+  if (group != nullptr) {
+    ASSIGN_OR_RETURN(ddp, DistributedDataParallel::Create(model.ptr(), group->gloo()));
+  }
+
+  std::optional<MetricsWriter> metrics;
+  if (leader) {
+    RETURN_IF_ERROR(MakeDirs(train.output_dir));
+    RETURN_IF_ERROR(WriteFileAtomically(train.output_dir + "/config.yaml",
+                                        config::ToYaml(cfg.resolved)));
+    ASSIGN_OR_RETURN(MetricsWriter w,
+                     MetricsWriter::Open(train.output_dir + "/metrics.csv", false));
+    metrics.emplace(std::move(w));
+    std::fprintf(run.out,
+                 "elastrun-train: %d rank(s), %lld train / %lld test samples, batch %lld x %d, "
+                 "%lld iterations/epoch, warm-up %lld iterations, accumulate %lld\n",
+                 world, static_cast<long long>(train_set.size()),
+                 static_cast<long long>(test_set.size()),
+                 static_cast<long long>(data.batch_size), world, static_cast<long long>(nb),
+                 static_cast<long long>(schedule.warmup_iters()),
+                 static_cast<long long>(schedule.accumulate()));
+    std::fflush(run.out);
+  }
+  Progress progress(run.out, run.tty, train.log_period);
+
+  model->train();
+  TrainResult result;
+  int64_t last_opt_step = -1;
+  int64_t micro_batches = 0;
+  for (int64_t epoch = 0; epoch < train.epochs; ++epoch) {
+    const Clock::time_point epoch_start = Clock::now();
+    sampler.set_epoch(epoch);
+    const std::vector<int64_t> indices = sampler.Indices();
+    double loss_sum = 0;
+    double seen = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t ni = i + nb * epoch;
+      const IterationValues v = schedule.At(ni, epoch);
+      optimizer->Apply(v);
+      const bool step = ni - last_opt_step >= v.accumulate;
+      const size_t b = static_cast<size_t>(i * data.batch_size);
+      const size_t e = std::min(indices.size(), b + static_cast<size_t>(data.batch_size));
+      Batch batch = MakeBatch(train_set, indices, b, e);
+      if (ddp) ddp->BeforeForward(step);
+      at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(batch.x), batch.y);
+      if (ddp) ddp->BeforeBackward(loss, step);
+      loss.backward();
+      ++micro_batches;
+      if (step) {
+        optimizer->Step(micro_batches);
+        micro_batches = 0;
+        last_opt_step = ni;
+      }
+      const double l = loss.item<double>();
+      loss_sum += l * static_cast<double>(e - b);
+      seen += static_cast<double>(e - b);
+      if (leader) progress.Update(epoch, train.epochs, i, nb, l, v.lr, SecondsSince(epoch_start));
+    }
+    std::vector<double> train_sums = {loss_sum, seen};
+    RETURN_IF_ERROR(SumOverRanks(group, train_sums));
+    ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model, test_set, world, rank, group));
+    const double epoch_s = SecondsSince(epoch_start);
+    result.epoch = epoch + 1;
+    result.train_loss = train_sums[0] / train_sums[1];
+    result.test_acc = eval.acc;
+    result.test_loss = eval.loss;
+    if (leader) {
+      progress.Finish();
+      EpochMetrics m;
+      m.epoch = epoch + 1;
+      m.train_loss = result.train_loss;
+      m.test_loss = eval.loss;
+      m.test_acc = eval.acc;
+      m.lr = optimizer->lr();
+      m.seconds = epoch_s;
+      m.images_per_sec = train_sums[1] / epoch_s;
+      RETURN_IF_ERROR(metrics->Append(m));
+      std::fprintf(run.out,
+                   "epoch %lld/%lld: train_loss %.4f test_loss %.4f test_acc %.4f lr %.5g "
+                   "%.1fs %.0f img/s\n",
+                   static_cast<long long>(m.epoch), static_cast<long long>(train.epochs),
+                   m.train_loss, m.test_loss, m.test_acc, m.lr, m.seconds, m.images_per_sec);
+      std::fflush(run.out);
+    }
+  }
+  result.params_sha256 = ParamsSha256(*model);
+  result.seconds = SecondsSince(start);
+  if (group != nullptr) RETURN_IF_ERROR(group->Barrier());
+  if (leader) {
+    std::fprintf(run.out, "%s\n", FinalLine(result).c_str());
+    std::fflush(run.out);
+  }
+  return result;
+}
+
+}  // namespace
+
+std::string FinalLine(const TrainResult& r) {
+  return absl::StrFormat("final: epoch=%d test_acc=%.4f train_loss=%.4f params_sha256=%s",
+                         r.epoch, r.test_acc, r.train_loss, r.params_sha256);
+}
+
+absl::StatusOr<TrainResult> TrainOnGroup(const TrainerConfig& cfg, const RunOptions& run,
+                                         worker::ProcessGroup* group) {
+  try {
+    return TrainImpl(cfg, run, group);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(e.what());
+  }
+}
+
+absl::StatusOr<TrainResult> Train(const TrainerConfig& cfg, const RunOptions& run) {
+  std::unique_ptr<worker::ProcessGroup> group;
+  if (run.env.has_value()) {
+    ASSIGN_OR_RETURN(group, worker::InitProcessGroup(*run.env));
+  }
+  absl::StatusOr<TrainResult> result = TrainOnGroup(cfg, run, group.get());
+  if (!result.ok()) {
+    // Keep the group up: this rank's error must be recorded before peers
+    // see its connections close (worker/record.h).
+    group.release();
+  }
+  return result;
+}
+
+}  // namespace elastrun::trainer

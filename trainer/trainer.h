@@ -1,0 +1,60 @@
+// The training loop of elastrun-train: one process per rank, DDP over the
+// job's Gloo group (worker/), YOLOv5's schedule, distributed evaluation,
+// metrics and the final line. Torch-free interface, so main.cc and other
+// callers compile without LibTorch.
+#ifndef ELASTRUN_TRAINER_TRAINER_H_
+#define ELASTRUN_TRAINER_TRAINER_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "trainer/options.h"
+#include "worker/env.h"
+
+namespace elastrun::worker {
+class ProcessGroup;
+}  // namespace elastrun::worker
+
+namespace elastrun::trainer {
+
+struct RunOptions {
+  // nullopt: a single process without a process group (started by hand).
+  std::optional<worker::WorkerEnv> env;
+  // Where rank 0 prints progress and the final line.
+  std::FILE* out = stdout;
+  // Draw a progress bar (a terminal); otherwise plain lines.
+  bool tty = false;
+};
+
+// What the final line reports.
+struct TrainResult {
+  int64_t epoch = 0;          // Epochs completed.
+  double test_acc = 0;        // Fraction, over the whole test split.
+  double test_loss = 0;
+  double train_loss = 0;      // Mean over the last epoch, all ranks.
+  std::string params_sha256;  // Of the parameters' bytes, in order.
+  double seconds = 0;         // Wall time of training and evaluation.
+};
+
+// "final: epoch=2 test_acc=0.8512 train_loss=0.4123 params_sha256=..."
+std::string FinalLine(const TrainResult& result);
+
+// Trains as `config` says. Every rank returns the same result. Rank 0
+// writes <output_dir>/config.yaml (the resolved config) and metrics.csv.
+// Errors: data (naming the file), the process group (naming the peer or
+// address), I/O of the run folder; LibTorch's exceptions are turned into
+// Internal errors with their message.
+absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const RunOptions& options);
+
+// As Train, over a process group the caller made (nullptr: one process);
+// options.env is ignored. For tests that run ranks as threads.
+absl::StatusOr<TrainResult> TrainOnGroup(const TrainerConfig& config,
+                                         const RunOptions& options,
+                                         worker::ProcessGroup* group);
+
+}  // namespace elastrun::trainer
+
+#endif  // ELASTRUN_TRAINER_TRAINER_H_
