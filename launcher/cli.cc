@@ -148,14 +148,16 @@ passed first (default: no timeout). Polls the service every --poll-interval
 (default 250ms); a service that stays unreachable for 60s exits 3.
 )"},
       {"logs",
-       "where a job's worker logs are (streaming is not implemented yet)",
+       "print a job's worker output (-f: follow until the job ends)",
        {"--rank"},
        {"-f", "--follow"},
        R"(usage: elastrun logs JOB [-f] [--rank R]
 
-Streaming logs through the service is not implemented yet: this prints where
-the logs are on each node and exits 1. Each node daemon writes them under its
---log-dir (default /tmp/elastrund-NODE_ID), as
+Prints the worker output the node daemons forwarded to the service, every
+line prefixed [rankN]: (with --rank R: only that rank, unprefixed). With -f,
+keeps printing new lines until the job has ended. The service keeps the
+newest 8 MiB per job in memory; the complete logs stay on each node under
+the daemon's --log-dir (default /tmp/elastrund-NODE_ID), as
 LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log.
 )"},
   };

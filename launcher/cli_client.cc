@@ -83,6 +83,22 @@ class GrpcJobsClient : public JobsClient {
     return resp;
   }
 
+  absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(const std::string& job_id, int rank,
+                                                     int64_t after_seq) override {
+    v1::StreamLogsRequest req;
+    req.set_job_id(job_id);
+    req.set_rank(rank);
+    req.set_after_seq(after_seq);
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader = stub_->StreamLogs(&ctx, req);
+    std::vector<v1::LogChunk> chunks;
+    v1::LogChunk chunk;
+    while (reader->Read(&chunk)) chunks.push_back(chunk);
+    if (absl::Status st = Convert(reader->Finish()); !st.ok()) return st;
+    return chunks;
+  }
+
  private:
   void Prepare(grpc::ClientContext& ctx) const {
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));

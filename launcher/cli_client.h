@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -37,6 +38,10 @@ class JobsClient {
   virtual absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id,
                                                const std::string& reason) = 0;
   virtual absl::StatusOr<v1::ListNodesResponse> ListNodes() = 0;
+  // The job's forwarded worker output after `after_seq` (`rank` -1: all),
+  // as much as the service holds now.
+  virtual absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(const std::string& job_id,
+                                                             int rank, int64_t after_seq) = 0;
 };
 
 // A client over a new gRPC channel to options.address (plaintext; the

@@ -226,34 +226,41 @@ int Wait(const ParsedArgs& a, const CliContext& ctx) {
 int Logs(const ParsedArgs& a, const CliContext& ctx) {
   absl::StatusOr<std::string> job = OneJob(a);
   if (!job.ok()) return Fail(a, ctx, job.status(), kExitUsage);
-  // Ask for the job anyway: an unknown id or an unreachable service should
-  // say so rather than point at logs that do not exist.
-  absl::StatusOr<v1::JobStatus> s = ctx.connect(a.service)->Get(*job);
+  int rank = -1;
+  if (a.Has("--rank")) {
+    absl::StatusOr<int64_t> r = ParseInt(a.Last("--rank"), "--rank", 0, 1 << 20);
+    if (!r.ok()) return Fail(a, ctx, r.status(), kExitUsage);
+    rank = static_cast<int>(*r);
+  }
+  const bool follow = a.Has("-f") || a.Has("--follow");
+  std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  // The job first: an unknown id or an unreachable service says so.
+  absl::StatusOr<v1::JobStatus> s = client->Get(*job);
   if (!s.ok()) return Fail(a, ctx, s.status());
-  std::string text = absl::StrFormat(
-      "elastrun logs: streaming logs through the service is not implemented yet.\n"
-      "Each node keeps its workers' output under the --log-dir of its elastrund\n"
-      "(default /tmp/elastrund-NODE_ID):\n"
-      "  LOG_DIR/%s/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log\n",
-      *job);
-  const v1::RoundRecord* latest = nullptr;
-  for (const v1::RoundRecord& r : s->history()) {
-    if (r.has_assignment()) latest = &r;
-  }
-  if (latest == nullptr) {
-    absl::StrAppend(&text, "No round of ", *job,
-                    " has started yet, so there are no logs.\n");
-  } else {
-    absl::StrAppendFormat(&text, "Round %d ran on:\n", latest->id());
-    for (const v1::NodeAssignment& n : latest->assignment().nodes()) {
-      absl::StrAppendFormat(
-          &text, "  node %s (%s): LOG_DIR/%s/attempt_%d/{0..%d}/  ranks %d-%d\n",
-          n.node_id(), n.addr(), *job, latest->id(), n.local_world_size() - 1,
-          n.rank_offset(), n.rank_offset() + n.local_world_size() - 1);
+  int64_t after = 0;
+  for (;;) {
+    // Read the job's state before the logs: once it is seen finished, one
+    // more read gets everything its nodes sent before the end.
+    const bool finished = s->state() == v1::JOB_STATE_SUCCEEDED ||
+                          s->state() == v1::JOB_STATE_FAILED ||
+                          s->state() == v1::JOB_STATE_CANCELLED;
+    absl::StatusOr<std::vector<v1::LogChunk>> chunks = client->ReadLogs(*job, rank, after);
+    if (!chunks.ok()) return Fail(a, ctx, chunks.status());
+    for (const v1::LogChunk& c : *chunks) {
+      // With every rank, each line says whose it is, as on `elastrun run`'s
+      // console; with --rank R the lines are as the worker wrote them.
+      if (rank < 0) *ctx.out << "[rank" << c.rank() << "]:";
+      *ctx.out << c.data();
+      after = std::max(after, c.seq());
     }
+    ctx.out->flush();
+    if (!follow || (finished && chunks->empty())) break;
+    if (chunks->empty()) ctx.sleep(absl::Milliseconds(250));
+    absl::StatusOr<v1::JobStatus> next = client->Get(*job);
+    if (!next.ok()) return Fail(a, ctx, next.status());
+    s = *std::move(next);
   }
-  *ctx.err << text;
-  return kExitFailed;
+  return kExitOk;
 }
 
 }  // namespace elastrun::launcher::internal

@@ -192,9 +192,9 @@ TEST_F(CliE2eTest, SubmitStatusListCancelWait) {
   EXPECT_EQ(wait.exit_code, 1) << wait.output;
   EXPECT_THAT(wait.output, HasSubstr(job + " CANCELLED"));
 
-  RunResult logs = Cli({"logs", job});
-  EXPECT_EQ(logs.exit_code, 1);
-  EXPECT_THAT(logs.output, HasSubstr("not implemented yet"));
+  RunResult logs = Cli({"logs", job});  // no node ran it: no lines
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_EQ(logs.output, "");
 }
 
 TEST_F(CliE2eTest, JobFileSubmits) {
@@ -319,12 +319,8 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   EXPECT_EQ(nodes["nodes"][0]["state"], "ALIVE");
   EXPECT_EQ(nodes["nodes"][0]["slots"], 2);
 
-  // `logs` points at the folder where the failing rank's output really is.
-  RunResult where = Cli({"logs", bad_job});
-  EXPECT_EQ(where.exit_code, 1);
+  // The failing rank's output is on its node.
   const std::string node = j["root_cause"]["node_id"];
-  EXPECT_THAT(where.output, HasSubstr("node " + node + " (127.0.0.1): LOG_DIR/" +
-                                      bad_job + "/attempt_1/{0..1}/  ranks 2-3"));
   EXPECT_THAT(
       testing::ReadFile(logs + "/" + node + "/" + bad_job + "/attempt_1/1/stderr.log"),
       HasSubstr("boom"));

@@ -24,6 +24,7 @@ struct FakeService {
   // Replies to Get, in order; the last one repeats.
   std::deque<absl::StatusOr<v1::JobStatus>> gets;
   int get_calls = 0;
+  std::vector<v1::LogChunk> logs;  // what ReadLogs serves, by seq
   absl::Status error;  // when set, every call fails with it
 };
 
@@ -60,6 +61,15 @@ class FakeJobsClient : public JobsClient {
   absl::StatusOr<v1::ListNodesResponse> ListNodes() override {
     if (!s_->error.ok()) return s_->error;
     return v1::ListNodesResponse();
+  }
+  absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(const std::string& job_id, int rank,
+                                                     int64_t after_seq) override {
+    if (!s_->error.ok()) return s_->error;
+    std::vector<v1::LogChunk> out;
+    for (const v1::LogChunk& c : s_->logs) {
+      if (c.seq() > after_seq && (rank < 0 || c.rank() == rank)) out.push_back(c);
+    }
+    return out;
   }
 
  private:
@@ -238,21 +248,34 @@ TEST_F(CliTest, CancelPrintsTheLine) {
   EXPECT_THAT(out_.str(), HasSubstr("enough"));
 }
 
-TEST_F(CliTest, LogsSaysWhereTheLogsAre) {
-  v1::JobStatus s = Job(v1::JOB_STATE_RUNNING);
-  v1::RoundRecord* r = s.add_history();
-  r->set_id(3);
-  v1::NodeAssignment* n = r->mutable_assignment()->add_nodes();
-  n->set_node_id("n1");
-  n->set_addr("10.0.0.1");
-  n->set_local_world_size(2);
-  n->set_rank_offset(2);
-  service_.gets = {s};
-  EXPECT_EQ(Run("logs", {"j-1"}), kExitFailed);
-  EXPECT_THAT(err_.str(), HasSubstr("not implemented yet"));
-  EXPECT_THAT(err_.str(), HasSubstr("LOG_DIR/j-1/attempt_ROUND/LOCAL_RANK/"));
-  EXPECT_THAT(err_.str(), HasSubstr("node n1 (10.0.0.1): LOG_DIR/j-1/attempt_3/{0..1}/  "
-                                    "ranks 2-3"));
+v1::LogChunk Line(int64_t seq, int rank, const std::string& text) {
+  v1::LogChunk c;
+  c.set_seq(seq);
+  c.set_rank(rank);
+  c.set_stream("stdout");
+  c.set_data(text + "\n");
+  return c;
+}
+
+TEST_F(CliTest, LogsPrintsForwardedLinesWithRanks) {
+  service_.gets = {Job(v1::JOB_STATE_RUNNING)};
+  service_.logs = {Line(1, 0, "hello"), Line(2, 1, "world")};
+  EXPECT_EQ(Run("logs", {"j-1"}), kExitOk);
+  EXPECT_EQ(out_.str(), "[rank0]:hello\n[rank1]:world\n");
+  out_.str("");
+  EXPECT_EQ(Run("logs", {"j-1", "--rank", "1"}), kExitOk);
+  EXPECT_EQ(out_.str(), "world\n");
+  EXPECT_EQ(Run("logs", {"j-1", "--rank", "x"}), kExitUsage);
+}
+
+TEST_F(CliTest, LogsFollowReadsUntilTheJobHasEnded) {
+  // RUNNING on the first two looks, then SUCCEEDED; every line once.
+  service_.gets = {Job(v1::JOB_STATE_RUNNING), Job(v1::JOB_STATE_RUNNING),
+                   Job(v1::JOB_STATE_SUCCEEDED)};
+  service_.logs = {Line(1, 0, "a"), Line(2, 0, "b")};
+  EXPECT_EQ(Run("logs", {"j-1", "-f"}), kExitOk);
+  EXPECT_EQ(out_.str(), "[rank0]:a\n[rank0]:b\n");
+  EXPECT_GE(service_.get_calls, 3);
 }
 
 TEST_F(CliTest, HelpForEveryCommandListsExitCodes) {
