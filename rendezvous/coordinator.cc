@@ -12,6 +12,12 @@
 
 namespace elastrun::rendezvous {
 
+// In coordinator_rounds.cc: closes a re-formed round at once when every
+// node placed on the job joined it.
+std::vector<Event> CloseIfNobodyElseCanJoin(std::unique_ptr<RendezvousCore>& core,
+                                            const std::vector<std::string>& placed,
+                                            absl::Time now);
+
 Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store)
     : options_(std::move(options)),
       clock_(*options_.clock),
@@ -257,6 +263,15 @@ void Coordinator::NodeLost(Outbox& out, const std::string& node_id,
     PersistJob(out, job);
   }
   Schedule(out);
+  // A node lost while the others had all joined: nobody else is coming
+  // (Schedule placed any free node first).
+  for (const std::string& job_id : jobs) {
+    Job& job = *jobs_.at(job_id);
+    std::vector<Event> early = CloseIfNobodyElseCanJoin(job.core, job.placed, now);
+    if (early.empty()) continue;
+    HandleEvents(out, job, early);
+    PersistJob(out, job);
+  }
 }
 
 std::optional<absl::Time> Coordinator::Tick() {

@@ -1,0 +1,176 @@
+// The Coordinator without gRPC: fake Watch streams and a FakeClock. Covers
+// when a re-formed round closes: at once when every node placed on the job
+// joined it (nobody else can come), else after the last call.
+#include "rendezvous/coordinator.h"
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+class FakeStream : public NodeStream {
+ public:
+  void Send(v1::Command command) override {
+    absl::MutexLock lock(&mu_);
+    commands_.push_back(std::move(command));
+  }
+  void Close(absl::Status) override {}
+  // The round of the latest StartAttempt received, or -1.
+  int64_t StartedRound() {
+    absl::MutexLock lock(&mu_);
+    int64_t round = -1;
+    for (const v1::Command& c : commands_) {
+      if (c.has_start()) round = c.start().assignment().round();
+    }
+    return round;
+  }
+  int StartedWorldSize() {
+    absl::MutexLock lock(&mu_);
+    int size = 0;
+    for (const v1::Command& c : commands_) {
+      if (c.has_start()) size = c.start().assignment().world_size();
+    }
+    return size;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<v1::Command> commands_ ABSL_GUARDED_BY(mu_);
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions o;
+    o.clock = &clock_;
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    c_ = *std::move(c);
+  }
+  void AddNode(const std::string& id) {
+    v1::RegisterNodeRequest r;
+    r.set_node_id(id);
+    r.set_incarnation("inc-1");
+    r.set_addr(id + ".test");
+    r.set_slots(1);
+    ASSERT_TRUE(c_->RegisterNode(r).ok());
+    v1::WatchRequest w;
+    w.set_node_id(id);
+    w.set_incarnation("inc-1");
+    auto s = std::make_shared<FakeStream>();
+    ASSERT_TRUE(c_->AttachWatch(w, s).ok());
+    streams_[id] = s;
+  }
+  std::string Submit(int min, int max) {
+    v1::SubmitRequest r;
+    r.mutable_spec()->set_name("train");
+    r.mutable_spec()->set_min_nodes(min);
+    r.mutable_spec()->set_max_nodes(max);
+    r.mutable_spec()->set_nproc_per_node(1);
+    r.mutable_spec()->set_max_restarts(1);
+    r.mutable_spec()->add_argv("worker");
+    absl::StatusOr<v1::SubmitResponse> resp = c_->Submit(r);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->job_id() : "";
+  }
+  void Join(const std::string& id, const std::string& job, int64_t round) {
+    v1::JoinRoundRequest r;
+    r.set_job_id(job);
+    r.set_round(round);
+    r.set_node_id(id);
+    r.set_master_port(30000);
+    r.set_local_world_size(1);
+    absl::StatusOr<v1::JoinRoundResponse> resp = c_->JoinRound(r);
+    EXPECT_TRUE(resp.ok()) << id << ": " << resp.status();
+  }
+  void Lose(const std::string& id) { c_->DetachWatch(id, streams_.at(id).get()); }
+  void Fail(const std::string& id, const std::string& job, int64_t round) {
+    v1::ReportExitRequest r;
+    r.set_job_id(job);
+    r.set_round(round);
+    r.set_node_id(id);
+    r.mutable_failure()->set_exit_code(3);
+    ASSERT_TRUE(c_->ReportExit(r).ok());
+  }
+  int64_t Started(const std::string& id) { return streams_.at(id)->StartedRound(); }
+  v1::JobStatus Get(const std::string& job) {
+    v1::GetJobRequest r;
+    r.set_job_id(job);
+    absl::StatusOr<v1::JobStatus> s = c_->GetJob(r);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : v1::JobStatus();
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Coordinator> c_;
+  std::map<std::string, std::shared_ptr<FakeStream>> streams_;
+};
+
+TEST_F(CoordinatorTest, ReformedRoundClosesAtOnceWhenEveryPlacedNodeJoined) {
+  for (const char* id : {"a", "b", "c"}) AddNode(id);
+  const std::string job = Submit(2, 3);
+  for (const char* id : {"a", "b", "c"}) Join(id, job, 0);
+  ASSERT_EQ(Started("a"), 0);
+  clock_.Advance(absl::Milliseconds(500));
+  Lose("c");  // node loss: round 1 opens for a and b
+  Join("a", job, 1);
+  EXPECT_EQ(Started("a"), 0);  // b may still come
+  Join("b", job, 1);
+  // Nobody else is placed: no last call to wait out (the clock did not move).
+  EXPECT_EQ(Started("a"), 1);
+  EXPECT_EQ(Started("b"), 1);
+  EXPECT_EQ(streams_.at("a")->StartedWorldSize(), 2);
+  v1::JobStatus st = Get(job);
+  ASSERT_EQ(st.history_size(), 2);
+  EXPECT_EQ(st.history(1).closed_time().seconds(), absl::ToUnixSeconds(clock_.Now()));
+  EXPECT_EQ(st.phase(), v1::ROUND_PHASE_RUNNING);
+}
+
+TEST_F(CoordinatorTest, FirstRoundStillWaitsForTheLastCall) {
+  // Round 0 keeps its last call: daemons may still be registering.
+  for (const char* id : {"a", "b"}) AddNode(id);
+  const std::string job = Submit(2, 3);
+  Join("a", job, 0);
+  Join("b", job, 0);
+  EXPECT_EQ(Started("a"), -1);
+  clock_.Advance(absl::Seconds(1));
+  c_->Tick();
+  EXPECT_EQ(Started("a"), 0);
+  EXPECT_EQ(Started("b"), 0);
+}
+
+TEST_F(CoordinatorTest, ReformedRoundWaitsWhileAPlacedNodeHasNotJoined) {
+  for (const char* id : {"a", "b", "c"}) AddNode(id);
+  const std::string job = Submit(2, 3);
+  for (const char* id : {"a", "b", "c"}) Join(id, job, 0);
+  Fail("a", job, 0);  // restart: round 1 for all three
+  Join("a", job, 1);
+  Join("b", job, 1);
+  EXPECT_EQ(Started("a"), 0);  // c is alive and placed: it may still join
+  clock_.Advance(absl::Seconds(1));
+  c_->Tick();
+  EXPECT_EQ(Started("a"), 1);  // the last call closed it with a and b
+  EXPECT_EQ(streams_.at("a")->StartedWorldSize(), 2);
+}
+
+TEST_F(CoordinatorTest, LosingTheOnlyMissingNodeClosesTheRoundAtOnce) {
+  for (const char* id : {"a", "b", "c"}) AddNode(id);
+  const std::string job = Submit(2, 3);
+  for (const char* id : {"a", "b", "c"}) Join(id, job, 0);
+  Fail("a", job, 0);
+  Join("a", job, 1);
+  Join("b", job, 1);
+  EXPECT_EQ(Started("b"), 0);
+  Lose("c");  // the one that could still come is gone
+  EXPECT_EQ(Started("a"), 1);
+  EXPECT_EQ(Started("b"), 1);
+  EXPECT_EQ(streams_.at("b")->StartedWorldSize(), 2);
+}
+
+}  // namespace
+}  // namespace elastrun::rendezvous
