@@ -146,7 +146,7 @@ void Daemon::HandleJoin(const v1::JoinRoundCommand& join) {
 
 void Daemon::HandleStart(const v1::StartAttempt& start) {
   const int64_t round = start.assignment().round();
-  std::optional<std::pair<uint64_t, AttemptSpec>> launch;
+  std::optional<Launched> launch;
   uint64_t stop_id = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -176,7 +176,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
   StartOnRunner(std::move(launch));
 }
 
-std::optional<std::pair<uint64_t, AttemptSpec>> Daemon::Launch(const v1::StartAttempt& start) {
+std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
   const v1::Assignment& a = start.assignment();
   const v1::NodeAssignment* me = nullptr;
   for (const v1::NodeAssignment& n : a.nodes()) {
@@ -237,16 +237,17 @@ std::optional<std::pair<uint64_t, AttemptSpec>> Daemon::Launch(const v1::StartAt
             << me->rank_offset() << ".." << me->rank_offset() + me->local_world_size() - 1
             << " of " << a.world_size() << ", master " << a.master_addr() << ":"
             << a.master_port();
-  return std::make_pair(attempt.id, std::move(spec));
+  return Launched{attempt.id, attempt.job_id, attempt.round, std::move(spec)};
 }
 
-void Daemon::StartOnRunner(std::optional<std::pair<uint64_t, AttemptSpec>> launch) {
+void Daemon::StartOnRunner(std::optional<Launched> launch) {
   if (!launch) {
     FlushReports();  // a launch that failed queued its report
     return;
   }
-  const uint64_t id = launch->first;
-  runner_->Start(id, std::move(launch->second),
+  if (options_.on_attempt_start) options_.on_attempt_start(launch->job_id, launch->round);
+  const uint64_t id = launch->id;
+  runner_->Start(id, std::move(launch->spec),
                  [this, id](const AttemptOutcome& outcome) { OnAttemptEnded(id, outcome); });
 }
 
@@ -270,7 +271,7 @@ void Daemon::HandleStop(const std::string& job_id, std::optional<int64_t> round)
 }
 
 void Daemon::OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome) {
-  std::optional<std::pair<uint64_t, AttemptSpec>> launch;
+  std::optional<Launched> launch;
   {
     absl::MutexLock lock(&mu_);
     if (!current_ || current_->id != id) {

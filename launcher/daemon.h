@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -68,6 +69,9 @@ struct DaemonOptions {
   // Working directory of workers when the job gives none; empty: the
   // daemon's own.
   std::string working_dir;
+  // Called (outside any lock) just before an attempt is handed to the
+  // runner, e.g. to tag forwarded log lines. May be empty.
+  std::function<void(const std::string& job_id, int64_t round)> on_attempt_start;
 };
 
 class Daemon {
@@ -113,12 +117,18 @@ class Daemon {
   void HandleJoin(const v1::JoinRoundCommand& join);
   void HandleStart(const v1::StartAttempt& start);
   void HandleStop(const std::string& job_id, std::optional<int64_t> round);
-  // Builds attempt `start` and makes it current; returns what to hand to the
-  // runner, or nullopt when its log folders cannot be made (then a failure
-  // report is queued instead).
-  std::optional<std::pair<uint64_t, AttemptSpec>> Launch(const v1::StartAttempt& start)
+  // An attempt built and made current, to hand to the runner.
+  struct Launched {
+    uint64_t id = 0;
+    std::string job_id;
+    int64_t round = 0;
+    AttemptSpec spec;
+  };
+  // Builds attempt `start` and makes it current; nullopt when its log
+  // folders cannot be made (then a failure report is queued instead).
+  std::optional<Launched> Launch(const v1::StartAttempt& start)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartOnRunner(std::optional<std::pair<uint64_t, AttemptSpec>> launch);
+  void StartOnRunner(std::optional<Launched> launch);
   void OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome);
 
   const DaemonOptions options_;

@@ -82,6 +82,12 @@ class GrpcRendezvousClient : public RendezvousClient {
     v1::ReportExitResponse resp;
     return FromGrpcStatus(stub_->ReportExit(&ctx, request, &resp));
   }
+  absl::Status PushLogs(const v1::PushLogsRequest& request) override {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::PushLogsResponse resp;
+    return FromGrpcStatus(stub_->PushLogs(&ctx, request, &resp));
+  }
   std::unique_ptr<WatchStream> Watch(const v1::WatchRequest& request) override {
     return std::make_unique<GrpcWatchStream>(stub_.get(), request, options_.token);
   }

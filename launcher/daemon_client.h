@@ -38,6 +38,7 @@ class RendezvousClient {
   virtual absl::StatusOr<v1::JoinRoundResponse> JoinRound(
       const v1::JoinRoundRequest& request) = 0;
   virtual absl::Status ReportExit(const v1::ReportExitRequest& request) = 0;
+  virtual absl::Status PushLogs(const v1::PushLogsRequest& request) = 0;
   virtual std::unique_ptr<WatchStream> Watch(const v1::WatchRequest& request) = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -66,6 +67,15 @@ TEST_F(DaemonE2eTest, TwoByTwoJobSucceeds) {
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", rank, "/4 ok restart=0")));
   }
+  // The daemons forwarded the output to the service (`elastrun logs`).
+  std::string forwarded;
+  EXPECT_TRUE(PollUntil([&] {
+    forwarded = cluster_->ServiceLogs(job);
+    for (int rank = 0; rank < 4; ++rank) {
+      if (!absl::StrContains(forwarded, absl::StrCat("rank ", rank, "/4 ok"))) return false;
+    }
+    return true;
+  })) << forwarded;
 }
 
 TEST_F(DaemonE2eTest, SigkilledWorkerRestartsEveryNodeThenSucceeds) {

@@ -149,6 +149,21 @@ class Cluster {
     return jobs_->Cancel(&ctx, r, &resp).ok();
   }
 
+  // Every log chunk the service holds for `job` (Jobs.StreamLogs), joined.
+  std::string ServiceLogs(const std::string& job) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::StreamLogsRequest r;
+    r.set_job_id(job);
+    r.set_rank(-1);
+    std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader = jobs_->StreamLogs(&ctx, r);
+    std::string out;
+    v1::LogChunk c;
+    while (reader->Read(&c)) out += c.data();
+    reader->Finish();
+    return out;
+  }
+
   v1::JobStatus WaitFinished(const std::string& job) {
     v1::JobStatus st;
     EXPECT_TRUE(PollUntil([&] {

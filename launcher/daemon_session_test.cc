@@ -74,6 +74,7 @@ class FakeService : public RendezvousClient {
     return v1::JoinRoundResponse();
   }
   absl::Status ReportExit(const v1::ReportExitRequest&) override { return absl::OkStatus(); }
+  absl::Status PushLogs(const v1::PushLogsRequest&) override { return absl::OkStatus(); }
   std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override {
     auto s = std::make_unique<FakeStream>();
     absl::MutexLock lock(&mu_);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "launcher/daemon_logs.h"
 #include "launcher/daemon_session.h"
 #include "tests/testing/subprocess.h"
 
@@ -44,13 +45,21 @@ class FakeClient : public RendezvousClient {
     reports.push_back(request);
     return absl::OkStatus();
   }
+  absl::Status PushLogs(const v1::PushLogsRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    if (!push_status.ok()) return push_status;
+    pushes.push_back(request);
+    return absl::OkStatus();
+  }
   std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override { return nullptr; }
 
   absl::Mutex mu_;
   std::vector<v1::RegisterNodeRequest> registers;
   std::vector<v1::JoinRoundRequest> joins;
   std::vector<v1::ReportExitRequest> reports;
+  std::vector<v1::PushLogsRequest> pushes;
   absl::Status report_status;
+  absl::Status push_status;
 };
 
 class FakeRunner : public AttemptRunner {
@@ -311,6 +320,80 @@ TEST_F(DaemonTest, LogFolderThatCannotBeMadeIsReportedAsAFailure) {
   ASSERT_EQ(client_.reports.size(), 1u);
   EXPECT_EQ(client_.reports[0].failure().exit_code(), 127);
   EXPECT_THAT(client_.reports[0].failure().message(), ::testing::HasSubstr("/proc"));
+}
+
+TEST_F(DaemonTest, AttemptStartIsAnnouncedWithJobAndRound) {
+  DaemonOptions o;
+  o.node_id = "b";
+  o.log_dir = log_dir_;
+  std::vector<std::pair<std::string, int64_t>> announced;
+  o.on_attempt_start = [&](const std::string& job, int64_t round) {
+    announced.emplace_back(job, round);
+  };
+  Daemon d(o, &client_, &runner_);
+  d.OnCommand(Start("j-1", 3));
+  EXPECT_THAT(announced, ElementsAre(std::make_pair(std::string("j-1"), int64_t{3})));
+}
+
+OutputLine Line(int rank, bool is_stderr, absl::string_view text) {
+  OutputLine l;
+  l.rank = rank;
+  l.local_rank = rank % 2;
+  l.is_stderr = is_stderr;
+  l.text = text;
+  return l;
+}
+
+TEST(LogForwarderTest, LinesAreBatchedPerRankAndStream) {
+  FakeClient client;
+  LogForwarderOptions o;
+  o.node_id = "b";
+  o.thread = false;
+  LogForwarder f(o, &client);
+  f.OnLine(Line(0, false, "before any attempt"));  // dropped: no job yet
+  f.SetAttempt("j-1", 2);
+  f.OnLine(Line(2, false, "a"));
+  f.OnLine(Line(2, false, "b"));
+  f.OnLine(Line(3, true, "c"));
+  f.Flush();
+  ASSERT_EQ(client.pushes.size(), 1u);
+  const v1::PushLogsRequest& r = client.pushes[0];
+  EXPECT_EQ(r.node_id(), "b");
+  EXPECT_EQ(r.job_id(), "j-1");
+  ASSERT_EQ(r.chunks_size(), 2);
+  EXPECT_EQ(r.chunks(0).round(), 2);
+  EXPECT_EQ(r.chunks(0).rank(), 2);
+  EXPECT_EQ(r.chunks(0).stream(), "stdout");
+  EXPECT_EQ(r.chunks(0).data(), "a\nb\n");
+  EXPECT_EQ(r.chunks(1).stream(), "stderr");
+  EXPECT_EQ(r.chunks(1).data(), "c\n");
+  f.Flush();  // nothing new: no call
+  EXPECT_EQ(client.pushes.size(), 1u);
+}
+
+TEST(LogForwarderTest, KeptWhileAwayBoundedOldestDropped) {
+  FakeClient client;
+  LogForwarderOptions o;
+  o.node_id = "b";
+  o.thread = false;
+  o.max_buffered_bytes = 64;
+  LogForwarder f(o, &client);
+  f.SetAttempt("j-1", 0);
+  client.push_status = absl::UnavailableError("away");
+  for (int i = 0; i < 20; ++i) {
+    f.OnLine(Line(i % 2, false, absl::StrCat("line ", i)));
+    f.Flush();
+  }
+  EXPECT_TRUE(client.pushes.empty());
+  EXPECT_GT(f.dropped_lines(), 0);
+  client.push_status = absl::OkStatus();
+  f.Flush();
+  ASSERT_EQ(client.pushes.size(), 1u);
+  std::string all;
+  for (const v1::LogChunk& c : client.pushes[0].chunks()) all += c.data();
+  EXPECT_THAT(all, ::testing::HasSubstr("line 19\n"));
+  EXPECT_THAT(all, ::testing::Not(::testing::HasSubstr("line 0\n")));
+  EXPECT_LE(all.size(), 64u + 16u);
 }
 
 }  // namespace

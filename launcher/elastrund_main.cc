@@ -27,6 +27,7 @@
 #include "glog/logging.h"
 #include "launcher/agent.h"
 #include "launcher/daemon.h"
+#include "launcher/daemon_logs.h"
 #include "launcher/daemon_runner.h"
 #include "launcher/daemon_session.h"
 #include "rendezvous/server.h"
@@ -253,6 +254,12 @@ int main(int argc, char** argv) {
   }
   if (log_dir.empty()) log_dir = "/tmp/elastrund-" + node_id;
 
+  // Set once the forwarder exists; the hook runs only during attempts, which
+  // start after that (through the runner's mutex).
+  LogForwarder* forwarder = nullptr;
+  agent_options.on_output_line = [&forwarder](const OutputLine& line) {
+    if (forwarder != nullptr) forwarder->OnLine(line);
+  };
   // Before any thread: blocks the stop signals and SIGCHLD for all threads.
   absl::StatusOr<std::unique_ptr<Agent>> agent = Agent::Create(agent_options);
   if (!agent.ok()) {
@@ -269,6 +276,13 @@ int main(int argc, char** argv) {
   client_options.target = target;
   client_options.token = token;
   std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
+  LogForwarderOptions log_options;
+  log_options.node_id = node_id;
+  LogForwarder log_forwarder(log_options, client.get());
+  forwarder = &log_forwarder;
+  daemon_options.on_attempt_start = [&log_forwarder](const std::string& job, int64_t round) {
+    log_forwarder.SetAttempt(job, round);
+  };
 
   absl::Mutex mu;
   int stop_signal = 0;  // guarded by mu
