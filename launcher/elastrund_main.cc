@@ -59,8 +59,9 @@ flags:
   --log-dir DIR            worker logs: DIR/<job>/attempt_<round>/<local_rank>/
                            {stdout,stderr}.log and error.json
                            (default: /tmp/elastrund-<node id>).
-  --token TOKEN            send "authorization: Bearer TOKEN" (visible in ps:
-                           prefer --token-file).
+  --token TOKEN            send "authorization: Bearer TOKEN" (default:
+                           $ELASTRUN_TOKEN; visible in ps: prefer
+                           --token-file). Never passed on to workers.
   --token-file FILE        read the token from FILE.
   --shutdown-timeout DUR   grace between SIGTERM to workers and SIGKILL
                            (default 30s).
@@ -242,6 +243,8 @@ int main(int argc, char** argv) {
     }
     token = std::string(absl::StripAsciiWhitespace(text.str()));
     if (token.empty()) return Usage(absl::StrFormat("--token-file %s is empty", token_file));
+  } else if (const char* env = std::getenv("ELASTRUN_TOKEN"); token.empty() && env != nullptr) {
+    token = env;
   }
   if (advertise.empty()) {
     if (elastrun::rendezvous::IsLoopbackHost(host)) {
@@ -271,7 +274,10 @@ int main(int argc, char** argv) {
   DaemonOptions daemon_options;
   daemon_options.node_id = node_id;
   daemon_options.log_dir = log_dir;
-  for (char** e = environ; *e != nullptr; ++e) daemon_options.base_env.emplace_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    // The service's secret is the daemon's, not the workers'.
+    if (!absl::StartsWith(*e, "ELASTRUN_TOKEN=")) daemon_options.base_env.emplace_back(*e);
+  }
   elastrun::launcher::GrpcClientOptions client_options;
   client_options.target = target;
   client_options.token = token;
