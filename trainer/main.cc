@@ -47,11 +47,8 @@ int Main(int argc, char** argv) {
     std::cout << config::ToYaml(cfg->resolved);
     return 0;
   }
-  if (flags->resume.has_value()) {
-    std::fprintf(stderr, "elastrun-train: --resume is not implemented yet\n");
-    return 2;
-  }
   trainer::RunOptions run;
+  run.resume = flags->resume;
   // Started by a launcher (RANK set): join its group; by hand: one process.
   if (std::getenv("RANK") != nullptr) {
     absl::StatusOr<worker::WorkerEnv> env = worker::WorkerEnv::FromEnvironment();
@@ -60,6 +57,19 @@ int Main(int argc, char** argv) {
       return 2;
     }
     run.env = *env;
+    // An elastic restart continues from the newest checkpoint of the run.
+    if (env->restart_count > 0 && !run.resume.has_value()) run.resume = "";
+    // Tests: ELASTRUN_TRAIN_FAIL_AT=RANK:ITERATION kills that rank there, in
+    // the first attempt only.
+    if (const char* fail = std::getenv("ELASTRUN_TRAIN_FAIL_AT");
+        fail != nullptr && env->restart_count == 0) {
+      if (std::sscanf(fail, "%d:%lld", &run.fail_rank,
+                      reinterpret_cast<long long*>(&run.fail_at_iteration)) != 2) {
+        std::fprintf(stderr, "elastrun-train: ELASTRUN_TRAIN_FAIL_AT=%s is not RANK:ITERATION\n",
+                     fail);
+        return 2;
+      }
+    }
   }
   run.tty = ::isatty(STDOUT_FILENO) == 1;
   absl::StatusOr<trainer::TrainResult> result = trainer::Train(*cfg, run);

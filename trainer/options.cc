@@ -41,6 +41,8 @@ const Schema& TrainSchema() {
                   "Run folder: metrics.csv, config.yaml, checkpoints.")
         .Optional("checkpoint_period", Type::Int(), "1",
                   "Checkpoint every N epochs (0: never).")
+        .Optional("checkpoint_iters", Type::Int(), "0",
+                  "Also checkpoint every N iterations within an epoch (0: off).")
         .Optional("log_period", Type::Int(), "50", "Progress line every N iterations.")
         .Optional("threads", Type::Int(), "1", "Intra-op threads per rank.");
     return s;
@@ -68,6 +70,7 @@ TrainOptions TrainOptionsFrom(const Node& n) {
   o.seed = n.Find("seed")->as_int();
   o.output_dir = n.Find("output_dir")->ScalarText();
   o.checkpoint_period = n.Find("checkpoint_period")->as_int();
+  o.checkpoint_iters = n.Find("checkpoint_iters")->as_int();
   o.log_period = n.Find("log_period")->as_int();
   o.threads = n.Find("threads")->as_int();
   return o;

@@ -44,6 +44,8 @@ struct TrainOptions {
   std::string output_dir = "runs/default";
   // Checkpoint every N epochs (and after the last); 0: never.
   int64_t checkpoint_period = 1;
+  // Also checkpoint every N iterations inside an epoch; 0: only at epoch ends.
+  int64_t checkpoint_iters = 0;
   // Rank 0 prints a progress line every N iterations (0: only per epoch).
   int64_t log_period = 50;
   // Intra-op threads per rank (torch::set_num_threads).

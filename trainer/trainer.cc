@@ -1,12 +1,18 @@
 #include "trainer/trainer.h"
 
+#include <signal.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/config/config.h"
 #include "common/status_macros.h"
+#include "trainer/checkpoint.h"
+#include "trainer/checkpoint_file.h"
 #include "trainer/data.h"
 #include "trainer/ddp.h"
 #include "trainer/digest.h"
@@ -94,6 +100,77 @@ absl::StatusOr<EvalResult> Evaluate(Model& model, const Dataset& test, int world
   return EvalResult{sums[1] / sums[2], sums[0] / sums[2]};
 }
 
+// Orders checkpoints of a run: epoch-major, then batches done.
+int64_t CheckpointKey(const TrainPosition& p) { return p.epoch * 1000000 + p.iteration; }
+
+// Finds the newest checkpoint any rank holds (see RunOptions::resume),
+// broadcasts it from that rank, and restores it on every rank. Returns
+// false when starting fresh.
+absl::StatusOr<bool> Resume(const RunOptions& run, const TrainerConfig& cfg, int world, int rank,
+                            worker::ProcessGroup* group, torch::nn::Module& model,
+                            torch::optim::Optimizer& optimizer, TrainPosition* position) {
+  CheckpointBlob local;
+  const std::string& path = *run.resume;
+  if (!path.empty()) {
+    absl::StatusOr<CheckpointBlob> blob = ReadCheckpointFile(path);
+    if (blob.ok()) {
+      local = *std::move(blob);
+    } else if (!absl::IsNotFound(blob.status())) {
+      return blob.status();
+    }
+  } else {
+    std::vector<std::string> skipped;
+    absl::StatusOr<CheckpointBlob> blob =
+        LoadNewestCheckpoint(CheckpointDir(cfg.train.output_dir), &skipped);
+    for (const std::string& why : skipped) {
+      std::fprintf(stderr, "rank %d: skipping checkpoint: %s\n", rank, why.c_str());
+    }
+    if (blob.ok()) local = *std::move(blob);
+  }
+  // Slot r holds rank r's key + 1 (0: none); a sum gathers them.
+  std::vector<double> keys(static_cast<size_t>(world), 0.0);
+  keys[static_cast<size_t>(rank)] = static_cast<double>(local.key + 1);
+  RETURN_IF_ERROR(SumOverRanks(group, keys));
+  const int source = static_cast<int>(std::max_element(keys.begin(), keys.end()) - keys.begin());
+  if (keys[static_cast<size_t>(source)] == 0) {
+    if (!path.empty()) {
+      return absl::NotFoundError(absl::StrCat("--resume ", path, ": no rank has this file"));
+    }
+    if (rank == 0) {
+      std::fprintf(run.out, "no checkpoint in %s; starting fresh\n",
+                   CheckpointDir(cfg.train.output_dir).c_str());
+    }
+    return false;
+  }
+  std::string payload = std::move(local.payload);
+  if (group != nullptr) {
+    at::Tensor size = at::tensor({static_cast<int64_t>(payload.size())}, at::kLong);
+    RETURN_IF_ERROR(group->Broadcast(size, source));
+    at::Tensor bytes = at::empty({size.item<int64_t>()}, at::kByte);
+    if (rank == source) std::memcpy(bytes.data_ptr(), payload.data(), payload.size());
+    RETURN_IF_ERROR(group->Broadcast(bytes, source));
+    payload.assign(static_cast<const char*>(bytes.data_ptr()),
+                   static_cast<size_t>(bytes.numel()));
+  }
+  RETURN_IF_ERROR(RestoreState(payload, model, optimizer, position, nullptr));
+  if (position->world_size != world && position->iteration > 0) {
+    // Shards depend on the world size: a partly done epoch cannot be
+    // continued exactly, so it restarts.
+    if (rank == 0) {
+      std::fprintf(run.out, "checkpoint taken on %lld ranks, now %d: epoch %lld restarts\n",
+                   static_cast<long long>(position->world_size), world,
+                   static_cast<long long>(position->epoch + 1));
+    }
+    position->iteration = 0;
+  }
+  if (rank == 0) {
+    std::fprintf(run.out, "resumed from rank %d's checkpoint: epoch %lld, iteration %lld\n",
+                 source, static_cast<long long>(position->epoch + 1),
+                 static_cast<long long>(position->iteration));
+  }
+  return true;
+}
+
 absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions& run,
                                       worker::ProcessGroup* group) {
   const Clock::time_point start = Clock::now();
@@ -129,6 +206,14 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
                    Optimizer::Create(c.optimizer, *model,
                                      schedule.ScaledWeightDecay(c.optimizer.weight_decay)));
 
+  TrainPosition pos;
+  bool resumed = false;
+  if (run.resume.has_value()) {
+    ASSIGN_OR_RETURN(resumed, Resume(run, cfg, world, rank, group, *model,
+                                     optimizer->torch_optimizer(), &pos));
+  }
+  pos.world_size = world;
+
   std::unique_ptr<DistributedDataParallel> ddp;
   if (group != nullptr) {
     ASSIGN_OR_RETURN(ddp, DistributedDataParallel::Create(model.ptr(), group->gloo()));
@@ -140,7 +225,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
     RETURN_IF_ERROR(WriteFileAtomically(train.output_dir + "/config.yaml",
                                         config::ToYaml(cfg.resolved)));
     ASSIGN_OR_RETURN(MetricsWriter w,
-                     MetricsWriter::Open(train.output_dir + "/metrics.csv", false));
+                     MetricsWriter::Open(train.output_dir + "/metrics.csv", resumed));
     metrics.emplace(std::move(w));
     std::fprintf(run.out,
                  "elastrun-train: %d rank(s), %lld train / %lld test samples, batch %lld x %d, "
@@ -154,22 +239,41 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
   }
   Progress progress(run.out, run.tty, train.log_period);
 
+  const std::string checkpoint_dir = CheckpointDir(train.output_dir);
+  const std::string config_yaml = config::ToYaml(cfg.resolved);
+  // Rank 0 writes; every rank holds the same state.
+  auto save = [&](bool best) -> absl::Status {
+    if (!leader) return absl::OkStatus();
+    CheckpointBlob blob;
+    blob.key = CheckpointKey(pos);
+    blob.payload = SerializeState(*model, optimizer->torch_optimizer(), pos, config_yaml);
+    return SaveCheckpoint(checkpoint_dir, blob, best);
+  };
+
   model->train();
   TrainResult result;
-  int64_t last_opt_step = -1;
-  int64_t micro_batches = 0;
-  for (int64_t epoch = 0; epoch < train.epochs; ++epoch) {
+  int64_t& last_opt_step = pos.last_opt_step;
+  int64_t& micro_batches = pos.micro_batches;
+  for (int64_t epoch = pos.epoch; epoch < train.epochs; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
     sampler.set_epoch(epoch);
-    const std::vector<int64_t> indices = sampler.Indices();
+    const int64_t first = epoch == pos.epoch ? pos.iteration : 0;
+    pos.epoch = epoch;
+    const std::vector<int64_t> indices = sampler.Indices(first * data.batch_size);
     double loss_sum = 0;
     double seen = 0;
-    for (int64_t i = 0; i < nb; ++i) {
+    for (int64_t i = first; i < nb; ++i) {
       const int64_t ni = i + nb * epoch;
       const IterationValues v = schedule.At(ni, epoch);
       optimizer->Apply(v);
       const bool step = ni - last_opt_step >= v.accumulate;
-      const size_t b = static_cast<size_t>(i * data.batch_size);
+      if (ni == run.fail_at_iteration && rank == run.fail_rank) {
+        std::fprintf(stderr, "rank %d: injected SIGKILL at iteration %lld\n", rank,
+                     static_cast<long long>(ni));
+        std::fflush(stderr);
+        ::raise(SIGKILL);
+      }
+      const size_t b = static_cast<size_t>((i - first) * data.batch_size);
       const size_t e = std::min(indices.size(), b + static_cast<size_t>(data.batch_size));
       Batch batch = MakeBatch(train_set, indices, b, e);
       if (ddp) ddp->BeforeForward(step);
@@ -186,6 +290,10 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
       loss_sum += l * static_cast<double>(e - b);
       seen += static_cast<double>(e - b);
       if (leader) progress.Update(epoch, train.epochs, i, nb, l, v.lr, SecondsSince(epoch_start));
+      if (train.checkpoint_iters > 0 && (i + 1) % train.checkpoint_iters == 0 && i + 1 < nb) {
+        pos.iteration = i + 1;
+        RETURN_IF_ERROR(save(/*best=*/false));
+      }
     }
     std::vector<double> train_sums = {loss_sum, seen};
     RETURN_IF_ERROR(SumOverRanks(group, train_sums));
@@ -195,6 +303,14 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
     result.train_loss = train_sums[0] / train_sums[1];
     result.test_acc = eval.acc;
     result.test_loss = eval.loss;
+    const bool best = eval.acc > pos.best_acc;
+    if (best) pos.best_acc = eval.acc;
+    pos.epoch = epoch + 1;
+    pos.iteration = 0;
+    if (train.checkpoint_period > 0 &&
+        ((epoch + 1) % train.checkpoint_period == 0 || epoch + 1 == train.epochs)) {
+      RETURN_IF_ERROR(save(best));
+    }
     if (leader) {
       progress.Finish();
       EpochMetrics m;
@@ -213,6 +329,13 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
                    m.train_loss, m.test_loss, m.test_acc, m.lr, m.seconds, m.images_per_sec);
       std::fflush(run.out);
     }
+  }
+  if (result.epoch == 0) {
+    // Resumed from the last checkpoint of a finished run: nothing to train.
+    ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model, test_set, world, rank, group));
+    result.epoch = pos.epoch;
+    result.test_acc = eval.acc;
+    result.test_loss = eval.loss;
   }
   result.params_sha256 = ParamsSha256(*model);
   result.seconds = SecondsSince(start);

@@ -27,6 +27,16 @@ struct RunOptions {
   std::FILE* out = stdout;
   // Draw a progress bar (a terminal); otherwise plain lines.
   bool tty = false;
+  // Resume: nullopt = start fresh; "" = the newest usable checkpoint of the
+  // run (start fresh when there is none); a path = that file (an error when
+  // no rank has it or it is corrupt). Every rank looks for checkpoints; the
+  // rank with the newest one broadcasts it, so all ranks start bitwise
+  // identical even when only one node holds the file.
+  std::optional<std::string> resume;
+  // Fault injection for tests: rank `fail_rank` kills itself (SIGKILL) when
+  // it reaches global iteration `fail_at_iteration`. -1: never.
+  int fail_rank = -1;
+  int64_t fail_at_iteration = -1;
 };
 
 // What the final line reports.

@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/checkpoint_file.h"
 #include "trainer/digest.h"
 #include "trainer/idx.h"
 #include "trainer/metrics.h"
@@ -376,6 +377,65 @@ TEST(MetricsTest, AtomicWriteReplacesTheFile) {
   EXPECT_EQ(s, "two");
   EXPECT_THAT(std::string(WriteFileAtomically("/nonexistent/x", "a").message()),
               HasSubstr("/nonexistent/x"));
+}
+
+// ------------------------------------------------------- checkpoint files
+
+TEST(CheckpointFileTest, RoundTripAndListing) {
+  const std::string dir = TestDir() + "/checkpoints";
+  for (int64_t key : {1000000, 5, 2000000}) {
+    CheckpointBlob b;
+    b.key = key;
+    b.payload = std::string("state ") + std::to_string(key) + std::string(1, '\0');
+    ASSERT_TRUE(SaveCheckpoint(dir, b, key == 5).ok());
+  }
+  // keep = 2: the oldest numbered one is gone; last and best stay.
+  std::vector<std::string> all = ListCheckpoints(dir);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_THAT(all[0], HasSubstr("ckpt_0002000000.ckpt"));
+  EXPECT_THAT(all[1], HasSubstr("ckpt_0001000000.ckpt"));
+  auto last = ReadCheckpointFile(dir + "/last.ckpt");
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->key, 2000000);
+  EXPECT_EQ(last->payload, std::string("state 2000000") + std::string(1, '\0'));
+  EXPECT_EQ(ReadCheckpointFile(dir + "/best.ckpt")->key, 5);
+  EXPECT_TRUE(ListCheckpoints(dir + "/none").empty());
+}
+
+TEST(CheckpointFileTest, CorruptOrTruncatedNewestFallsBackToPrevious) {
+  const std::string dir = TestDir();
+  for (int64_t key : {1, 2}) {
+    CheckpointBlob b;
+    b.key = key;
+    b.payload = std::string(1000, static_cast<char>('a' + key));
+    ASSERT_TRUE(SaveCheckpoint(dir, b, false).ok());
+  }
+  const std::string newest = NumberedCheckpointPath(dir, 2);
+  std::string bytes;
+  {
+    std::ifstream in(newest, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // A flipped byte.
+  bytes[bytes.size() - 10] ^= 1;
+  std::ofstream(newest, std::ios::binary) << bytes;
+  EXPECT_THAT(std::string(ReadCheckpointFile(newest).status().message()),
+              HasSubstr("checksum mismatch"));
+  std::vector<std::string> skipped;
+  auto b = LoadNewestCheckpoint(dir, &skipped);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->key, 1);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_THAT(skipped[0], HasSubstr("ckpt_0000000002.ckpt"));
+  // Truncated, and garbage.
+  std::ofstream(newest, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  EXPECT_THAT(std::string(ReadCheckpointFile(newest).status().message()),
+              HasSubstr("truncated"));
+  std::ofstream(newest, std::ios::binary) << "hello\n";
+  EXPECT_THAT(std::string(ReadCheckpointFile(newest).status().message()),
+              HasSubstr("not a checkpoint"));
+  EXPECT_EQ(LoadNewestCheckpoint(dir, nullptr)->key, 1);
+  EXPECT_TRUE(absl::IsNotFound(LoadNewestCheckpoint(dir + "/empty", nullptr).status()));
 }
 
 }  // namespace

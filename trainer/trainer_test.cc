@@ -10,6 +10,7 @@
 #include "common/config/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/checkpoint_file.h"
 #include "trainer/data.h"
 #include "trainer/ddp.h"
 #include "trainer/models.h"
@@ -186,10 +187,15 @@ TEST(DdpTest, TwoRankGradientsEqualGlobalBatchGradient) {
   }
   std::vector<std::vector<at::Tensor>> got[2];
   size_t buckets[2] = {0, 0};
+  // Built here: the global generator is not for two threads at once.
+  // Different initial weights per rank: DDP must broadcast rank 0's.
+  Model models[2];
+  torch::manual_seed(1);
+  models[0] = SmallMlp();
+  torch::manual_seed(99);
+  models[1] = SmallMlp();
   RunTwoRanks([&](int rank, ProcessGroup& group) {
-    // Different initial weights per rank: DDP must broadcast rank 0's.
-    torch::manual_seed(rank == 0 ? 1 : 99);
-    Model model = SmallMlp();
+    Model model = models[rank];
     DdpOptions o;
     o.first_bucket_bytes = 1024;  // several buckets for a tiny model
     o.bucket_bytes = 4096;
@@ -244,9 +250,13 @@ TEST(DdpTest, NoSyncAccumulatesThenReducesTheSum) {
     want = Gradients(model);
   }
   std::vector<at::Tensor> got[2];
-  RunTwoRanks([&](int rank, ProcessGroup& group) {
+  Model models[2];
+  for (Model& m : models) {
     torch::manual_seed(1);
-    Model model = SmallMlp();
+    m = SmallMlp();
+  }
+  RunTwoRanks([&](int rank, ProcessGroup& group) {
+    Model model = models[rank];
     auto ddp = DistributedDataParallel::Create(model.ptr(), group.gloo());
     ASSERT_TRUE(ddp.ok()) << ddp.status();
     for (int m = 0; m < 2; ++m) {
@@ -381,6 +391,7 @@ TEST(DataTest, SyntheticIsDeterministicAndBatchesAreNormalized) {
 // -------------------------------------------------------------- training
 
 TrainerConfig SyntheticConfig(const std::string& out_dir, const std::string& model) {
+  fs::create_directories(out_dir);
   const std::string path = out_dir + "/cfg.yaml";
   std::ofstream(path) << "_base_: " << ELASTRUN_CONFIGS_DIR << "/fashion_mnist_" << model
                       << ".yaml\n";
@@ -435,6 +446,158 @@ TEST(TrainTest, TwoRanksEndWithIdenticalParameters) {
   EXPECT_EQ(results[0]->test_acc, results[1]->test_acc);
   // One short epoch, still in warm-up: above chance (0.1) is all it shows.
   EXPECT_GT(results[0]->test_acc, 0.15);
+}
+
+// ----------------------------------------------------- checkpoint / resume
+
+std::string ReadAll(FILE* f) {
+  std::rewind(f);
+  std::string all;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) all += line;
+  return all;
+}
+
+absl::StatusOr<TrainResult> TrainQuietly(const TrainerConfig& cfg,
+                                         std::optional<std::string> resume,
+                                         std::string* output = nullptr) {
+  RunOptions run;
+  run.out = std::tmpfile();
+  run.resume = std::move(resume);
+  absl::StatusOr<TrainResult> r = TrainOnGroup(cfg, run, nullptr);
+  if (output != nullptr) *output = ReadAll(run.out);
+  std::fclose(run.out);
+  return r;
+}
+
+TEST(CheckpointTest, ResumeAfterAnEpochIsBitwiseIdentical) {
+  const std::string dir = TestDir();
+  TrainerConfig cfg = SyntheticConfig(dir + "/a", "mlp");
+  cfg.resolved.Find("model")->Set("dropout", config::Node::Double(0.1));  // RNG in play
+  auto uninterrupted = TrainQuietly(cfg, std::nullopt);
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+
+  cfg.train.output_dir = dir + "/b";
+  TrainerConfig first = cfg;
+  first.train.epochs = 1;  // stops after epoch 1 (the schedule still spans 2)
+  ASSERT_TRUE(TrainQuietly(first, std::nullopt).ok());
+  std::string out;
+  auto resumed = TrainQuietly(cfg, "", &out);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_THAT(out, HasSubstr("resumed from rank 0's checkpoint: epoch 2, iteration 0"));
+  EXPECT_EQ(resumed->params_sha256, uninterrupted->params_sha256);
+  EXPECT_EQ(resumed->test_acc, uninterrupted->test_acc);
+  // metrics.csv: epoch 1 from the first run, epoch 2 appended.
+  std::ifstream metrics(dir + "/b/metrics.csv");
+  std::string all((std::istreambuf_iterator<char>(metrics)), {});
+  EXPECT_EQ(std::count(all.begin(), all.end(), '\n'), 3) << all;
+}
+
+TEST(CheckpointTest, MidEpochResumeAndCorruptNewestFallsBack) {
+  const std::string dir = TestDir();
+  TrainerConfig cfg = SyntheticConfig(dir + "/a", "cnn");
+  auto uninterrupted = TrainQuietly(cfg, std::nullopt);
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+
+  // 16 iterations per epoch; mid-epoch checkpoints every 5.
+  cfg.train.output_dir = dir + "/b";
+  cfg.train.checkpoint_iters = 5;
+  TrainerConfig first = cfg;
+  first.train.epochs = 1;
+  ASSERT_TRUE(TrainQuietly(first, std::nullopt).ok());
+  const std::string ckpts = CheckpointDir(cfg.train.output_dir);
+  // Newest: end of epoch 1 (key 1000000), then iteration 15 of epoch 1.
+  std::vector<std::string> all = ListCheckpoints(ckpts);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_THAT(all[1], HasSubstr("ckpt_0000000015.ckpt"));
+  // Corrupt the newest: the run must fall back to iteration 15, re-train
+  // the last batch of epoch 1 and end where the uninterrupted run did.
+  {
+    std::fstream f(all[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-100, std::ios::end);
+    f.put('\x7f');
+  }
+  // Copies for the checks after the run (which rotates the folder).
+  fs::copy_file(all[0], dir + "/corrupt.ckpt");
+  fs::copy_file(all[1], dir + "/mid.ckpt");
+  std::string out;
+  auto resumed = TrainQuietly(cfg, "", &out);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_THAT(out, HasSubstr("resumed from rank 0's checkpoint: epoch 1, iteration 15"));
+  EXPECT_EQ(resumed->params_sha256, uninterrupted->params_sha256);
+
+  // An explicit path that is corrupt is an error naming it.
+  auto bad = TrainQuietly(cfg, dir + "/corrupt.ckpt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("checksum mismatch"));
+  // A checkpoint of another model does not load.
+  TrainerConfig other = SyntheticConfig(dir + "/c", "mlp");
+  auto wrong = TrainQuietly(other, dir + "/mid.ckpt");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("does not fit"));
+}
+
+TEST(CheckpointTest, TwoRanksResumeFromTheRankThatHasTheFile) {
+  const std::string dir = TestDir();
+  TrainerConfig cfg = SyntheticConfig(dir + "/a", "mlp");
+  auto uninterrupted = TrainQuietly(cfg, std::nullopt);
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+  // Epoch 1 on one process writes the checkpoint; then two ranks resume,
+  // each with its own output folder, and only rank 1's holds the file.
+  cfg.train.output_dir = dir + "/b1";
+  TrainerConfig first = cfg;
+  first.train.epochs = 1;
+  first.data.batch_size = 32;
+  ASSERT_TRUE(TrainQuietly(first, std::nullopt).ok());
+  absl::StatusOr<TrainResult> results[2];
+  std::string outs[2];
+  RunTwoRanks([&](int rank, ProcessGroup& group) {
+    TrainerConfig mine = cfg;
+    mine.train.output_dir = dir + (rank == 0 ? "/b0" : "/b1");
+    mine.data.batch_size = 16;  // 2 x 16: the same global batch as 1 x 32
+    RunOptions run;
+    run.out = std::tmpfile();
+    run.resume = "";
+    results[rank] = TrainOnGroup(mine, run, &group);
+    outs[rank] = ReadAll(run.out);
+    std::fclose(run.out);
+  });
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  ASSERT_TRUE(results[1].ok()) << results[1].status();
+  EXPECT_THAT(outs[0], HasSubstr("resumed from rank 1's checkpoint: epoch 2"));
+  EXPECT_EQ(results[0]->params_sha256, results[1]->params_sha256);
+}
+
+// ------------------------------------------------------------ the binary
+
+std::string RunCommand(const std::string& command, int* status) {
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = ::pclose(p);
+  return out;
+}
+
+TEST(BinaryTest, PrintConfigListTargetsAndErrors) {
+  const std::string bin = ELASTRUN_TRAIN_BINARY;
+  const std::string mlp = std::string(ELASTRUN_CONFIGS_DIR) + "/fashion_mnist_mlp.yaml";
+  int status = 0;
+  std::string out = RunCommand(bin + " --config " + mlp + " train.epochs=3 --print-config", &status);
+  EXPECT_EQ(status, 0) << out;
+  auto parsed = config::ParseYaml(out, "printed");
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << out;
+  EXPECT_EQ(parsed->Find("scheduler")->Find("epochs")->as_int(), 3);
+  out = RunCommand(bin + " --config " + mlp + " optimizer.lr=1 --print-config", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_THAT(out, HasSubstr("did you mean: optimizer.lr0?"));
+  out = RunCommand(bin + " --list-targets", &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_THAT(out, HasSubstr("YoloV5Schedule"));
+  out = RunCommand(bin + " --bogus", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_THAT(out, HasSubstr("unknown flag '--bogus'"));
 }
 
 }  // namespace

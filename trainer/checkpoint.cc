@@ -1,0 +1,110 @@
+#include "trainer/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace elastrun::trainer {
+namespace {
+
+void WriteInt(torch::serialize::OutputArchive& a, const std::string& key, int64_t v) {
+  a.write(key, c10::IValue(v));
+}
+int64_t ReadInt(torch::serialize::InputArchive& a, const std::string& key) {
+  c10::IValue v;
+  a.read(key, v);
+  return v.toInt();
+}
+
+}  // namespace
+
+std::string SerializeState(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                           const TrainPosition& p, const std::string& config_yaml) {
+  torch::serialize::OutputArchive archive;
+  torch::serialize::OutputArchive model_archive;
+  model.save(model_archive);
+  archive.write("model", model_archive);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  // Accumulated gradients (only between optimizer steps).
+  torch::serialize::OutputArchive grads;
+  int64_t i = 0;
+  for (const at::Tensor& param : model.parameters()) {
+    if (param.grad().defined()) grads.write(absl::StrCat("g", i), param.grad());
+    ++i;
+  }
+  archive.write("grads", grads);
+  WriteInt(archive, "epoch", p.epoch);
+  WriteInt(archive, "iteration", p.iteration);
+  WriteInt(archive, "last_opt_step", p.last_opt_step);
+  WriteInt(archive, "micro_batches", p.micro_batches);
+  WriteInt(archive, "world_size", p.world_size);
+  archive.write("best_acc", c10::IValue(p.best_acc));
+  {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    archive.write("rng", gen.get_state());
+  }
+  archive.write("config", c10::IValue(config_yaml));
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+absl::Status RestoreState(const std::string& bytes, torch::nn::Module& model,
+                          torch::optim::Optimizer& optimizer, TrainPosition* position,
+                          std::string* config_yaml) {
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes.data(), bytes.size());
+    torch::serialize::InputArchive model_archive;
+    archive.read("model", model_archive);
+    model.load(model_archive);
+    torch::serialize::InputArchive optimizer_archive;
+    archive.read("optimizer", optimizer_archive);
+    optimizer.load(optimizer_archive);
+    torch::serialize::InputArchive grads;
+    archive.read("grads", grads);
+    int64_t i = 0;
+    for (at::Tensor& param : model.parameters()) {
+      at::Tensor g;
+      if (grads.try_read(absl::StrCat("g", i), g)) {
+        param.mutable_grad() = g.clone();
+      } else {
+        param.mutable_grad() = at::Tensor();
+      }
+      ++i;
+    }
+    TrainPosition p;
+    p.epoch = ReadInt(archive, "epoch");
+    p.iteration = ReadInt(archive, "iteration");
+    p.last_opt_step = ReadInt(archive, "last_opt_step");
+    p.micro_batches = ReadInt(archive, "micro_batches");
+    p.world_size = ReadInt(archive, "world_size");
+    c10::IValue best;
+    archive.read("best_acc", best);
+    p.best_acc = best.toDouble();
+    at::Tensor rng;
+    archive.read("rng", rng);
+    {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng);
+    }
+    c10::IValue config;
+    archive.read("config", config);
+    if (position != nullptr) *position = p;
+    if (config_yaml != nullptr) *config_yaml = config.toStringRef();
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint does not fit this model or optimizer: ",
+                     e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace elastrun::trainer
