@@ -171,7 +171,12 @@ void Agent::SpawnStandbySet(const AttemptSpec& spec, size_t n) {
     if (standby_pgid_ == 0) standby_pgid_ = spawned->pid;
     standby_.push_back({spawned->pid, fds[0], spawned->stdout_fd, spawned->stderr_fd});
   }
-  if (standby_.size() != n) DiscardStandbySet();
+  if (standby_.size() != n) {
+    DiscardStandbySet();
+    return;
+  }
+  standby_argv_ = spec.standby_argv;
+  standby_env_ = spec.standby_env;
 }
 
 void Agent::DiscardStandbySet() {
@@ -230,7 +235,8 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
   std::vector<bool> started(n, false);
   ReapChildren(nullptr);  // a standby may have died since the last attempt
   absl::StatusOr<std::vector<SpawnedProcess>> spawned;
-  if (options_.standby && standby_.size() == n) {
+  if (options_.standby && standby_.size() == n && standby_argv_ == spec.standby_argv &&
+      standby_env_ == spec.standby_env) {
     std::vector<pid_t> pids;
     std::vector<SpawnedProcess> procs;
     for (size_t i = 0; i < n; ++i) {

@@ -140,6 +140,10 @@ class Agent {
   // The next attempt's standby workers (one process group), if started.
   std::vector<Standby> standby_;
   pid_t standby_pgid_ = 0;
+  // What the standby set runs: it is only used for an attempt of the same
+  // program with the same environment (a node may run another job next).
+  std::vector<std::string> standby_argv_;
+  std::vector<std::string> standby_env_;
 };
 
 }  // namespace elastrun::launcher

@@ -67,8 +67,9 @@ flags:
                            (default 30s).
   --standby                pre-start the next attempt's workers (workers built
                            on libelastrun_worker only), so restarts are faster.
-                           The standbys run the current job's program: use it
-                           on nodes whose consecutive jobs run the same one.
+                           Standbys are used only by an attempt of the same
+                           program and environment; otherwise they are
+                           discarded and fresh workers start.
   --help                   show this help.
 
 DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
