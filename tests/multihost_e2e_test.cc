@@ -170,6 +170,10 @@ TEST_F(MultiHostTest, CutLinkSurvivorsReform) {
   EXPECT_EQ(j["world_size"], 2);
   EXPECT_EQ(j["restarts"], 0);  // a lost node is not a failure-caused restart
   EXPECT_GE(j["round"].get<int>(), 1);
+  // The last round ran on the two hosts that kept their link.
+  ASSERT_FALSE(j["history"].empty());
+  EXPECT_EQ(j["history"].back()["nodes"].dump().find("host2"), std::string::npos)
+      << j["history"].back().dump();
   EXPECT_THAT(Cli({"status", job}).output, HasSubstr("node lost"));
 }
 
