@@ -319,7 +319,10 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   EXPECT_EQ(nodes["nodes"][0]["state"], "ALIVE");
   EXPECT_EQ(nodes["nodes"][0]["slots"], 2);
 
-  // The failing rank's output is on its node.
+  // The failing rank's output reached the service (`logs`) and is on its node.
+  RunResult logs_out = Cli({"logs", bad_job, "--rank", "3"});
+  EXPECT_EQ(logs_out.exit_code, 0) << logs_out.output;
+  EXPECT_THAT(logs_out.output, HasSubstr("boom"));
   const std::string node = j["root_cause"]["node_id"];
   EXPECT_THAT(
       testing::ReadFile(logs + "/" + node + "/" + bad_job + "/attempt_1/1/stderr.log"),

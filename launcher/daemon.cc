@@ -329,6 +329,7 @@ void Daemon::FlushReports() {
     if (flushing_) return;  // the flushing thread sends what was added too
     flushing_ = true;
   }
+  if (options_.before_reports) options_.before_reports();
   for (;;) {
     v1::ReportExitRequest r;
     {

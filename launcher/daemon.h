@@ -72,6 +72,10 @@ struct DaemonOptions {
   // Called (outside any lock) just before an attempt is handed to the
   // runner, e.g. to tag forwarded log lines. May be empty.
   std::function<void(const std::string& job_id, int64_t round)> on_attempt_start;
+  // Called (outside any lock) before exit reports are sent, e.g. to flush
+  // forwarded worker output first, so that once the service knows a job
+  // ended it also holds the job's last lines.
+  std::function<void()> before_reports;
 };
 
 class Daemon {

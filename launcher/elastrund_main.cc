@@ -290,6 +290,7 @@ int main(int argc, char** argv) {
   daemon_options.on_attempt_start = [&log_forwarder](const std::string& job, int64_t round) {
     log_forwarder.SetAttempt(job, round);
   };
+  daemon_options.before_reports = [&log_forwarder] { log_forwarder.Flush(); };
 
   absl::Mutex mu;
   int stop_signal = 0;  // guarded by mu
