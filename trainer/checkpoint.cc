@@ -44,6 +44,8 @@ std::string SerializeState(torch::nn::Module& model, torch::optim::Optimizer& op
   WriteInt(archive, "micro_batches", p.micro_batches);
   WriteInt(archive, "world_size", p.world_size);
   archive.write("best_acc", c10::IValue(p.best_acc));
+  archive.write("loss_sum", c10::IValue(p.loss_sum));
+  archive.write("seen", c10::IValue(p.seen));
   {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -88,6 +90,10 @@ absl::Status RestoreState(const std::string& bytes, torch::nn::Module& model,
     c10::IValue best;
     archive.read("best_acc", best);
     p.best_acc = best.toDouble();
+    archive.read("loss_sum", best);
+    p.loss_sum = best.toDouble();
+    archive.read("seen", best);
+    p.seen = best.toDouble();
     at::Tensor rng;
     archive.read("rng", rng);
     {

@@ -25,6 +25,10 @@ struct TrainPosition {
   int64_t micro_batches = 0;  // Backwards accumulated since that step.
   int64_t world_size = 1;     // Ranks when it was taken.
   double best_acc = -1;       // Best test accuracy so far.
+  // Loss sum and samples of `epoch` so far, over all ranks (mid-epoch
+  // checkpoints), so the epoch's train_loss survives a resume.
+  double loss_sum = 0;
+  double seen = 0;
 };
 
 // The state as bytes (torch::serialize archive).

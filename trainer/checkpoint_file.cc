@@ -119,4 +119,19 @@ absl::StatusOr<CheckpointBlob> LoadNewestCheckpoint(const std::string& dir,
   return absl::NotFoundError(absl::StrCat("no usable checkpoint in ", dir));
 }
 
+absl::StatusOr<bool> SetAsideOldCheckpoints(const std::string& dir) {
+  std::error_code ec;
+  if (ListCheckpoints(dir).empty() && !std::filesystem::exists(dir + "/last.ckpt", ec)) {
+    return false;
+  }
+  const std::string prev = dir + ".prev";
+  std::filesystem::remove_all(prev, ec);
+  std::filesystem::rename(dir, prev, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot move old checkpoints ", dir, " to ", prev, ": ", ec.message()));
+  }
+  return true;
+}
+
 }  // namespace elastrun::trainer

@@ -51,6 +51,12 @@ absl::Status SaveCheckpoint(const std::string& dir, const CheckpointBlob& blob, 
 absl::StatusOr<CheckpointBlob> LoadNewestCheckpoint(const std::string& dir,
                                                     std::vector<std::string>* skipped);
 
+// A fresh run in a folder that holds another run's checkpoints must not
+// resume (or prune) them on its first restart: moves `dir` to `dir`.prev
+// (replacing an older one) when it holds any checkpoint. Returns whether it
+// moved anything; errors name the folders.
+absl::StatusOr<bool> SetAsideOldCheckpoints(const std::string& dir);
+
 }  // namespace elastrun::trainer
 
 #endif  // ELASTRUN_TRAINER_CHECKPOINT_FILE_H_

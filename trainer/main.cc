@@ -17,6 +17,7 @@
 #include "trainer/trainer.h"
 #include "worker/env.h"
 #include "worker/record.h"
+#include "worker/standby.h"
 
 namespace {
 
@@ -46,6 +47,12 @@ int Main(int argc, char** argv) {
   if (flags->print_config) {
     std::cout << config::ToYaml(cfg->resolved);
     return 0;
+  }
+  // Under `elastrun run --standby` this process was started ahead of its
+  // attempt: with the config loaded, wait here to learn its rank.
+  if (absl::Status s = worker::AwaitStandbyActivation(); !s.ok()) {
+    std::fprintf(stderr, "elastrun-train: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   trainer::RunOptions run;
   run.resume = flags->resume;

@@ -19,6 +19,7 @@
 #include "trainer/metrics.h"
 #include "trainer/models.h"
 #include "trainer/optimizer.h"
+#include "trainer/plot.h"
 #include "trainer/sampler.h"
 #include "trainer/schedule.h"
 #include "worker/process_group.h"
@@ -222,6 +223,13 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
   std::optional<MetricsWriter> metrics;
   if (leader) {
     RETURN_IF_ERROR(MakeDirs(train.output_dir));
+    if (!resumed) {
+      ASSIGN_OR_RETURN(bool moved, SetAsideOldCheckpoints(CheckpointDir(train.output_dir)));
+      if (moved) {
+        std::fprintf(run.out, "fresh run: moved the folder's old checkpoints to %s.prev\n",
+                     CheckpointDir(train.output_dir).c_str());
+      }
+    }
     RETURN_IF_ERROR(WriteFileAtomically(train.output_dir + "/config.yaml",
                                         config::ToYaml(cfg.resolved)));
     ASSIGN_OR_RETURN(MetricsWriter w,
@@ -260,8 +268,10 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
     const int64_t first = epoch == pos.epoch ? pos.iteration : 0;
     pos.epoch = epoch;
     const std::vector<int64_t> indices = sampler.Indices(first * data.batch_size);
-    double loss_sum = 0;
-    double seen = 0;
+    // A resumed epoch starts from the sums saved over all ranks (counted
+    // once, on rank 0).
+    double loss_sum = first > 0 && leader ? pos.loss_sum : 0;
+    double seen = first > 0 && leader ? pos.seen : 0;
     for (int64_t i = first; i < nb; ++i) {
       const int64_t ni = i + nb * epoch;
       const IterationValues v = schedule.At(ni, epoch);
@@ -292,6 +302,10 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
       if (leader) progress.Update(epoch, train.epochs, i, nb, l, v.lr, SecondsSince(epoch_start));
       if (train.checkpoint_iters > 0 && (i + 1) % train.checkpoint_iters == 0 && i + 1 < nb) {
         pos.iteration = i + 1;
+        std::vector<double> sums = {loss_sum, seen};
+        RETURN_IF_ERROR(SumOverRanks(group, sums));
+        pos.loss_sum = sums[0];
+        pos.seen = sums[1];
         RETURN_IF_ERROR(save(/*best=*/false));
       }
     }
@@ -322,6 +336,8 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
       m.seconds = epoch_s;
       m.images_per_sec = train_sums[1] / epoch_s;
       RETURN_IF_ERROR(metrics->Append(m));
+      RETURN_IF_ERROR(WritePlots(train.output_dir + "/metrics.csv",
+                                 train.output_dir + "/plots.svg"));
       std::fprintf(run.out,
                    "epoch %lld/%lld: train_loss %.4f test_loss %.4f test_acc %.4f lr %.5g "
                    "%.1fs %.0f img/s\n",

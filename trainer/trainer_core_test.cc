@@ -16,6 +16,7 @@
 #include "trainer/idx.h"
 #include "trainer/metrics.h"
 #include "trainer/options.h"
+#include "trainer/plot.h"
 #include "trainer/sampler.h"
 #include "trainer/schedule.h"
 
@@ -379,6 +380,37 @@ TEST(MetricsTest, AtomicWriteReplacesTheFile) {
               HasSubstr("/nonexistent/x"));
 }
 
+TEST(PlotTest, MetricsCsvRoundTripAndSvg) {
+  const std::string dir = TestDir();
+  {
+    auto w = MetricsWriter::Open(dir + "/metrics.csv", false);
+    ASSERT_TRUE(w.ok());
+    for (int e = 1; e <= 3; ++e) {
+      EpochMetrics m;
+      m.epoch = e;
+      m.train_loss = 1.0 / e;
+      m.test_acc = 0.5 + 0.1 * e;
+      m.lr = 0.01 / e;
+      ASSERT_TRUE(w->Append(m).ok());
+    }
+  }
+  auto rows = ReadMetricsCsv(dir + "/metrics.csv");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[2].epoch, 3);
+  EXPECT_NEAR((*rows)[2].test_acc, 0.8, 1e-9);
+  ASSERT_TRUE(WritePlots(dir + "/metrics.csv", dir + "/plots.svg").ok());
+  std::ifstream in(dir + "/plots.svg");
+  std::string svg((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_THAT(svg, HasSubstr("<svg"));
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), '<') > 10, true);
+  EXPECT_THAT(svg, HasSubstr("test accuracy"));
+  std::ofstream(dir + "/bad.csv") << "epoch\n1,x\n";
+  EXPECT_THAT(std::string(ReadMetricsCsv(dir + "/bad.csv").status().message()),
+              HasSubstr("bad.csv:2"));
+  EXPECT_EQ(RenderSvg({}).find("polyline"), std::string::npos);
+}
+
 // ------------------------------------------------------- checkpoint files
 
 TEST(CheckpointFileTest, RoundTripAndListing) {
@@ -400,6 +432,17 @@ TEST(CheckpointFileTest, RoundTripAndListing) {
   EXPECT_EQ(last->payload, std::string("state 2000000") + std::string(1, '\0'));
   EXPECT_EQ(ReadCheckpointFile(dir + "/best.ckpt")->key, 5);
   EXPECT_TRUE(ListCheckpoints(dir + "/none").empty());
+}
+
+TEST(CheckpointFileTest, FreshRunSetsOldCheckpointsAside) {
+  const std::string dir = TestDir() + "/checkpoints";
+  EXPECT_FALSE(*SetAsideOldCheckpoints(dir));
+  CheckpointBlob b;
+  b.key = 7;
+  ASSERT_TRUE(SaveCheckpoint(dir, b, false).ok());
+  EXPECT_TRUE(*SetAsideOldCheckpoints(dir));
+  EXPECT_TRUE(ListCheckpoints(dir).empty());
+  EXPECT_EQ(ListCheckpoints(dir + ".prev").size(), 1u);
 }
 
 TEST(CheckpointFileTest, CorruptOrTruncatedNewestFallsBackToPrevious) {
