@@ -21,7 +21,7 @@ struct EpochMetrics {
   double test_acc = 0;       // Fraction in [0, 1].
   double lr = 0;             // Lr of the weight groups at the epoch's end.
   double seconds = 0;        // Wall time of the epoch (train + eval).
-  double images_per_sec = 0; // Training images per second, all ranks.
+  double images_per_sec = 0; // Training images per second (train time only), all ranks.
 };
 
 extern const char kMetricsHeader[];

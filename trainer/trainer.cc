@@ -271,6 +271,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
     // A resumed epoch starts from the sums saved over all ranks (counted
     // once, on rank 0).
     double loss_sum = first > 0 && leader ? pos.loss_sum : 0;
+    const double pos_seen_at_start = first > 0 ? pos.seen : 0;
     double seen = first > 0 && leader ? pos.seen : 0;
     for (int64_t i = first; i < nb; ++i) {
       const int64_t ni = i + nb * epoch;
@@ -309,6 +310,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
         RETURN_IF_ERROR(save(/*best=*/false));
       }
     }
+    const double train_s = SecondsSince(epoch_start);
     std::vector<double> train_sums = {loss_sum, seen};
     RETURN_IF_ERROR(SumOverRanks(group, train_sums));
     ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model, test_set, world, rank, group));
@@ -334,7 +336,8 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
       m.test_acc = eval.acc;
       m.lr = optimizer->lr();
       m.seconds = epoch_s;
-      m.images_per_sec = train_sums[1] / epoch_s;
+      // Training only (this run's part of the epoch when resumed mid-way).
+      m.images_per_sec = (train_sums[1] - pos_seen_at_start) / train_s;
       RETURN_IF_ERROR(metrics->Append(m));
       RETURN_IF_ERROR(WritePlots(train.output_dir + "/metrics.csv",
                                  train.output_dir + "/plots.svg"));
