@@ -46,6 +46,8 @@ std::string SerializeState(torch::nn::Module& model, torch::optim::Optimizer& op
   archive.write("best_acc", c10::IValue(p.best_acc));
   archive.write("loss_sum", c10::IValue(p.loss_sum));
   archive.write("seen", c10::IValue(p.seen));
+  archive.write("amp_scale", c10::IValue(p.amp_scale));
+  WriteInt(archive, "amp_growth_tracker", p.amp_growth_tracker);
   {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -94,6 +96,9 @@ absl::Status RestoreState(const std::string& bytes, torch::nn::Module& model,
     p.loss_sum = best.toDouble();
     archive.read("seen", best);
     p.seen = best.toDouble();
+    archive.read("amp_scale", best);
+    p.amp_scale = best.toDouble();
+    p.amp_growth_tracker = ReadInt(archive, "amp_growth_tracker");
     at::Tensor rng;
     archive.read("rng", rng);
     {

@@ -29,6 +29,9 @@ struct TrainPosition {
   // checkpoints), so the epoch's train_loss survives a resume.
   double loss_sum = 0;
   double seen = 0;
+  // The loss scaler's state (train.amp).
+  double amp_scale = 0;
+  int64_t amp_growth_tracker = 0;
 };
 
 // The state as bytes (torch::serialize archive).

@@ -77,16 +77,20 @@ void Optimizer::Apply(const IterationValues& v) {
   lr_ = v.lr;
 }
 
-void Optimizer::Step(int64_t micro_batches) {
-  if (micro_batches > 1) {
-    torch::NoGradGuard no_grad;
-    const double scale = 1.0 / static_cast<double>(micro_batches);
-    for (auto& group : optimizer_->param_groups()) {
-      for (auto& p : group.params()) {
-        if (p.grad().defined()) p.mutable_grad().mul_(scale);
-      }
+bool Optimizer::ScaleGradients(double factor, bool check_finite) {
+  torch::NoGradGuard no_grad;
+  bool found_inf = false;
+  for (auto& group : optimizer_->param_groups()) {
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      if (factor != 1.0) p.mutable_grad().mul_(factor);
+      if (check_finite && !found_inf) found_inf = !at::isfinite(p.grad()).all().item<bool>();
     }
   }
+  return found_inf;
+}
+
+void Optimizer::Step() {
   optimizer_->step();
   optimizer_->zero_grad();
 }

@@ -54,9 +54,14 @@ class Optimizer {
 
   // Sets each group's lr (bias_lr for kBias) and, for SGD, momentum.
   void Apply(const IterationValues& values);
-  // optimizer.step() after scaling the gradients by 1 / micro_batches (the
-  // mean over the accumulated micro-batches), then zero_grad().
-  void Step(int64_t micro_batches);
+  // Multiplies every gradient by `factor` (1 / (micro-batches x loss
+  // scale): the mean over the accumulated micro-batches, unscaled). With
+  // `check_finite`, returns whether any gradient holds an inf or nan.
+  bool ScaleGradients(double factor, bool check_finite);
+  // optimizer.step(), then zero_grad().
+  void Step();
+  // zero_grad() alone: a step skipped by the loss scaler.
+  void ZeroGrad() { optimizer_->zero_grad(); }
 
   // lr of the weight groups (what metrics report).
   double lr() const { return lr_; }

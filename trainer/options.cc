@@ -44,7 +44,9 @@ const Schema& TrainSchema() {
         .Optional("checkpoint_iters", Type::Int(), "0",
                   "Also checkpoint every N iterations within an epoch (0: off).")
         .Optional("log_period", Type::Int(), "50", "Progress line every N iterations.")
-        .Optional("threads", Type::Int(), "1", "Intra-op threads per rank.");
+        .Optional("threads", Type::Int(), "1", "Intra-op threads per rank.")
+        .Optional("amp", Type::Bool(), "false",
+                  "Mixed precision: loss scaling (+ autocast on CUDA builds).");
     return s;
   }();
   return *schema;
@@ -73,6 +75,7 @@ TrainOptions TrainOptionsFrom(const Node& n) {
   o.checkpoint_iters = n.Find("checkpoint_iters")->as_int();
   o.log_period = n.Find("log_period")->as_int();
   o.threads = n.Find("threads")->as_int();
+  o.amp = n.Find("amp")->as_bool();
   return o;
 }
 

@@ -15,6 +15,7 @@
 #include "trainer/checkpoint_file.h"
 #include "trainer/data.h"
 #include "trainer/ddp.h"
+#include "trainer/loss_scaler.h"
 #include "trainer/digest.h"
 #include "trainer/metrics.h"
 #include "trainer/models.h"
@@ -214,6 +215,14 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
                                      optimizer->torch_optimizer(), &pos));
   }
   pos.world_size = world;
+  std::optional<LossScaler> scaler;
+  if (train.amp) {
+    scaler.emplace();
+    if (resumed && pos.amp_scale > 0) scaler->Restore(pos.amp_scale, pos.amp_growth_tracker);
+    if (leader) {
+      std::fprintf(run.out, "amp: CPU build, so no autocast; the loss scaler runs in fp32\n");
+    }
+  }
 
   std::unique_ptr<DistributedDataParallel> ddp;
   if (group != nullptr) {
@@ -254,6 +263,10 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
     if (!leader) return absl::OkStatus();
     CheckpointBlob blob;
     blob.key = CheckpointKey(pos);
+    if (scaler) {
+      pos.amp_scale = scaler->scale();
+      pos.amp_growth_tracker = scaler->growth_tracker();
+    }
     blob.payload = SerializeState(*model, optimizer->torch_optimizer(), pos, config_yaml);
     return SaveCheckpoint(checkpoint_dir, blob, best);
   };
@@ -290,10 +303,21 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
       if (ddp) ddp->BeforeForward(step);
       at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(batch.x), batch.y);
       if (ddp) ddp->BeforeBackward(loss, step);
-      loss.backward();
+      if (scaler) {
+        (loss * scaler->scale()).backward();
+      } else {
+        loss.backward();
+      }
       ++micro_batches;
       if (step) {
-        optimizer->Step(micro_batches);
+        const double factor =
+            1.0 / (static_cast<double>(micro_batches) * (scaler ? scaler->scale() : 1.0));
+        const bool found_inf = optimizer->ScaleGradients(factor, scaler.has_value());
+        if (!scaler || scaler->Update(found_inf)) {
+          optimizer->Step();
+        } else {
+          optimizer->ZeroGrad();
+        }
         micro_batches = 0;
         last_opt_step = ni;
       }

@@ -14,6 +14,7 @@
 #include "trainer/checkpoint_file.h"
 #include "trainer/digest.h"
 #include "trainer/idx.h"
+#include "trainer/loss_scaler.h"
 #include "trainer/metrics.h"
 #include "trainer/options.h"
 #include "trainer/plot.h"
@@ -409,6 +410,41 @@ TEST(PlotTest, MetricsCsvRoundTripAndSvg) {
   EXPECT_THAT(std::string(ReadMetricsCsv(dir + "/bad.csv").status().message()),
               HasSubstr("bad.csv:2"));
   EXPECT_EQ(RenderSvg({}).find("polyline"), std::string::npos);
+}
+
+// ----------------------------------------------------------- loss scaler
+
+TEST(LossScalerTest, BacksOffOnInfAndGrowsAfterCleanInterval) {
+  LossScalerOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  LossScaler s(o);
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_FALSE(s.Update(/*found_inf=*/true));  // skipped, backed off
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.skipped_steps(), 1);
+  EXPECT_TRUE(s.Update(false));
+  EXPECT_TRUE(s.Update(false));
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_TRUE(s.Update(false));  // third clean step in a row: grows
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  EXPECT_TRUE(s.Update(false));
+  EXPECT_FALSE(s.Update(true));  // an inf resets the run of clean steps
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  s.Restore(8, 2);
+  EXPECT_TRUE(s.Update(false));
+  EXPECT_EQ(s.scale(), 16);
+}
+
+TEST(LossScalerTest, DefaultsAreGradScalers) {
+  LossScaler s;
+  EXPECT_EQ(s.scale(), 65536.0);
+  for (int i = 0; i < 1999; ++i) s.Update(false);
+  EXPECT_EQ(s.scale(), 65536.0);
+  s.Update(false);
+  EXPECT_EQ(s.scale(), 131072.0);
 }
 
 // ------------------------------------------------------- checkpoint files

@@ -334,6 +334,24 @@ TEST(OptimizerTest, DecayOnlyOnWeightsAndScheduleApplied) {
             0.937);
 }
 
+TEST(OptimizerTest, InfGradientIsFoundAndSkippedStepLeavesWeights) {
+  Model mlp = SmallMlp();
+  auto opt = Optimizer::Create(OptimizerSpec{}, *mlp, 0.0);
+  ASSERT_TRUE(opt.ok());
+  torch::nn::functional::cross_entropy(mlp->forward(at::randn({4, 16})),
+                                       at::randint(5, {4}, at::kLong))
+      .mul(1024)
+      .backward();
+  const at::Tensor g = mlp->parameters()[0].grad().clone();
+  EXPECT_FALSE((*opt)->ScaleGradients(1.0 / 1024, true));
+  EXPECT_TRUE(at::allclose(mlp->parameters()[0].grad(), g / 1024));
+  mlp->parameters()[1].mutable_grad()[0] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE((*opt)->ScaleGradients(1.0, true));
+  const at::Tensor before = mlp->parameters()[0].detach().clone();
+  (*opt)->ZeroGrad();  // what the loop does on a skipped step
+  EXPECT_TRUE(at::equal(mlp->parameters()[0], before));
+}
+
 // --------------------------------------------------------------- configs
 
 TEST(ConfigTest, RealConfigsLoadAndTargetsAreListed) {
@@ -427,6 +445,18 @@ TEST(TrainTest, OneProcessLearnsSyntheticDataAndWritesTheRunFolder) {
   std::fclose(run.out);
   EXPECT_THAT(all, HasSubstr("final: epoch=2 test_acc="));
   EXPECT_THAT(all, HasSubstr("params_sha256=" + r->params_sha256));
+}
+
+TEST(TrainTest, AmpLossScalingTrainsOnCpu) {
+  const std::string dir = TestDir();
+  TrainerConfig cfg = SyntheticConfig(dir, "mlp");
+  cfg.train.amp = true;
+  RunOptions run;
+  run.out = std::tmpfile();
+  auto r = TrainOnGroup(cfg, run, nullptr);
+  std::fclose(run.out);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->test_acc, 0.9);
 }
 
 TEST(TrainTest, TwoRanksEndWithIdenticalParameters) {
