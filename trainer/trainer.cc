@@ -214,6 +214,14 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
     ASSIGN_OR_RETURN(resumed, Resume(run, cfg, world, rank, group, *model,
                                      optimizer->torch_optimizer(), &pos));
   }
+  if (resumed && pos.world_size != world) {
+    // Iterations per epoch depend on the world size, so the schedule's step
+    // counter restarts here, and gradients accumulated for the old group
+    // are dropped.
+    pos.last_opt_step = pos.epoch * nb + pos.iteration - 1;
+    pos.micro_batches = 0;
+    optimizer->ZeroGrad();
+  }
   pos.world_size = world;
   std::optional<LossScaler> scaler;
   if (train.amp) {
