@@ -20,7 +20,9 @@
 // SIGKILL). See bench/README.md.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,10 +101,18 @@ ProcStats ReadProc(pid_t pid) {
   return p;
 }
 
+double SelfCpu() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec / 1e6;
+}
+
 // Starts `bin --listen 127.0.0.1:0 [--state-dir DIR]`, stderr to `log`,
-// and reads "listening on HOST:PORT" (10 s deadline).
+// and reads "listening on HOST:PORT" (10 s deadline). `cpu` >= 0: the
+// service runs on that CPU only.
 bool StartService(const std::string& bin, const std::string& state_dir, const std::string& log,
-                  Service* s, std::string* error) {
+                  int cpu, Service* s, std::string* error) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) {
     *error = std::string("pipe: ") + std::strerror(errno);
@@ -122,6 +132,12 @@ bool StartService(const std::string& bin, const std::string& state_dir, const st
     return false;
   }
   if (pid == 0) {
+    if (cpu >= 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      sched_setaffinity(0, sizeof set, &set);
+    }
     dup2(out[1], 1);
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) dup2(fd, 2);
@@ -276,6 +292,15 @@ class Sim {
     auto it = first_join_ns_.find(round);
     return it == first_join_ns_.end() ? 0 : it->second;
   }
+  // Phases of a round: the last JoinRound command received, the last
+  // JoinRound call answered, the first StartAttempt received.
+  struct Phases {
+    int64_t last_cmd_ns = 0, last_joined_ns = 0, first_start_ns = 0;
+  };
+  Phases PhasesOf(int64_t round) {
+    std::lock_guard<std::mutex> l(mu_);
+    return phases_[round];
+  }
   StartInfo StartOf(Node* node, int64_t round) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = node->starts.find(round);
@@ -332,6 +357,7 @@ class Sim {
   int watches_started_ = 0, watches_done_ = 0;
   std::map<int64_t, int> started_;          // round -> nodes holding its StartAttempt
   std::map<int64_t, int64_t> first_join_ns_;  // round -> first JoinRound sent
+  std::map<int64_t, Phases> phases_;          // round -> its phases
   std::vector<std::string> errors_;
   int error_count_ = 0;
   std::atomic<bool> stopping_{false};
@@ -445,9 +471,14 @@ void Sim::OnCommand(Node* node, const v1::Command& c) {
         const int64_t now = NowNs();
         auto [it, inserted] = first_join_ns_.emplace(round, now);
         if (!inserted && now < it->second) it->second = now;
+        phases_[round].last_cmd_ns = now;
       }
       node->stub->async()->JoinRound(&call->ctx, &call->req, &call->resp,
                                      [this, call, node](grpc::Status s) {
+                                       {
+                                         std::lock_guard<std::mutex> l(mu_);
+                                         phases_[call->req.round()].last_joined_ns = NowNs();
+                                       }
                                        if (!s.ok()) {
                                          RecordError("JoinRound " + node->id + " round " +
                                                      std::to_string(call->req.round()) +
@@ -484,7 +515,7 @@ void Sim::OnCommand(Node* node, const v1::Command& c) {
       }
       std::lock_guard<std::mutex> l(mu_);
       if (node->starts.emplace(a.round(), std::move(si)).second) {
-        ++started_[a.round()];
+        if (started_[a.round()]++ == 0) phases_[a.round()].first_start_ns = now;
         cv_.notify_all();
       }
       break;
@@ -586,6 +617,7 @@ struct Options {
   double timeout_s = 60;
   bool keep = false;
   bool verbose = false;
+  bool pin = false;  // service on CPU 0, this process on the others
 };
 
 struct Trial {
@@ -595,7 +627,11 @@ struct Trial {
   double value_s = 0;   // the scenario's figure
   double submit_s = 0;  // join: Submit sent -> all assigned
   double cpu_s = 0;     // service CPU over the measured interval
+  double bench_cpu_s = 0;  // this process (the N simulated daemons), same interval
   double hwm_mib = 0;   // service peak RSS over the whole trial
+  // From the figure's start: every JoinRound command received, every
+  // JoinRound answered, the first StartAttempt received.
+  double cmds_s = 0, joined_s = 0, first_start_s = 0;
 };
 
 // Checks the StartAttempts of `nodes` for `round`: one consistent view.
@@ -637,8 +673,8 @@ Trial RunTrial(const Options& o, int n, Scenario sc, bool sqlite) {
   std::unique_ptr<Sim> sim;
   auto fail = [&](const std::string& why) { t.error = why; };
   do {
-    if (!StartService(o.service, sqlite ? dir + "/state" : "", dir + "/service.log", &svc,
-                      &t.error)) {
+    if (!StartService(o.service, sqlite ? dir + "/state" : "", dir + "/service.log",
+                      o.pin ? 0 : -1, &svc, &t.error)) {
       break;
     }
     sim = std::make_unique<Sim>(svc.addr, n, std::min(o.channels, n));
@@ -658,6 +694,7 @@ Trial RunTrial(const Options& o, int n, Scenario sc, bool sqlite) {
     spec->set_max_restarts(0);
     spec->add_argv("/bin/true");
     const ProcStats p0 = ReadProc(svc.pid);
+    const double b0 = SelfCpu();
     const int64_t t_submit = NowNs();
     {
       grpc::ClientContext ctx;
@@ -675,6 +712,7 @@ Trial RunTrial(const Options& o, int n, Scenario sc, bool sqlite) {
       break;
     }
     const ProcStats p1 = ReadProc(svc.pid);
+    const double b1 = SelfCpu();
     std::vector<Node*> all;
     for (int i = 0; i < n; ++i) all.push_back(sim->node(i));
     int64_t last0 = 0;
@@ -684,8 +722,13 @@ Trial RunTrial(const Options& o, int n, Scenario sc, bool sqlite) {
     }
     if (sc == Scenario::kJoin) {
       t.value_s = (last0 - sim->FirstJoinNs(0)) / 1e9;
+      const Sim::Phases ph = sim->PhasesOf(0);
+      t.cmds_s = (ph.last_cmd_ns - sim->FirstJoinNs(0)) / 1e9;
+      t.joined_s = (ph.last_joined_ns - sim->FirstJoinNs(0)) / 1e9;
+      t.first_start_s = (ph.first_start_ns - sim->FirstJoinNs(0)) / 1e9;
       t.submit_s = (last0 - t_submit) / 1e9;
       t.cpu_s = p1.cpu_s - p0.cpu_s;
+      t.bench_cpu_s = b1 - b0;
       t.ok = true;
       break;
     }
@@ -703,6 +746,7 @@ Trial RunTrial(const Options& o, int n, Scenario sc, bool sqlite) {
     // Let the round settle (StopAttempt/other traffic done) before the loss.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     const ProcStats pl = ReadProc(svc.pid);
+    const double bl = SelfCpu();
     int64_t t_loss = 0;
     if (sc == Scenario::kLossClose) {
       t_loss = NowNs();
@@ -717,13 +761,19 @@ Trial RunTrial(const Options& o, int n, Scenario sc, bool sqlite) {
       break;
     }
     const ProcStats pe = ReadProc(svc.pid);
+    const double be = SelfCpu();
     int64_t last1 = 0;
     if (std::string e = CheckRound(*sim, survivors, 1, n - 1, &last1); !e.empty()) {
       fail("round 1: " + e);
       break;
     }
     t.value_s = (last1 - t_loss) / 1e9;
+    const Sim::Phases ph = sim->PhasesOf(1);
+    t.cmds_s = (ph.last_cmd_ns - t_loss) / 1e9;
+    t.joined_s = (ph.last_joined_ns - t_loss) / 1e9;
+    t.first_start_s = (ph.first_start_ns - t_loss) / 1e9;
     t.cpu_s = pe.cpu_s - pl.cpu_s;
+    t.bench_cpu_s = be - bl;
     t.ok = true;
   } while (false);
 
@@ -780,6 +830,8 @@ flags:
   --channels C      gRPC channels (connections) for the N nodes (default 8)
   --timeout S       deadline of each wait (default 60)
   --service PATH    elastrun-rendezvous (default: next to this binary)
+  --pin             run the service on CPU 0 and the simulated daemons on
+                    the other CPUs (as if the service had a core to itself)
   --keep            keep every trial's folder (service log, state)
   --verbose         one line per trial
 )";
@@ -836,12 +888,24 @@ int main(int argc, char** argv) {
       o.timeout_s = std::stod(value());
     } else if (a == "--service") {
       o.service = value();
+    } else if (a == "--pin") {
+      o.pin = true;
     } else if (a == "--keep") {
       o.keep = true;
     } else if (a == "--verbose") {
       o.verbose = true;
     } else {
       std::fprintf(stderr, "unknown argument %s (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (o.pin) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 1; c < ncpu; ++c) CPU_SET(c, &set);
+    if (ncpu < 2 || sched_setaffinity(0, sizeof set, &set) != 0) {
+      std::fprintf(stderr, "--pin needs at least 2 CPUs\n");
       return 2;
     }
   }
@@ -863,6 +927,12 @@ int main(int argc, char** argv) {
     std::vector<Trial> trials;
   };
   std::vector<Row> rows;
+  std::vector<std::string> phase_lines;
+  auto Fmt = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f", x);
+    return std::string(b);
+  };
   for (int n : o.ns) {
     for (Scenario sc : o.scenarios) {
       for (bool sqlite : o.sqlite) {
@@ -871,9 +941,10 @@ int main(int argc, char** argv) {
           Trial t = RunTrial(o, n, sc, sqlite);
           if (o.verbose || !t.ok) {
             std::fprintf(stderr, "N=%d %s %s rep %d: %s value %.3f s submit %.3f s cpu %.3f s "
-                         "hwm %.1f MiB setup %.3f s%s%s\n",
+                         "bench cpu %.3f s hwm %.1f MiB setup %.3f s%s%s\n",
                          n, ScenarioName(sc), sqlite ? "sqlite" : "memory", r,
-                         t.ok ? "ok" : "FAILED", t.value_s, t.submit_s, t.cpu_s, t.hwm_mib,
+                         t.ok ? "ok" : "FAILED", t.value_s, t.submit_s, t.cpu_s,
+                         t.bench_cpu_s, t.hwm_mib,
                          t.setup_s, t.ok ? "" : ": ", t.error.c_str());
           }
           row.trials.push_back(std::move(t));
@@ -885,10 +956,11 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\n| N | scenario | state | time s, median (min-max) | submit->all s | "
-              "service CPU s | service peak RSS MiB | register+watch s | ok |\n");
-  std::printf("|---:|---|---|---|---:|---:|---:|---:|---|\n");
+              "service CPU s | daemons' CPU s | service peak RSS MiB | register+watch s | "
+              "ok |\n");
+  std::printf("|---:|---|---|---|---:|---:|---:|---:|---:|---|\n");
   for (const Row& row : rows) {
-    std::vector<double> v, sub, cpu, setup;
+    std::vector<double> v, sub, cpu, bcpu, setup, cmds, joined, first;
     double hwm = 0;
     int ok = 0;
     for (const Trial& t : row.trials) {
@@ -898,6 +970,10 @@ int main(int argc, char** argv) {
       v.push_back(t.value_s);
       sub.push_back(t.submit_s);
       cpu.push_back(t.cpu_s);
+      bcpu.push_back(t.bench_cpu_s);
+      cmds.push_back(t.cmds_s);
+      joined.push_back(t.joined_s);
+      first.push_back(t.first_start_s);
       setup.push_back(t.setup_s);
     }
     char time[96] = "-", submit[32] = "-";
@@ -909,11 +985,19 @@ int main(int argc, char** argv) {
     if (row.sc == Scenario::kJoin && !sub.empty()) {
       std::snprintf(submit, sizeof submit, "%.3f", Median(sub));
     }
-    std::printf("| %d | %s | %s | %s | %s | %.3f | %.1f | %.3f | %d/%d%s |\n", row.n,
+    phase_lines.push_back(std::to_string(row.n) + " " + ScenarioName(row.sc) + " " +
+                          (row.sqlite ? "sqlite" : "memory") + ": last JoinRound command " +
+                          Fmt(Median(cmds)) + ", last JoinRound answered " +
+                          Fmt(Median(joined)) + ", first StartAttempt " +
+                          Fmt(Median(first)) + ", last StartAttempt " + Fmt(Median(v)));
+    std::printf("| %d | %s | %s | %s | %s | %.2f | %.2f | %.0f | %.3f | %d/%d%s |\n", row.n,
                 ScenarioName(row.sc), row.sqlite ? "sqlite" : "memory", time, submit,
-                Median(cpu), hwm, Median(setup), ok, static_cast<int>(row.trials.size()),
+                Median(cpu), Median(bcpu), hwm, Median(setup), ok, static_cast<int>(row.trials.size()),
                 ok == static_cast<int>(row.trials.size()) ? "" : " FAILED");
   }
+  std::printf("\nPhases, s from the figure's start (medians; loss-lease from the last "
+              "heartbeat, so they include the lease):\n");
+  for (const std::string& l : phase_lines) std::printf("  %s\n", l.c_str());
   bool all_ok = true;
   for (const Row& row : rows) {
     for (const Trial& t : row.trials) all_ok = all_ok && t.ok;
