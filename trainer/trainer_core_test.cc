@@ -29,8 +29,8 @@ using ::testing::HasSubstr;
 
 std::string TestDir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                              "elastrun_trainer" / info->test_suite_name() / info->name();
+  std::filesystem::path dir = std::filesystem::path(ELASTRUN_TRAINER_TEST_DIR) /
+                              info->test_suite_name() / info->name();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();

@@ -30,7 +30,7 @@ using worker::WorkerEnv;
 
 std::string TestDir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(::testing::TempDir()) / "elastrun_trainer" /
+  fs::path dir = fs::path(ELASTRUN_TRAINER_TEST_DIR) /
                  info->test_suite_name() / info->name();
   fs::remove_all(dir);
   fs::create_directories(dir);
