@@ -160,20 +160,22 @@ TEST_F(DaemonE2eTest, DaemonSigkilledJobReformsOnSurvivors) {
   EXPECT_THAT(st.history(0).end_reason(), ::testing::AnyOf("node lost", "failure"));
 }
 
-TEST_F(DaemonE2eTest, NodeJoiningMidJobScalesUp) {
+TEST_F(DaemonE2eTest, FourthNodeJoiningMidJobScalesUp) {
+  // The case: three nodes run a 2:4 job; a fourth registers.
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
   const std::string ready = testing::MakeTempDir("daemon_e2e_ready");
   const std::string job = Submit(
-      "grow", {"--steps", "60", "--step-ms", "50", "--ready-dir", ready}, 0, "", 2, 3);
-  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 4, kDeadline).ok()) << DaemonOutput();
+      "grow", {"--steps", "60", "--step-ms", "50", "--ready-dir", ready}, 0, "", 2, 4);
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 6, kDeadline).ok()) << DaemonOutput();
   ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
   v1::JobStatus st = WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
-  EXPECT_EQ(st.world_size(), 6);
+  EXPECT_EQ(st.world_size(), 8);
   EXPECT_EQ(st.restarts(), 0);  // a membership change is not a restart
   EXPECT_EQ(st.history(0).end_reason(), "scale-up");
   const std::string logs = Logs(job, st.round());
-  for (int rank = 0; rank < 6; ++rank) {
-    EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", rank, "/6 ok")));
+  for (int rank = 0; rank < 8; ++rank) {
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", rank, "/8 ok")));
   }
 }
 
