@@ -8,6 +8,8 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +37,7 @@ absl::Status ErrnoError(absl::string_view what) {
 // worker's standby socket, otherwise the output stream index.
 constexpr uint64_t kSignalTag = ~uint64_t{0};
 constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
+constexpr uint64_t kProgressTag = ~uint64_t{0} - 2;
 constexpr uint64_t kControlBit = uint64_t{1} << 62;
 
 // Niceness of standby workers while they start, so their start-up yields
@@ -87,20 +90,65 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   epoll_ctl(efd, EPOLL_CTL_ADD, sfd, &ev);
   ev.data.u64 = kWakeTag;
   epoll_ctl(efd, EPOLL_CTL_ADD, wfd, &ev);
+  int pfd = -1;
+  if (!options.progress_socket.empty()) {
+    sockaddr_un addr{};
+    if (options.progress_socket.size() >= sizeof addr.sun_path) {
+      close(sfd);
+      close(wfd);
+      close(efd);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "agent socket path '", options.progress_socket, "' is longer than ",
+          sizeof addr.sun_path - 1, " bytes; use a shorter --log-dir"));
+    }
+    addr.sun_family = AF_UNIX;
+    memcpy(addr.sun_path, options.progress_socket.data(), options.progress_socket.size());
+    unlink(options.progress_socket.c_str());  // a socket left by an earlier run
+    pfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (pfd < 0 || bind(pfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        chmod(options.progress_socket.c_str(), 0600) != 0) {
+      auto status = ErrnoError(absl::StrCat("agent socket ", options.progress_socket));
+      if (pfd >= 0) close(pfd);
+      close(sfd);
+      close(wfd);
+      close(efd);
+      return status;
+    }
+    ev.data.u64 = kProgressTag;
+    epoll_ctl(efd, EPOLL_CTL_ADD, pfd, &ev);
+  }
   return std::unique_ptr<Agent>(
-      new Agent(options, NewPosixProcessControl(), efd, sfd, wfd));
+      new Agent(options, NewPosixProcessControl(), efd, sfd, wfd, pfd));
 }
 
 Agent::Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes,
-             int epoll_fd, int signal_fd, int wake_fd)
+             int epoll_fd, int signal_fd, int wake_fd, int progress_fd)
     : options_(options),
       processes_(std::move(processes)),
       epoll_fd_(epoll_fd),
       signal_fd_(signal_fd),
-      wake_fd_(wake_fd) {}
+      wake_fd_(wake_fd),
+      progress_fd_(progress_fd) {}
+
+void Agent::ReadProgress() {
+  char buf[kMaxProgressBytes + 1];
+  for (;;) {
+    ssize_t n = recv(progress_fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    // Malformed reports are dropped: the socket is owner-only, and a bad
+    // report must never disturb the workers.
+    auto report = DecodeProgress(absl::string_view(buf, static_cast<size_t>(n)));
+    if (report.ok() && options_.on_progress) options_.on_progress(*report);
+  }
+}
 
 Agent::~Agent() {
   DiscardStandbySet();
+  if (progress_fd_ >= 0) {
+    close(progress_fd_);
+    unlink(options_.progress_socket.c_str());
+  }
   close(epoll_fd_);
   close(signal_fd_);
   close(wake_fd_);
@@ -399,6 +447,8 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
         while (read(wake_fd_, &v, sizeof v) > 0) {
         }
         if (int sig = requested_stop_.load(); sig != 0) supervisor.Stop(sig, absl::Now());
+      } else if (tag == kProgressTag) {
+        ReadProgress();
       } else if (tag & kControlBit) {
         const size_t i = tag & ~kControlBit;
         char c[16];
@@ -418,6 +468,8 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
   for (size_t i = 0; i < n; ++i) close_control(i);
   for (Stream& s : streams) drain(s, /*final=*/true);
   streams.clear();
+  // Reports sent just before the workers exited are delivered too.
+  if (progress_fd_ >= 0) ReadProgress();
   for (int f : log_fds) {
     if (f >= 0) close(f);
   }

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/progress.h"
 #include "launcher/process.h"
 #include "launcher/supervisor.h"
 
@@ -49,6 +50,12 @@ struct AgentOptions {
   // Called on the agent's thread with every complete line a worker writes
   // (e.g. to forward logs to the service); must not block for long.
   std::function<void(const OutputLine&)> on_output_line;
+  // A unix datagram socket for the workers' progress reports (exported to
+  // them as ELASTRUN_AGENT_SOCKET by the caller; owner-only). Empty: none.
+  std::string progress_socket;
+  // Called on the agent's thread with every well-formed report received on
+  // progress_socket; must not block for long.
+  std::function<void(const ProgressReport&)> on_progress;
 };
 
 
@@ -122,7 +129,8 @@ class Agent {
   };
 
   Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes, int epoll_fd,
-        int signal_fd, int wake_fd);
+        int signal_fd, int wake_fd, int progress_fd);
+  void ReadProgress();
   // Reaps every exited child; workers go to `supervisor` (may be null), and
   // the exit of a standby discards the standby set.
   void ReapChildren(Supervisor* supervisor);
@@ -135,6 +143,7 @@ class Agent {
   const int epoll_fd_;
   const int signal_fd_;
   const int wake_fd_;
+  const int progress_fd_;  // -1 without options_.progress_socket
   std::atomic<int> requested_stop_{0};
   std::atomic<int> received_signal_{0};
   // The next attempt's standby workers (one process group), if started.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "common/files.h"
 #include "launcher/attempt.h"
 #include "launcher/port.h"
 #include "launcher/summary.h"
@@ -23,18 +24,6 @@ constexpr int kCannotStart = 127;
 // JoinRound tries, and the delay before the n-th retry (times n).
 constexpr int kJoinAttempts = 3;
 constexpr absl::Duration kJoinRetryDelay = absl::Milliseconds(100);
-
-absl::Status MakeDirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i != path.size() && path[i] != '/') continue;
-    const std::string partial = path.substr(0, i);
-    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot create folder ", partial, ": ", strerror(errno)));
-    }
-  }
-  return absl::OkStatus();
-}
 
 // Whether a report may succeed later: the service is away or slow.
 bool Retriable(const absl::Status& st) {
@@ -194,6 +183,7 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
   group.argv.assign(start.spec().argv().begin(), start.spec().argv().end());
   group.nproc_per_node = me->local_world_size();
   group.max_restarts = start.max_restarts();
+  group.agent_socket = options_.agent_socket;
   AttemptContext ctx;
   ctx.run_id = start.job_id();
   ctx.round = a.round();

@@ -69,6 +69,9 @@ struct DaemonOptions {
   // Working directory of workers when the job gives none; empty: the
   // daemon's own.
   std::string working_dir;
+  // The agent's progress socket, exported to workers as
+  // ELASTRUN_AGENT_SOCKET; empty: none.
+  std::string agent_socket;
   // Called (outside any lock) just before an attempt is handed to the
   // runner, e.g. to tag forwarded log lines. May be empty.
   std::function<void(const std::string& job_id, int64_t round)> on_attempt_start;

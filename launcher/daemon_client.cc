@@ -88,6 +88,12 @@ class GrpcRendezvousClient : public RendezvousClient {
     v1::PushLogsResponse resp;
     return FromGrpcStatus(stub_->PushLogs(&ctx, request, &resp));
   }
+  absl::Status ReportProgress(const v1::ReportProgressRequest& request) override {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::ReportProgressResponse resp;
+    return FromGrpcStatus(stub_->ReportProgress(&ctx, request, &resp));
+  }
   std::unique_ptr<WatchStream> Watch(const v1::WatchRequest& request) override {
     return std::make_unique<GrpcWatchStream>(stub_.get(), request, options_.token);
   }

@@ -39,6 +39,7 @@ class RendezvousClient {
       const v1::JoinRoundRequest& request) = 0;
   virtual absl::Status ReportExit(const v1::ReportExitRequest& request) = 0;
   virtual absl::Status PushLogs(const v1::PushLogsRequest& request) = 0;
+  virtual absl::Status ReportProgress(const v1::ReportProgressRequest& request) = 0;
   virtual std::unique_ptr<WatchStream> Watch(const v1::WatchRequest& request) = 0;
 };
 

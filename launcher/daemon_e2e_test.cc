@@ -57,11 +57,16 @@ class DaemonE2eTest : public ::testing::Test {
 };
 
 TEST_F(DaemonE2eTest, TwoByTwoJobSucceeds) {
-  const std::string job = Submit("ok", {}, 0);
+  const std::string job = Submit("ok", {"--steps", "5"}, 0);
   v1::JobStatus st = WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
   EXPECT_EQ(st.world_size(), 4);
   EXPECT_EQ(st.restarts(), 0);
+  // Workers' progress went worker -> agent socket -> daemon -> service; the
+  // daemons send it before their exit reports, so the last step is there.
+  EXPECT_EQ(st.last_progress().step(), 5) << st.last_progress().DebugString();
+  EXPECT_EQ(st.last_progress().round(), 0);
+  EXPECT_EQ(st.last_progress().metrics().at("world"), 4.0);
   // Each node ran two of the four ranks, and logged them per local rank.
   const std::string logs = Logs(job, 0);
   for (int rank = 0; rank < 4; ++rank) {

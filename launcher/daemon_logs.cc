@@ -54,7 +54,45 @@ void LogForwarder::OnLine(const OutputLine& line) {
   }
 }
 
-void LogForwarder::Flush() {
+void LogForwarder::OnProgress(const ProgressReport& report) {
+  absl::MutexLock lock(&mu_);
+  if (job_id_.empty()) return;
+  v1::ReportProgressRequest r;
+  r.set_job_id(job_id_);
+  v1::Progress* p = r.mutable_progress();
+  p->set_node_id(options_.node_id);
+  p->set_round(round_);
+  p->set_rank(report.rank);
+  p->set_step(report.step);
+  for (const auto& [name, value] : report.metrics) (*p->mutable_metrics())[name] = value;
+  progress_ = std::move(r);  // the service stamps the time it arrives
+}
+
+void LogForwarder::Send(bool progress_now) {
+  std::optional<v1::ReportProgressRequest> progress;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (progress_ && (progress_now || now - progress_sent_ >= options_.progress_interval)) {
+      progress = std::move(progress_);
+      progress_.reset();
+      progress_sent_ = now;
+    }
+  }
+  if (progress) {
+    absl::Status st = client_->ReportProgress(*progress);
+    if (absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) {
+      absl::MutexLock lock(&mu_);
+      if (!progress_) progress_ = std::move(progress);  // unless a newer one came
+    } else if (!st.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "ReportProgress for job " << progress->job_id()
+                                << " refused: " << st;
+    }
+  }
+  SendLines();
+}
+
+void LogForwarder::SendLines() {
   std::vector<Pending> batch;
   {
     absl::MutexLock lock(&mu_);
@@ -110,7 +148,7 @@ void LogForwarder::Loop() {
       mu_.AwaitWithTimeout(absl::Condition(&quit_), options_.interval);
       quit = quit_;
     }
-    Flush();
+    Send(/*progress_now=*/quit);
     if (quit) return;
   }
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -29,8 +30,13 @@ struct LogForwarderOptions {
   size_t max_buffered_bytes = 1 << 20;
   // false: no thread; the owner calls Flush (tests).
   bool thread = true;
+  // Least time between two ReportProgress calls of the thread.
+  absl::Duration progress_interval = absl::Seconds(1);
 };
 
+// Forwards the workers' output (PushLogs) and their newest progress report
+// (ReportProgress, at most once per progress_interval, since the service
+// stores each) to the service from its own thread.
 // Thread-safe. The destructor sends what is buffered once more, then joins.
 class LogForwarder {
  public:
@@ -45,9 +51,14 @@ class LogForwarder {
   // network. Lines before the first SetAttempt are dropped.
   void OnLine(const OutputLine& line);
 
-  // Sends the buffered lines, one PushLogs per job. Lines that the service
-  // could not take stay buffered (bounded) for the next call.
-  void Flush();
+  // Keeps `report` as the newest progress of the current attempt (the
+  // agent's on_progress hook). Never blocks on the network.
+  void OnProgress(const ProgressReport& report);
+
+  // Sends the newest progress report, if a new one came, and the buffered
+  // lines, one PushLogs per job. What the service could not take stays
+  // buffered (bounded) for the next call.
+  void Flush() { Send(/*progress_now=*/true); }
 
   // Lines dropped because the buffer was full (for logs and tests).
   int64_t dropped_lines() const;
@@ -58,6 +69,9 @@ class LogForwarder {
     v1::LogChunk chunk;  // whole lines, each ending in '\n'
   };
   void Loop();
+  // `progress_now`: send a new progress report even within the interval.
+  void Send(bool progress_now);
+  void SendLines();
 
   const LogForwarderOptions options_;
   RendezvousClient* const client_;
@@ -69,6 +83,8 @@ class LogForwarder {
   size_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_lines_ ABSL_GUARDED_BY(mu_) = 0;
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<v1::ReportProgressRequest> progress_ ABSL_GUARDED_BY(mu_);
+  absl::Time progress_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool quit_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

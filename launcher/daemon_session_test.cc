@@ -75,6 +75,9 @@ class FakeService : public RendezvousClient {
   }
   absl::Status ReportExit(const v1::ReportExitRequest&) override { return absl::OkStatus(); }
   absl::Status PushLogs(const v1::PushLogsRequest&) override { return absl::OkStatus(); }
+  absl::Status ReportProgress(const v1::ReportProgressRequest&) override {
+    return absl::OkStatus();
+  }
   std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override {
     auto s = std::make_unique<FakeStream>();
     absl::MutexLock lock(&mu_);

@@ -51,6 +51,11 @@ class FakeClient : public RendezvousClient {
     pushes.push_back(request);
     return absl::OkStatus();
   }
+  absl::Status ReportProgress(const v1::ReportProgressRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    progress.push_back(request);
+    return absl::OkStatus();
+  }
   std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override { return nullptr; }
 
   absl::Mutex mu_;
@@ -58,6 +63,7 @@ class FakeClient : public RendezvousClient {
   std::vector<v1::JoinRoundRequest> joins;
   std::vector<v1::ReportExitRequest> reports;
   std::vector<v1::PushLogsRequest> pushes;
+  std::vector<v1::ReportProgressRequest> progress;
   absl::Status report_status;
   absl::Status push_status;
 };
@@ -369,6 +375,37 @@ TEST(LogForwarderTest, LinesAreBatchedPerRankAndStream) {
   EXPECT_EQ(r.chunks(1).data(), "c\n");
   f.Flush();  // nothing new: no call
   EXPECT_EQ(client.pushes.size(), 1u);
+}
+
+TEST(LogForwarderTest, NewestProgressIsRelayedWithItsAttempt) {
+  FakeClient client;
+  LogForwarderOptions o;
+  o.node_id = "n1";
+  o.thread = false;
+  LogForwarder f(o, &client);
+  ProgressReport early;
+  early.step = 1;
+  f.OnProgress(early);  // before any attempt: nothing to relay
+  f.Flush();
+  EXPECT_TRUE(client.progress.empty());
+  f.SetAttempt("job-1", 2);
+  for (int64_t step : {10, 11, 12}) {
+    ProgressReport r;
+    r.rank = 0;
+    r.step = step;
+    r.metrics = {{"loss", 0.5}};
+    f.OnProgress(r);
+  }
+  f.Flush();
+  ASSERT_EQ(client.progress.size(), 1u);  // only the newest travels
+  const v1::ReportProgressRequest& req = client.progress[0];
+  EXPECT_EQ(req.job_id(), "job-1");
+  EXPECT_EQ(req.progress().node_id(), "n1");
+  EXPECT_EQ(req.progress().round(), 2);
+  EXPECT_EQ(req.progress().step(), 12);
+  EXPECT_EQ(req.progress().metrics().at("loss"), 0.5);
+  f.Flush();  // nothing new: nothing sent
+  EXPECT_EQ(client.progress.size(), 1u);
 }
 
 TEST(LogForwarderTest, KeptWhileAwayBoundedOldestDropped) {

@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "common/strings.h"
 #include "glog/logging.h"
+#include "common/files.h"
 #include "launcher/agent.h"
 #include "launcher/daemon.h"
 #include "launcher/daemon_logs.h"
@@ -257,10 +258,19 @@ int main(int argc, char** argv) {
     }
   }
   if (log_dir.empty()) log_dir = "/tmp/elastrund-" + node_id;
+  if (absl::Status made = elastrun::MakeDirs(log_dir); !made.ok()) {
+    std::fprintf(stderr, "elastrund: --log-dir: %s\n", std::string(made.message()).c_str());
+    return 1;
+  }
 
   // Set once the forwarder exists; the hook runs only during attempts, which
   // start after that (through the runner's mutex).
   LogForwarder* forwarder = nullptr;
+  // Workers report progress on a socket in the log folder (owner-only).
+  agent_options.progress_socket = log_dir + "/agent.sock";
+  agent_options.on_progress = [&forwarder](const elastrun::ProgressReport& report) {
+    if (forwarder != nullptr) forwarder->OnProgress(report);
+  };
   agent_options.on_output_line = [&forwarder](const OutputLine& line) {
     if (forwarder != nullptr) forwarder->OnLine(line);
   };
@@ -275,6 +285,7 @@ int main(int argc, char** argv) {
   DaemonOptions daemon_options;
   daemon_options.node_id = node_id;
   daemon_options.log_dir = log_dir;
+  daemon_options.agent_socket = agent_options.progress_socket;
   for (char** e = environ; *e != nullptr; ++e) {
     // The service's secret is the daemon's, not the workers'.
     if (!absl::StartsWith(*e, "ELASTRUN_TOKEN=")) daemon_options.base_env.emplace_back(*e);

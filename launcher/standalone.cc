@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/files.h"
 #include "launcher/agent.h"
 #include "launcher/attempt.h"
 #include "launcher/port.h"
@@ -30,20 +31,6 @@ namespace {
 void Say(const std::string& line) {
   std::string s = absl::StrCat("elastrun: ", line, "\n");
   WriteAll(STDERR_FILENO, s);
-}
-
-absl::Status MakeDirs(const std::string& path) {
-  std::string partial;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || (path[i] == '/' && i > 0)) {
-      partial = path.substr(0, i);
-      if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("cannot create folder ", partial, ": ", strerror(errno)));
-      }
-    }
-  }
-  return absl::OkStatus();
 }
 
 bool IsEmptyOrMissing(const std::string& path) {

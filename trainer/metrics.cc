@@ -80,16 +80,6 @@ void Progress::Finish() {
   }
 }
 
-absl::Status MakeDirs(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create folder ", dir, ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   auto fail = [&](const char* what) {

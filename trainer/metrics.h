@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/files.h"  // MakeDirs, used with these helpers
 #include "absl/status/statusor.h"
 
 namespace elastrun::trainer {
@@ -67,8 +68,6 @@ class Progress {
   bool open_line_ = false;
 };
 
-// Makes `dir` (and parents). Errors name it.
-absl::Status MakeDirs(const std::string& dir);
 // Writes `contents` to `path` atomically: temporary file, fsync, rename,
 // fsync of the folder. Errors name the path and the failing call.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);

@@ -24,6 +24,7 @@
 #include "trainer/sampler.h"
 #include "trainer/schedule.h"
 #include "worker/process_group.h"
+#include "worker/progress.h"
 
 namespace elastrun::trainer {
 namespace {
@@ -332,7 +333,13 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
       const double l = loss.item<double>();
       loss_sum += l * static_cast<double>(e - b);
       seen += static_cast<double>(e - b);
-      if (leader) progress.Update(epoch, train.epochs, i, nb, l, v.lr, SecondsSince(epoch_start));
+      if (leader) {
+        progress.Update(epoch, train.epochs, i, nb, l, v.lr, SecondsSince(epoch_start));
+        // To the launcher or node daemon (`elastrun status`); never blocks.
+        worker::ReportProgress(ni + 1, {{"epoch", static_cast<double>(epoch + 1)},
+                                        {"loss", l},
+                                        {"lr", v.lr}});
+      }
       if (train.checkpoint_iters > 0 && (i + 1) % train.checkpoint_iters == 0 && i + 1 < nb) {
         pos.iteration = i + 1;
         std::vector<double> sums = {loss_sum, seen};

@@ -24,6 +24,7 @@
 #include "common/worker_env.h"
 #include "worker/env.h"
 #include "worker/process_group.h"
+#include "worker/progress.h"
 #include "worker/record.h"
 
 namespace elastrun::test_worker {
@@ -268,6 +269,9 @@ int Main(int argc, char** argv) {
       throw std::runtime_error(absl::StrCat("step ", step, ": allreduce gave ",
                                             ones.item<int64_t>(), ", expected ", world));
     }
+    // Progress heartbeats to the agent (no-op without one); `elastrun
+    // status` shows the newest.
+    worker::ReportProgress(step + 1, {{"world", static_cast<double>(world)}});
     if (flags.step_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(flags.step_ms));
     }
