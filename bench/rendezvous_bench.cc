@@ -499,18 +499,18 @@ void Sim::OnCommand(Node* node, const v1::Command& c) {
       si.restart_count = a.restart_count();
       si.master_addr = a.master_addr();
       si.master_port = a.master_port();
-      if (a.nodes_size() != a.group_world_size()) si.error = "nodes size != group_world_size";
-      for (int i = 0; i < a.nodes_size(); ++i) {
-        const v1::NodeAssignment& na = a.nodes(i);
-        if (na.group_rank() != i) si.error = "nodes not indexed by group_rank";
-        if (na.node_id() == node->id) si.group_rank = i;
-      }
-      if (a.nodes_size() > 0) {
-        // MASTER_ADDR/PORT are those of the rank-0 node.
-        const v1::NodeAssignment& r0 = a.nodes(0);
-        const int idx0 = std::atoi(r0.node_id().c_str() + 5);
-        if (a.master_addr() != r0.addr() || a.master_port() != kPortBase + idx0) {
-          si.error = "master addr/port is not the rank-0 node's";
+      // A node's StartAttempt carries only its own entry.
+      if (a.nodes_size() != 1 || a.nodes(0).node_id() != node->id) {
+        si.error = "StartAttempt does not carry exactly this node's entry";
+      } else {
+        const v1::NodeAssignment& na = a.nodes(0);
+        si.group_rank = na.group_rank();
+        if (na.group_rank() == 0) {
+          // MASTER_ADDR/PORT are those of the rank-0 node.
+          const int idx0 = std::atoi(na.node_id().c_str() + 5);
+          if (a.master_addr() != na.addr() || a.master_port() != kPortBase + idx0) {
+            si.error = "master addr/port is not the rank-0 node's";
+          }
         }
       }
       std::lock_guard<std::mutex> l(mu_);

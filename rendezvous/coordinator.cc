@@ -231,7 +231,7 @@ void Coordinator::Resync(Outbox& out, const std::string& node_id) {
     if (!job.core || job.core->finished()) continue;
     const RoundAssignment* cur = job.core->assignment();
     if (cur != nullptr && cur->Find(node_id) != nullptr) {
-      Send(out, node_id, StartCommand(job, *cur));
+      Send(out, node_id, ForNode(StartCommand(job, *cur), *cur, node_id));
     }
   }
   for (const std::string& job_id : node->jobs) {

@@ -155,8 +155,12 @@ class Coordinator {
   // Asks the job's placed nodes that are not in the open round to join it.
   void Reconcile(Outbox& out, Job& job, bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Command JoinCommand(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The StartAttempt of round `a` without node entries; ForNode() makes a
+  // node's copy carrying only that node's own entry.
   v1::Command StartCommand(const Job& job, const RoundAssignment& a) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static v1::Command ForNode(const v1::Command& start, const RoundAssignment& a,
+                             const std::string& node_id);
 
   // Rounds and membership.
   void HandleEvents(Outbox& out, Job& job, const std::vector<Event>& events)

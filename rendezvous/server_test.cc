@@ -235,27 +235,33 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<v1::Jobs::Stub> jobs_;
 };
 
+// Each node's StartAttempt carries only its own entry; together they must
+// cover ranks 0..world_size-1 once, with one round, master and world size.
 void ExpectConsistent(const std::vector<v1::StartAttempt>& starts, int64_t round,
                       int world_size) {
   ASSERT_FALSE(starts.empty());
   const v1::Assignment& a0 = starts[0].assignment();
-  std::set<int> ranks;
+  std::multiset<int> ranks;
+  std::string rank0_node;
   for (const v1::StartAttempt& s : starts) {
     const v1::Assignment& a = s.assignment();
     EXPECT_EQ(a.round(), round);
     EXPECT_EQ(a.world_size(), world_size);
+    EXPECT_EQ(a.group_world_size(), static_cast<int>(starts.size()));
     EXPECT_EQ(a.master_addr(), a0.master_addr());
     EXPECT_EQ(a.master_port(), a0.master_port());
-    ASSERT_EQ(a.nodes_size(), static_cast<int>(starts.size()));
-    for (const v1::NodeAssignment& n : a.nodes()) {
-      for (int l = 0; l < n.local_world_size(); ++l) ranks.insert(n.rank_offset() + l);
-    }
+    ASSERT_EQ(a.nodes_size(), 1);  // its own entry only
+    const v1::NodeAssignment& n = a.nodes(0);
+    for (int l = 0; l < n.local_world_size(); ++l) ranks.insert(n.rank_offset() + l);
+    if (n.group_rank() == 0) rank0_node = n.node_id();
   }
   EXPECT_EQ(static_cast<int>(ranks.size()), world_size);
+  EXPECT_EQ(static_cast<int>(std::set<int>(ranks.begin(), ranks.end()).size()), world_size);
   EXPECT_EQ(*ranks.begin(), 0);
   EXPECT_EQ(*ranks.rbegin(), world_size - 1);
-  EXPECT_EQ(a0.master_addr(), a0.nodes(0).node_id() + ".test");
-  EXPECT_EQ(a0.master_port(), 30000 + a0.nodes(0).node_id().back());
+  ASSERT_FALSE(rank0_node.empty());
+  EXPECT_EQ(a0.master_addr(), rank0_node + ".test");
+  EXPECT_EQ(a0.master_port(), 30000 + rank0_node.back());
 }
 
 TEST_F(ServerTest, ThreeByTwoJobRestartsOnFailureThenSucceeds) {
