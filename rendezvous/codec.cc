@@ -37,6 +37,16 @@ absl::Duration FromProto(const google::protobuf::Duration& d) {
   return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 
+v1::NodeAssignment ToProto(const NodeAssignment& n) {
+  v1::NodeAssignment q;
+  q.set_node_id(n.node_id);
+  q.set_addr(n.addr);
+  q.set_group_rank(n.group_rank);
+  q.set_local_world_size(n.local_world_size);
+  q.set_rank_offset(n.rank_offset);
+  return q;
+}
+
 v1::Assignment ToProto(const RoundAssignment& a) {
   v1::Assignment p;
   p.set_round(a.round);
@@ -45,14 +55,7 @@ v1::Assignment ToProto(const RoundAssignment& a) {
   p.set_master_port(a.master_port);
   p.set_world_size(a.world_size);
   p.set_group_world_size(a.group_world_size);
-  for (const NodeAssignment& n : a.nodes) {
-    v1::NodeAssignment* q = p.add_nodes();
-    q->set_node_id(n.node_id);
-    q->set_addr(n.addr);
-    q->set_group_rank(n.group_rank);
-    q->set_local_world_size(n.local_world_size);
-    q->set_rank_offset(n.rank_offset);
-  }
+  for (const NodeAssignment& n : a.nodes) *p.add_nodes() = ToProto(n);
   return p;
 }
 

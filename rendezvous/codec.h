@@ -19,6 +19,7 @@ absl::Time FromProto(const google::protobuf::Timestamp& t);
 google::protobuf::Duration ToProto(absl::Duration d);
 absl::Duration FromProto(const google::protobuf::Duration& d);
 
+v1::NodeAssignment ToProto(const NodeAssignment& n);
 v1::Assignment ToProto(const RoundAssignment& a);
 RoundAssignment FromProto(const v1::Assignment& a);
 v1::WorkerFailure ToProto(const Failure& f);

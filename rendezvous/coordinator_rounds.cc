@@ -100,12 +100,7 @@ v1::Command Coordinator::ForNode(const v1::Command& start, const RoundAssignment
                                  const std::string& node_id) {
   v1::Command c = start;
   if (const NodeAssignment* n = a.Find(node_id)) {
-    v1::NodeAssignment* q = c.mutable_start()->mutable_assignment()->add_nodes();
-    q->set_node_id(n->node_id);
-    q->set_addr(n->addr);
-    q->set_group_rank(n->group_rank);
-    q->set_local_world_size(n->local_world_size);
-    q->set_rank_offset(n->rank_offset);
+    *c.mutable_start()->mutable_assignment()->add_nodes() = ToProto(*n);
   }
   return c;
 }
