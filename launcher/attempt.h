@@ -11,6 +11,7 @@
 
 #include "launcher/agent.h"
 #include "launcher/output.h"
+#include "rendezvous/types.h"
 
 namespace elastrun::launcher {
 
@@ -42,6 +43,12 @@ struct AttemptContext {
   // and error.json.
   std::string attempt_dir;
 };
+
+// Where `node` stands in the closed round `a` (which must include it), with
+// logs under `attempt_dir`.
+AttemptContext ContextFor(const std::string& run_id, const rendezvous::RoundAssignment& a,
+                          const rendezvous::NodeAssignment& node,
+                          const std::string& attempt_dir);
 
 // The error file path of a worker of the attempt.
 std::string ErrorFilePath(const std::string& attempt_dir, int local_rank);

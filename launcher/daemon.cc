@@ -184,17 +184,9 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
   group.nproc_per_node = me->local_world_size();
   group.max_restarts = start.max_restarts();
   group.agent_socket = options_.agent_socket;
-  AttemptContext ctx;
-  ctx.run_id = start.job_id();
-  ctx.round = a.round();
-  ctx.restart_count = a.restart_count();
-  ctx.master_addr = a.master_addr();
-  ctx.master_port = a.master_port();
-  ctx.world_size = a.world_size();
-  ctx.group_rank = me->group_rank();
-  ctx.group_world_size = a.group_world_size();
-  ctx.rank_offset = me->rank_offset();
-  ctx.attempt_dir = attempt_dir;
+  const rendezvous::RoundAssignment round = rendezvous::FromProto(a);
+  const AttemptContext ctx =
+      ContextFor(start.job_id(), round, *round.Find(options_.node_id), attempt_dir);
   absl::Status made;
   for (int local = 0; local < group.nproc_per_node && made.ok(); ++local) {
     made = MakeDirs(absl::StrCat(attempt_dir, "/", local));

@@ -157,17 +157,8 @@ int RunStandalone(const RunOptions& o) {
       return 1;
     }
     const rendezvous::NodeAssignment* me = a->Find(node);
-    AttemptContext ctx;
-    ctx.run_id = run_id;
-    ctx.round = a->round;
-    ctx.restart_count = a->restart_count;
-    ctx.master_addr = a->master_addr;
-    ctx.master_port = a->master_port;
-    ctx.world_size = a->world_size;
-    ctx.group_rank = me->group_rank;
-    ctx.group_world_size = a->group_world_size;
-    ctx.rank_offset = me->rank_offset;
-    ctx.attempt_dir = absl::StrCat(*run_dir, "/attempt_", a->round);
+    AttemptContext ctx =
+        ContextFor(run_id, *a, *me, absl::StrCat(*run_dir, "/attempt_", a->round));
     for (int local = 0; local < *nproc; ++local) {
       if (auto s = MakeDirs(absl::StrCat(ctx.attempt_dir, "/", local)); !s.ok()) {
         Say(std::string(s.message()));
