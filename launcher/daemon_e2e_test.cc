@@ -56,28 +56,34 @@ class DaemonE2eTest : public ::testing::Test {
   std::unique_ptr<Cluster> cluster_;
 };
 
-TEST_F(DaemonE2eTest, TwoByTwoJobSucceeds) {
-  const std::string job = Submit("ok", {"--steps", "5"}, 0);
+TEST_F(DaemonE2eTest, ThreeByTwoJobSucceeds) {
+  // The case: three daemons (distinct node ids), a 3x2 job.
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+  const std::string job = Submit("ok", {"--steps", "5"}, 0, "", 3, 3);
   v1::JobStatus st = WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
-  EXPECT_EQ(st.world_size(), 4);
+  EXPECT_EQ(st.world_size(), 6);
   EXPECT_EQ(st.restarts(), 0);
+  // Its history: one round, on the three nodes, that succeeded.
+  ASSERT_EQ(st.history_size(), 1);
+  EXPECT_EQ(st.history(0).assignment().nodes_size(), 3);
+  EXPECT_EQ(st.nodes_size(), 3);
   // Workers' progress went worker -> agent socket -> daemon -> service; the
   // daemons send it before their exit reports, so the last step is there.
   EXPECT_EQ(st.last_progress().step(), 5) << st.last_progress().DebugString();
   EXPECT_EQ(st.last_progress().round(), 0);
-  EXPECT_EQ(st.last_progress().metrics().at("world"), 4.0);
-  // Each node ran two of the four ranks, and logged them per local rank.
+  EXPECT_EQ(st.last_progress().metrics().at("world"), 6.0);
+  // Each node ran two of the six ranks, and logged them per local rank.
   const std::string logs = Logs(job, 0);
-  for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", rank, "/4 ok restart=0")));
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", rank, "/6 ok restart=0")));
   }
   // The daemons forwarded the output to the service (`elastrun logs`).
   std::string forwarded;
   EXPECT_TRUE(PollUntil([&] {
     forwarded = cluster_->ServiceLogs(job);
-    for (int rank = 0; rank < 4; ++rank) {
-      if (!absl::StrContains(forwarded, absl::StrCat("rank ", rank, "/4 ok"))) return false;
+    for (int rank = 0; rank < 6; ++rank) {
+      if (!absl::StrContains(forwarded, absl::StrCat("rank ", rank, "/6 ok"))) return false;
     }
     return true;
   })) << forwarded;
