@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -65,6 +66,60 @@ absl::StatusOr<ProgressReport> DecodeProgress(absl::string_view datagram) {
     return absl::InvalidArgumentError("progress report without rank= and step=");
   }
   return r;
+}
+
+namespace {
+constexpr char kBarrierPrefix[] = "barrier ";
+}  // namespace
+
+absl::Status ValidateBarrierName(absl::string_view name) {
+  if (name.empty() || name.size() > 256) {
+    return absl::InvalidArgumentError("barrier name: 1 to 256 characters");
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("barrier name '", name, "': only letters, digits, '_', '.', '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string EncodeBarrier(const BarrierArrival& a) {
+  return absl::StrCat(kBarrierPrefix, "rank=", a.rank, " local_world_size=",
+                      a.local_world_size, " name=", a.name);
+}
+
+bool IsBarrierDatagram(absl::string_view datagram) {
+  return absl::StartsWith(datagram, kBarrierPrefix);
+}
+
+absl::StatusOr<BarrierArrival> DecodeBarrier(absl::string_view datagram) {
+  if (!IsBarrierDatagram(datagram) || datagram.size() > kMaxProgressBytes) {
+    return absl::InvalidArgumentError("not a barrier arrival");
+  }
+  datagram.remove_prefix(sizeof kBarrierPrefix - 1);
+  BarrierArrival a;
+  bool rank = false, lws = false, name = false;
+  for (absl::string_view item : absl::StrSplit(datagram, ' ', absl::SkipEmpty())) {
+    std::vector<absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.size() != 2) return absl::InvalidArgumentError("barrier arrival: bad item");
+    if (kv[0] == "rank") {
+      rank = absl::SimpleAtoi(kv[1], &a.rank) && a.rank >= 0;
+    } else if (kv[0] == "local_world_size") {
+      lws = absl::SimpleAtoi(kv[1], &a.local_world_size) && a.local_world_size >= 1;
+    } else if (kv[0] == "name") {
+      a.name = std::string(kv[1]);
+      name = ValidateBarrierName(a.name).ok();
+    }
+  }
+  if (!rank || !lws || !name) {
+    return absl::InvalidArgumentError("barrier arrival without a valid rank, "
+                                      "local_world_size and name");
+  }
+  return a;
 }
 
 }  // namespace elastrun

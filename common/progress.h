@@ -31,6 +31,21 @@ std::string EncodeProgress(const ProgressReport& report);
 // InvalidArgument for anything that is not an encoded report.
 absl::StatusOr<ProgressReport> DecodeProgress(absl::string_view datagram);
 
+// A worker arriving at a named barrier of its attempt, on the same socket:
+// "barrier rank=R local_world_size=L name=NAME". The agent answers the
+// sender's address with "ok" once every worker of every node of the round
+// arrived, or "error MESSAGE".
+struct BarrierArrival {
+  int rank = 0;
+  int local_world_size = 1;
+  std::string name;  // 1-256 of [A-Za-z0-9_.-]
+};
+std::string EncodeBarrier(const BarrierArrival& arrival);
+bool IsBarrierDatagram(absl::string_view datagram);
+absl::StatusOr<BarrierArrival> DecodeBarrier(absl::string_view datagram);
+// Checks a barrier name (what EncodeBarrier needs), naming the problem.
+absl::Status ValidateBarrierName(absl::string_view name);
+
 }  // namespace elastrun
 
 #endif  // ELASTRUN_COMMON_PROGRESS_H_

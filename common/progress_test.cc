@@ -29,5 +29,24 @@ TEST(ProgressTest, GarbageIsRejected) {
   EXPECT_FALSE(DecodeProgress(std::string(5000, 'a')).ok());
 }
 
+TEST(BarrierArrivalTest, RoundTripAndErrors) {
+  BarrierArrival a;
+  a.rank = 5;
+  a.local_world_size = 2;
+  a.name = "exit.1";
+  const std::string wire = EncodeBarrier(a);
+  EXPECT_TRUE(IsBarrierDatagram(wire));
+  EXPECT_FALSE(IsBarrierDatagram(EncodeProgress(ProgressReport{})));
+  auto back = DecodeBarrier(wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->rank, 5);
+  EXPECT_EQ(back->local_world_size, 2);
+  EXPECT_EQ(back->name, "exit.1");
+  EXPECT_FALSE(DecodeBarrier("barrier rank=1 name=x").ok());  // no local_world_size
+  EXPECT_FALSE(DecodeBarrier("barrier rank=1 local_world_size=1 name=a/b").ok());
+  EXPECT_FALSE(ValidateBarrierName("").ok());
+  EXPECT_TRUE(ValidateBarrierName("epoch-3_end.x").ok());
+}
+
 }  // namespace
 }  // namespace elastrun

@@ -133,12 +133,32 @@ Agent::Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes,
 void Agent::ReadProgress() {
   char buf[kMaxProgressBytes + 1];
   for (;;) {
-    ssize_t n = recv(progress_fd_, buf, sizeof buf, MSG_DONTWAIT);
+    sockaddr_un from{};
+    socklen_t from_len = sizeof from;
+    ssize_t n = recvfrom(progress_fd_, buf, sizeof buf, MSG_DONTWAIT,
+                         reinterpret_cast<sockaddr*>(&from), &from_len);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
-    // Malformed reports are dropped: the socket is owner-only, and a bad
-    // report must never disturb the workers.
-    auto report = DecodeProgress(absl::string_view(buf, static_cast<size_t>(n)));
+    const absl::string_view datagram(buf, static_cast<size_t>(n));
+    // Malformed datagrams are dropped: the socket is owner-only, and a bad
+    // one must never disturb the workers.
+    if (IsBarrierDatagram(datagram)) {
+      auto arrival = DecodeBarrier(datagram);
+      if (!arrival.ok() || from_len <= sizeof(sa_family_t)) continue;  // nowhere to answer
+      auto reply = [fd = progress_fd_, from, from_len](const absl::Status& st) {
+        const std::string answer =
+            st.ok() ? "ok" : absl::StrCat("error ", st.message()).substr(0, 1000);
+        (void)sendto(fd, answer.data(), answer.size(), MSG_DONTWAIT,
+                     reinterpret_cast<const sockaddr*>(&from), from_len);
+      };
+      if (options_.on_barrier) {
+        options_.on_barrier(*arrival, reply);
+      } else {
+        reply(absl::UnimplementedError("this launcher relays no barriers"));
+      }
+      continue;
+    }
+    auto report = DecodeProgress(datagram);
     if (report.ok() && options_.on_progress) options_.on_progress(*report);
   }
 }

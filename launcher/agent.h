@@ -56,6 +56,12 @@ struct AgentOptions {
   // Called on the agent's thread with every well-formed report received on
   // progress_socket; must not block for long.
   std::function<void(const ProgressReport&)> on_progress;
+  // Called on the agent's thread when a worker arrives at a named barrier
+  // on progress_socket; `reply` (callable from any thread, once) answers
+  // that worker: OK lets it pass, an error fails its barrier. Without this
+  // hook every barrier fails at once.
+  std::function<void(const BarrierArrival&, std::function<void(const absl::Status&)> reply)>
+      on_barrier;
 };
 
 

@@ -94,6 +94,14 @@ class GrpcRendezvousClient : public RendezvousClient {
     v1::ReportProgressResponse resp;
     return FromGrpcStatus(stub_->ReportProgress(&ctx, request, &resp));
   }
+  absl::Status Barrier(const v1::BarrierRequest& request, absl::Duration timeout) override {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+    v1::BarrierResponse resp;
+    return FromGrpcStatus(stub_->Barrier(&ctx, request, &resp));
+  }
   std::unique_ptr<WatchStream> Watch(const v1::WatchRequest& request) override {
     return std::make_unique<GrpcWatchStream>(stub_.get(), request, options_.token);
   }

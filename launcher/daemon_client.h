@@ -40,6 +40,9 @@ class RendezvousClient {
   virtual absl::Status ReportExit(const v1::ReportExitRequest& request) = 0;
   virtual absl::Status PushLogs(const v1::PushLogsRequest& request) = 0;
   virtual absl::Status ReportProgress(const v1::ReportProgressRequest& request) = 0;
+  // Blocks until every node of the round arrived (OK), the round ended
+  // (Aborted), or `timeout` passed.
+  virtual absl::Status Barrier(const v1::BarrierRequest& request, absl::Duration timeout) = 0;
   virtual std::unique_ptr<WatchStream> Watch(const v1::WatchRequest& request) = 0;
 };
 

@@ -89,6 +89,34 @@ TEST_F(DaemonE2eTest, ThreeByTwoJobSucceeds) {
   })) << forwarded;
 }
 
+// The latest time (ns) in DIR's files named PREFIX*, and the earliest.
+std::pair<int64_t, int64_t> TimeRange(const std::string& dir, const std::string& prefix) {
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const std::string& f : testing::ListFiles(dir, prefix)) {
+    const int64_t t = std::stoll(testing::ReadFile(dir + "/" + f));
+    lo = std::min(lo, t);
+    hi = std::max(hi, t);
+  }
+  return {lo, hi};
+}
+
+TEST_F(DaemonE2eTest, WorkersMeetAtANamedBarrierThroughTheirDaemons) {
+  const std::string dir = testing::MakeTempDir("daemon_e2e_barrier");
+  // Rank 3 (on the second node) arrives half a second late: nobody, on
+  // either node, may pass before it arrived.
+  const std::string job = Submit("meet", {"--ready-dir", dir, "--agent-barrier", "sync-1",
+                                          "--delay-rank", "3", "--delay-ms", "500"},
+                                 0);
+  v1::JobStatus st = WaitFinished(job);
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
+  ASSERT_EQ(testing::ListFiles(dir, "arrive.0.").size(), 4u);
+  ASSERT_EQ(testing::ListFiles(dir, "passed.0.").size(), 4u);
+  const auto arrived = TimeRange(dir, "arrive.0.");
+  const auto passed = TimeRange(dir, "passed.0.");
+  EXPECT_LE(arrived.second, passed.first) << "a worker passed before the last arrived";
+  EXPECT_GE(arrived.second - arrived.first, 400 * 1000 * 1000) << "rank 3 was not late";
+}
+
 TEST_F(DaemonE2eTest, SigkilledWorkerRestartsEveryNodeThenSucceeds) {
   const std::string job = Submit("kill", {"--fail-rank", "1", "--fail-mode", "sigkill"}, 1);
   v1::JobStatus st = WaitFinished(job);

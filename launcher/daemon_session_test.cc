@@ -75,6 +75,9 @@ class FakeService : public RendezvousClient {
   }
   absl::Status ReportExit(const v1::ReportExitRequest&) override { return absl::OkStatus(); }
   absl::Status PushLogs(const v1::PushLogsRequest&) override { return absl::OkStatus(); }
+  absl::Status Barrier(const v1::BarrierRequest&, absl::Duration) override {
+    return absl::OkStatus();
+  }
   absl::Status ReportProgress(const v1::ReportProgressRequest&) override {
     return absl::OkStatus();
   }

@@ -9,8 +9,10 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "launcher/daemon_barrier.h"
 #include "launcher/daemon_logs.h"
 #include "launcher/daemon_session.h"
 #include "tests/testing/subprocess.h"
@@ -51,6 +53,11 @@ class FakeClient : public RendezvousClient {
     pushes.push_back(request);
     return absl::OkStatus();
   }
+  absl::Status Barrier(const v1::BarrierRequest& request, absl::Duration) override {
+    absl::MutexLock lock(&mu_);
+    barriers.push_back(request);
+    return barrier_status;
+  }
   absl::Status ReportProgress(const v1::ReportProgressRequest& request) override {
     absl::MutexLock lock(&mu_);
     progress.push_back(request);
@@ -64,6 +71,8 @@ class FakeClient : public RendezvousClient {
   std::vector<v1::ReportExitRequest> reports;
   std::vector<v1::PushLogsRequest> pushes;
   std::vector<v1::ReportProgressRequest> progress;
+  std::vector<v1::BarrierRequest> barriers;
+  absl::Status barrier_status;
   absl::Status report_status;
   absl::Status push_status;
 };
@@ -375,6 +384,60 @@ TEST(LogForwarderTest, LinesAreBatchedPerRankAndStream) {
   EXPECT_EQ(r.chunks(1).data(), "c\n");
   f.Flush();  // nothing new: no call
   EXPECT_EQ(client.pushes.size(), 1u);
+}
+
+TEST(BarrierRelayTest, LocalWorkersMeetThenTheNodeArrivesOnce) {
+  FakeClient client;
+  absl::Notification both_answered;
+  std::vector<absl::Status> answers;
+  absl::Mutex mu;
+  auto reply = [&](const absl::Status& st) {
+    absl::MutexLock lock(&mu);
+    answers.push_back(st);
+    if (answers.size() == 2) both_answered.Notify();
+  };
+  BarrierRelay relay(&client, "n1");
+  BarrierArrival a;
+  a.local_world_size = 2;
+  a.name = "sync";
+  relay.OnArrival(a, reply);  // no attempt yet: refused at once
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(answers.size(), 1u);
+    EXPECT_TRUE(absl::IsFailedPrecondition(answers[0]));
+    answers.clear();
+  }
+  relay.SetAttempt("job-1", 3);
+  a.rank = 0;
+  relay.OnArrival(a, reply);
+  {
+    absl::MutexLock lock(&client.mu_);
+    EXPECT_TRUE(client.barriers.empty());  // one local worker is still missing
+  }
+  a.rank = 1;
+  relay.OnArrival(a, reply);
+  ASSERT_TRUE(both_answered.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  absl::MutexLock lock(&client.mu_);
+  ASSERT_EQ(client.barriers.size(), 1u);
+  EXPECT_EQ(client.barriers[0].job_id(), "job-1");
+  EXPECT_EQ(client.barriers[0].round(), 3);
+  EXPECT_EQ(client.barriers[0].name(), "sync");
+  EXPECT_EQ(client.barriers[0].participant(), "n1");
+  absl::MutexLock answers_lock(&mu);
+  EXPECT_TRUE(answers[0].ok() && answers[1].ok());
+}
+
+TEST(BarrierRelayTest, ANewAttemptAbortsWaitingWorkers) {
+  FakeClient client;
+  BarrierRelay relay(&client, "n1");
+  relay.SetAttempt("job-1", 0);
+  absl::Status answer;
+  BarrierArrival a;
+  a.local_world_size = 2;
+  a.name = "sync";
+  relay.OnArrival(a, [&](const absl::Status& st) { answer = st; });
+  relay.SetAttempt("job-1", 1);
+  EXPECT_TRUE(absl::IsAborted(answer)) << answer;
 }
 
 TEST(LogForwarderTest, NewestProgressIsRelayedWithItsAttempt) {

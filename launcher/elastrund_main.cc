@@ -27,6 +27,7 @@
 #include "glog/logging.h"
 #include "common/files.h"
 #include "launcher/agent.h"
+#include "launcher/daemon_barrier.h"
 #include "launcher/daemon.h"
 #include "launcher/daemon_logs.h"
 #include "launcher/daemon_runner.h"
@@ -271,6 +272,17 @@ int main(int argc, char** argv) {
   agent_options.on_progress = [&forwarder](const elastrun::ProgressReport& report) {
     if (forwarder != nullptr) forwarder->OnProgress(report);
   };
+  // Workers' named barriers meet here, then at the service (set like the
+  // forwarder, before any attempt starts).
+  BarrierRelay* barriers = nullptr;
+  agent_options.on_barrier = [&barriers](const elastrun::BarrierArrival& arrival,
+                                         std::function<void(const absl::Status&)> reply) {
+    if (barriers == nullptr) {
+      reply(absl::UnavailableError("the node daemon is starting"));
+      return;
+    }
+    barriers->OnArrival(arrival, std::move(reply));
+  };
   agent_options.on_output_line = [&forwarder](const OutputLine& line) {
     if (forwarder != nullptr) forwarder->OnLine(line);
   };
@@ -298,8 +310,12 @@ int main(int argc, char** argv) {
   log_options.node_id = node_id;
   LogForwarder log_forwarder(log_options, client.get());
   forwarder = &log_forwarder;
-  daemon_options.on_attempt_start = [&log_forwarder](const std::string& job, int64_t round) {
+  BarrierRelay barrier_relay(client.get(), node_id);
+  barriers = &barrier_relay;
+  daemon_options.on_attempt_start = [&log_forwarder, &barrier_relay](const std::string& job,
+                                                                     int64_t round) {
     log_forwarder.SetAttempt(job, round);
+    barrier_relay.SetAttempt(job, round);
   };
   daemon_options.before_reports = [&log_forwarder] { log_forwarder.Flush(); };
 

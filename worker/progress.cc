@@ -6,9 +6,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <errno.h>
+#include <poll.h>
+
+#include <algorithm>
 #include <mutex>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/progress.h"
+#include "common/status_macros.h"
 #include "common/worker_env.h"
 
 namespace elastrun::worker {
@@ -36,6 +43,62 @@ void ReportProgress(int64_t step, const std::map<std::string, double>& metrics) 
   const std::string datagram = EncodeProgress(report);
   (void)sendto(fd, datagram.data(), datagram.size(), MSG_DONTWAIT,
                reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+}
+
+absl::Status AgentBarrier(const std::string& name, absl::Duration timeout) {
+  RETURN_IF_ERROR(ValidateBarrierName(name));
+  const char* path = getenv(env::kAgentSocket);
+  sockaddr_un agent{};
+  if (path == nullptr || *path == '\0' || strlen(path) >= sizeof agent.sun_path) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "barrier '", name, "': no node daemon to meet at (", env::kAgentSocket,
+        " is not set; barriers need a job submitted through elastrund)"));
+  }
+  agent.sun_family = AF_UNIX;
+  strncpy(agent.sun_path, path, sizeof agent.sun_path - 1);
+  BarrierArrival arrival;
+  if (const char* r = getenv(env::kRank)) arrival.rank = atoi(r);
+  if (const char* l = getenv(env::kLocalWorldSize)) arrival.local_world_size = atoi(l);
+  arrival.name = name;
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("barrier: socket() failed");
+  // An address of our own (autobind) for the answer.
+  sockaddr_un self{};
+  self.sun_family = AF_UNIX;
+  const std::string wire = EncodeBarrier(arrival);
+  absl::Status result;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&self), sizeof(sa_family_t)) != 0 ||
+      sendto(fd, wire.data(), wire.size(), 0, reinterpret_cast<sockaddr*>(&agent),
+             sizeof agent) < 0) {
+    result = absl::UnavailableError(absl::StrCat("barrier '", name, "': cannot reach the ",
+                                                 "node daemon at ", path, ": ",
+                                                 strerror(errno)));
+  } else {
+    const absl::Time deadline = absl::Now() + timeout;
+    char buf[1024];
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+      const int n = poll(&p, 1, static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms, 1 << 30))));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        result = absl::DeadlineExceededError(absl::StrCat(
+            "barrier '", name, "': not every worker arrived within ",
+            absl::FormatDuration(timeout)));
+        break;
+      }
+      const ssize_t got = recv(fd, buf, sizeof buf, 0);
+      if (got < 0 && errno == EINTR) continue;
+      const absl::string_view answer(buf, got > 0 ? static_cast<size_t>(got) : 0);
+      if (answer == "ok") break;
+      result = absl::AbortedError(absl::StrCat(
+          "barrier '", name, "': ",
+          absl::StartsWith(answer, "error ") ? answer.substr(6) : answer));
+      break;
+    }
+  }
+  close(fd);
+  return result;
 }
 
 }  // namespace elastrun::worker

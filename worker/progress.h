@@ -7,6 +7,9 @@
 #include <map>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
 namespace elastrun::worker {
 
 // Sends {rank, step, metrics} to the agent socket named by
@@ -14,6 +17,15 @@ namespace elastrun::worker {
 // an agent (or when its socket is full) the report is dropped. Cheap enough
 // to call every step; the agent keeps only the newest. Thread-safe.
 void ReportProgress(int64_t step, const std::map<std::string, double>& metrics = {});
+
+// Waits until every worker of every node of this attempt has called
+// AgentBarrier(name): the local workers meet at their daemon, which meets
+// the other nodes through the service. Needs a node daemon (elastrund;
+// ELASTRUN_AGENT_SOCKET set). Errors: FailedPrecondition without an agent,
+// InvalidArgument for a bad name, DeadlineExceeded after `timeout`, Aborted
+// when the round ended first (a node failed or was lost).
+absl::Status AgentBarrier(const std::string& name,
+                          absl::Duration timeout = absl::Minutes(30));
 
 }  // namespace elastrun::worker
 

@@ -46,7 +46,13 @@ constexpr char kUsage[] =
     "                       holding CLOCK_REALTIME in nanoseconds\n"
     "  --hang               after the first barrier, block until killed\n"
     "  --ignore-sigterm     ignore SIGTERM\n"
-    "  --print-env          print the contract variables as NAME=value\n";
+    "  --print-env          print the contract variables as NAME=value\n"
+    "  --agent-barrier NAME after the first barrier, meet every worker of every\n"
+    "                       node at barrier NAME through the node daemon; with\n"
+    "                       --ready-dir, DIR/arrive.* and DIR/passed.* get the\n"
+    "                       times of arriving and passing\n"
+    "  --delay-rank R       rank R sleeps --delay-ms before that barrier\n"
+    "  --delay-ms M         (default 0)\n";
 
 enum class FailMode { kSigkill, kSegv, kExit, kThrow };
 
@@ -59,6 +65,9 @@ struct Flags {
   int fail_restarts = 1;
   int fail_at_step = -1;
   std::string ready_dir;
+  std::string agent_barrier;
+  int delay_rank = -1;
+  int delay_ms = 0;
   bool hang = false;
   bool ignore_sigterm = false;
   bool print_env = false;
@@ -134,6 +143,14 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       absl::StatusOr<std::string> v = take();
       if (v.ok()) flags.ready_dir = *v;
       status = v.status();
+    } else if (name == "--agent-barrier") {
+      absl::StatusOr<std::string> v = take();
+      if (v.ok()) flags.agent_barrier = *v;
+      status = v.status();
+    } else if (name == "--delay-rank") {
+      set_int(&flags.delay_rank, 0, INT32_MAX);
+    } else if (name == "--delay-ms") {
+      set_int(&flags.delay_ms, 0, INT32_MAX);
     } else if (name == "--hang") {
       set_bool(&flags.hang);
     } else if (name == "--ignore-sigterm") {
@@ -160,8 +177,9 @@ int64_t RealtimeNanos() {
 
 // Creates DIR/ready.<restart>.<rank> atomically (write a temporary, rename),
 // so a watcher never reads a partial time.
-void WriteReadyFile(const std::string& dir, const WorkerEnv& env) {
-  const std::string name = absl::StrCat("ready.", env.restart_count, ".", env.rank);
+void WriteReadyFile(const std::string& dir, const WorkerEnv& env,
+                    const std::string& kind = "ready") {
+  const std::string name = absl::StrCat(kind, ".", env.restart_count, ".", env.rank);
   const std::string path = absl::StrCat(dir, "/", name);
   const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp.", ::getpid());
   const std::string contents = absl::StrCat(RealtimeNanos(), "\n");
@@ -254,6 +272,14 @@ int Main(int argc, char** argv) {
   }
   Check(group->Barrier());
   if (!flags.ready_dir.empty()) WriteReadyFile(flags.ready_dir, env);
+  if (!flags.agent_barrier.empty()) {
+    if (env.rank == flags.delay_rank) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(flags.delay_ms));
+    }
+    if (!flags.ready_dir.empty()) WriteReadyFile(flags.ready_dir, env, "arrive");
+    Check(worker::AgentBarrier(flags.agent_barrier, absl::Seconds(120)));
+    if (!flags.ready_dir.empty()) WriteReadyFile(flags.ready_dir, env, "passed");
+  }
   if (fails && flags.fail_at_step < 0) Fail(flags, env, "after the first barrier");
   if (flags.hang) {
     for (;;) ::pause();
