@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, then configures and builds elastrun into build/.
-# Extra arguments go to CMake (for example -DELASTRUN_CUDA=ON).
+# Extra arguments go to CMake (for example -DCMAKE_BUILD_TYPE=Release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
