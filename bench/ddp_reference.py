@@ -1,0 +1,298 @@
+#!/usr/bin/python3
+"""PyTorch Python DDP reference for bench/ddp_bench.py.
+
+Trains what elastrun-train trains, from the same resolved config
+(`elastrun-train --config F [overrides] --print-config > resolved.yaml`):
+
+- the same MLP / CNN (trainer/models.cc), the same torch default init;
+- the same Fashion-MNIST gzipped IDX files, held in memory as uint8 and
+  batched the same way (index_select, /255, -mean, /std; trainer/data.cc);
+- torch's DistributedSampler (seed, shuffle, pad), which elastrun-train
+  reproduces bit for bit;
+- SGD (momentum, Nesterov) with YOLOv5's three parameter groups (biases,
+  decayed weights, norm weights) and weight decay scaled by
+  global batch x accumulate / nbs; YOLOv5's warm-up and one-cycle schedule,
+  gradient accumulation to nbs (trainer/optimizer.cc, trainer/schedule.cc);
+- torch.set_num_threads(1) by default (train.threads), Gloo from the
+  torchrun environment, DistributedDataParallel with its defaults (1 MiB
+  first bucket, 25 MiB buckets, broadcast_buffers=True);
+- a loss.item() every iteration, as the trainer's progress line does.
+
+images_per_sec is measured as the trainer does: from the start of the epoch
+(before set_epoch) to the end of its last iteration, images of all ranks
+(summed) / rank 0's seconds; evaluation is not in it. Rank 0 writes
+<output_dir>/metrics.csv with elastrun-train's columns.
+
+Usage: /usr/bin/python3 bench/ddp_reference.py --config resolved.yaml \
+           [--output-dir DIR] [--epochs N]
+Run alone (1 process) or under `elastrun run` / torchrun (env:// Gloo).
+"""
+
+import argparse
+import gzip
+import math
+import os
+import struct
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+
+PIXEL_MEAN = 0.2860
+PIXEL_STD = 0.3530
+MIN_WARMUP_ITERS = 100
+
+
+# ---- data (trainer/idx.cc, trainer/data.cc) --------------------------------
+
+def read_idx(path, rank):
+    if not os.path.exists(path) and path.endswith(".gz") and os.path.exists(path[:-3]):
+        path = path[:-3]
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or dtype != 8 or ndim != rank:
+        raise SystemExit(f"{path}: not a rank-{rank} unsigned-byte IDX file")
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    body = bytearray(data[4 + 4 * ndim:])
+    return torch.frombuffer(body, dtype=torch.uint8).reshape(dims).clone()
+
+
+def load_split(root, train):
+    prefix = "train" if train else "t10k"
+    images = read_idx(f"{root}/{prefix}-images-idx3-ubyte.gz", 3)
+    labels = read_idx(f"{root}/{prefix}-labels-idx1-ubyte.gz", 1).to(torch.long)
+    return images.unsqueeze(1), labels  # [n, 1, 28, 28] uint8, [n] int64
+
+
+def make_batch(images, labels, idx):
+    x = images.index_select(0, idx).to(torch.float32).mul_(1.0 / 255.0)
+    x = x.sub_(PIXEL_MEAN).div_(PIXEL_STD)
+    return x, labels.index_select(0, idx)
+
+
+# ---- models (trainer/models.cc) ---------------------------------------------
+
+def make_model(m, image_size):
+    layers = []
+    if m["_target_"] == "MLP":
+        layers.append(nn.Flatten())
+        n_in = int(m.get("in_features", 784))
+        for h in m.get("hidden", [256, 256]):
+            layers += [nn.Linear(n_in, h), nn.ReLU()]
+            if float(m.get("dropout", 0.0)) > 0:
+                layers.append(nn.Dropout(float(m["dropout"])))
+            n_in = h
+        layers.append(nn.Linear(n_in, int(m.get("num_classes", 10))))
+    elif m["_target_"] == "CNN":
+        n_in = int(m.get("in_channels", 1))
+        k = int(m.get("kernel_size", 3))
+        size = int(m.get("image_size", image_size))
+        for c in m.get("channels", [32, 64]):
+            layers += [nn.Conv2d(n_in, c, k, padding=k // 2, bias=False),
+                       nn.BatchNorm2d(c), nn.ReLU(), nn.MaxPool2d(2)]
+            n_in = c
+            size //= 2
+        hidden = int(m.get("hidden", 128))
+        layers += [nn.Flatten(), nn.Linear(n_in * size * size, hidden), nn.ReLU()]
+        if float(m.get("dropout", 0.0)) > 0:
+            layers.append(nn.Dropout(float(m["dropout"])))
+        layers.append(nn.Linear(hidden, int(m.get("num_classes", 10))))
+    else:
+        raise SystemExit(f"model._target_ {m['_target_']!r}: only MLP and CNN")
+    return nn.Sequential(*layers)
+
+
+# ---- optimizer and schedule (trainer/optimizer.cc, trainer/schedule.cc) -----
+
+def parameter_groups(model):
+    bias, decay, norm = [], [], []
+    for module in model.modules():
+        is_norm = "Norm" in type(module).__name__
+        for name, p in module.named_parameters(recurse=False):
+            if name == "bias":
+                bias.append(p)
+            elif name == "weight" and is_norm:
+                norm.append(p)
+            else:
+                decay.append(p)
+    return bias, decay, norm
+
+
+def interp(x, x0, x1, y0, y1):
+    if x <= x0:
+        return y0
+    if x >= x1:
+        return y1
+    return y0 + (x - x0) * (y1 - y0) / (x1 - x0)
+
+
+class Schedule:
+    def __init__(self, s, lr0, nb, nbs, global_batch):
+        self.s, self.lr0, self.nbs, self.gb = s, lr0, nbs, global_batch
+        self.warmup_iters = max(round(float(s["warmup_epochs"]) * nb), MIN_WARMUP_ITERS)
+        self.accumulate = max(round(nbs / global_batch), 1)
+
+    def lr_factor(self, epoch):
+        n, lrf = float(self.s["epochs"]), float(self.s["lrf"])
+        if self.s.get("one_cycle", True):
+            return ((1 - math.cos(epoch * math.pi / n)) / 2) * (lrf - 1.0) + 1.0
+        return (1 - epoch / n) * (1.0 - lrf) + lrf
+
+    def at(self, ni, epoch):
+        target = self.lr0 * self.lr_factor(epoch)
+        mom = float(self.s["momentum"])
+        if ni <= self.warmup_iters:
+            nw = self.warmup_iters
+            return dict(
+                bias_lr=interp(ni, 0, nw, float(self.s["warmup_bias_lr"]), target),
+                lr=interp(ni, 0, nw, 0.0, target),
+                momentum=interp(ni, 0, nw, float(self.s["warmup_momentum"]), mom),
+                accumulate=max(1, round(interp(ni, 0, nw, 1.0, self.nbs / self.gb))))
+        return dict(bias_lr=target, lr=target, momentum=mom, accumulate=self.accumulate)
+
+
+# ---- the loop (trainer/trainer.cc) --------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="resolved YAML (--print-config)")
+    ap.add_argument("--output-dir", help="overrides train.output_dir")
+    ap.add_argument("--epochs", type=int, help="overrides train.epochs (and the schedule's)")
+    args = ap.parse_args()
+    with open(args.config) as f:
+        cfg = yaml.safe_load(f)
+    data, train, opt, sched = cfg["data"], cfg["train"], cfg["optimizer"], cfg["scheduler"]
+    if args.epochs:
+        train["epochs"] = sched["epochs"] = args.epochs
+    output_dir = args.output_dir or train["output_dir"]
+    threads = int(train.get("threads", 1))
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+    distributed = "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+    if distributed:
+        dist.init_process_group("gloo")
+    world = dist.get_world_size() if distributed else 1
+    rank = dist.get_rank() if distributed else 0
+    leader = rank == 0
+    seed = int(train.get("seed", 0))
+
+    torch.manual_seed(seed)
+    model = make_model(cfg["model"], int(data.get("image_size", 28)))
+    train_x, train_y = load_split(data["root"], True)
+    test_x, test_y = load_split(data["root"], False)
+    sampler = torch.utils.data.DistributedSampler(
+        range(len(train_y)), num_replicas=world, rank=rank, shuffle=True, seed=seed,
+        drop_last=bool(data.get("drop_last", False)))
+    bs = int(data["batch_size"])
+    nb = (sampler.num_samples + bs - 1) // bs
+    global_batch = bs * world
+    lr0, nbs = float(opt["lr0"]), int(opt.get("nbs", 64))
+    schedule = Schedule(sched, lr0, nb, nbs, global_batch)
+    wd = float(opt.get("weight_decay", 5e-4)) * global_batch * schedule.accumulate / nbs
+    if opt["_target_"] != "SGD":
+        raise SystemExit("the reference implements SGD only")
+    bias, decay, norm = parameter_groups(model)
+    groups, kinds = [], []
+    for params, kind, group_wd in ((bias, "bias", 0.0), (decay, "decay", wd),
+                                   (norm, "norm", 0.0)):
+        if params:
+            groups.append(dict(params=params, weight_decay=group_wd))
+            kinds.append(kind)
+    optimizer = torch.optim.SGD(groups, lr=lr0, momentum=float(opt["momentum"]),
+                                nesterov=bool(opt.get("nesterov", True)))
+    net = nn.parallel.DistributedDataParallel(model) if distributed else model
+
+    metrics = None
+    if leader:
+        os.makedirs(output_dir, exist_ok=True)
+        metrics = open(os.path.join(output_dir, "metrics.csv"), "w")
+        metrics.write("epoch,train_loss,test_loss,test_acc,lr,seconds,images_per_sec\n")
+        print(f"ddp_reference: {world} rank(s), batch {bs} x {world}, {nb} iterations/epoch, "
+              f"warm-up {schedule.warmup_iters}, accumulate {schedule.accumulate}, "
+              f"torch {torch.__version__}, threads {torch.get_num_threads()}", flush=True)
+
+    model.train()
+    last_opt_step, micro = -1, 0
+    epochs = int(train["epochs"])
+    for epoch in range(epochs):
+        epoch_start = time.perf_counter()
+        sampler.set_epoch(epoch)
+        indices = torch.tensor(list(iter(sampler)), dtype=torch.long)
+        loss_sum, seen = 0.0, 0.0
+        for i in range(nb):
+            ni = i + nb * epoch
+            v = schedule.at(ni, epoch)
+            for g, kind in zip(optimizer.param_groups, kinds):
+                g["lr"] = v["bias_lr"] if kind == "bias" else v["lr"]
+                g["momentum"] = v["momentum"]
+            step = ni - last_opt_step >= v["accumulate"]
+            idx = indices[i * bs:(i + 1) * bs]
+            x, y = make_batch(train_x, train_y, idx)
+            if distributed and not step:
+                with net.no_sync():
+                    loss = F.cross_entropy(net(x), y)
+                    loss.backward()
+            else:
+                loss = F.cross_entropy(net(x), y)
+                loss.backward()
+            micro += 1
+            if step:
+                if micro != 1:
+                    with torch.no_grad():
+                        for p in model.parameters():
+                            if p.grad is not None:
+                                p.grad.mul_(1.0 / micro)
+                optimizer.step()
+                optimizer.zero_grad()
+                micro, last_opt_step = 0, ni
+            n = float(len(idx))
+            loss_sum += loss.item() * n
+            seen += n
+        train_s = time.perf_counter() - epoch_start
+        sums = torch.tensor([loss_sum, seen], dtype=torch.float64)
+        if distributed:
+            dist.all_reduce(sums)
+        # Evaluation (not timed): each rank scores a strided shard.
+        model.eval()
+        ev = torch.zeros(3, dtype=torch.float64)
+        with torch.no_grad():
+            shard = torch.arange(rank, len(test_y), world)
+            for b in range(0, len(shard), 1000):
+                x, y = make_batch(test_x, test_y, shard[b:b + 1000])
+                logits = model(x)
+                ev += torch.tensor([float(logits.argmax(1).eq(y).sum()),
+                                    float(F.cross_entropy(logits, y, reduction="sum")),
+                                    float(len(y))], dtype=torch.float64)
+        if distributed:
+            dist.all_reduce(ev)
+        model.train()
+        epoch_s = time.perf_counter() - epoch_start
+        if leader:
+            ips = float(sums[1]) / train_s
+            train_loss = float(sums[0] / sums[1])
+            test_acc, test_loss = float(ev[0] / ev[2]), float(ev[1] / ev[2])
+            lr = optimizer.param_groups[kinds.index("decay")]["lr"] if "decay" in kinds else 0
+            metrics.write(f"{epoch + 1},{train_loss:.6f},{test_loss:.6f},{test_acc:.6f},"
+                          f"{lr:.7g},{epoch_s:.3f},{ips:.1f}\n")
+            metrics.flush()
+            print(f"epoch {epoch + 1}/{epochs}: train_loss {train_loss:.4f} test_loss "
+                  f"{test_loss:.4f} test_acc {test_acc:.4f} lr {lr:.5g} {epoch_s:.1f}s "
+                  f"{ips:.0f} img/s", flush=True)
+    if leader:
+        metrics.close()
+        print(f"final: epoch={epochs} test_acc={test_acc:.4f} train_loss={train_loss:.4f}",
+              flush=True)
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
