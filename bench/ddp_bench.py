@@ -23,6 +23,7 @@ its process group when it overruns.
   python3 bench/ddp_bench.py                          # mlp (3 epochs) + cnn (1 epoch), 3 reps
   python3 bench/ddp_bench.py --models mlp --reps 5
   python3 bench/ddp_bench.py --models cnn --cnn-epochs 1 --reps 2
+  python3 bench/ddp_bench.py --models cnn --set model.channels_last=false
 """
 
 import argparse
@@ -39,6 +40,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_PYTHON = "/usr/bin/python3"
 CONFIGS = {"mlp": "configs/fashion_mnist_mlp.yaml", "cnn": "configs/fashion_mnist_cnn.yaml"}
+# What elastrun-train does with mallopt at start (trainer/main.cc), for the
+# reference through glibc's tunables (--tuned-malloc-reference).
+REFERENCE_MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=33554432:"
+                             "glibc.malloc.trim_threshold=536870912")
 SETUPS = ["cpp-1", "cpp-2", "python-1", "python-2"]
 LABELS = {
     "cpp-1": "elastrun-train, 1 process",
@@ -94,9 +99,12 @@ def one_run(args, tmp, model, setup, rep, resolved):
     env = dict(os.environ)
     if setup.startswith("cpp"):
         prog = [args.trainer, "--config", CONFIGS[model], f"train.epochs={args.epochs[model]}",
-                f"train.output_dir={out}", "train.checkpoint_period=0", "+train.threads=1"]
+                f"train.output_dir={out}", "train.checkpoint_period=0", "+train.threads=1",
+                *args.set]
     else:
         env["ELASTRUN_PYTHON"] = TORCH_PYTHON
+        if args.tuned_malloc_reference:
+            env["GLIBC_TUNABLES"] = REFERENCE_MALLOC_TUNABLES
         prog = ["bench/ddp_reference.py", "--config", resolved, "--output-dir", out]
         if setup == "python-1":
             prog = [TORCH_PYTHON] + prog
@@ -134,6 +142,12 @@ def main():
     ap.add_argument("--timeout", type=float, default=300, help="seconds per run before its process group is killed (default: %(default)s)")
     ap.add_argument("--elastrun", default=os.path.join(ROOT, "build/bin/elastrun"), help="the elastrun binary (default: build/bin/elastrun)")
     ap.add_argument("--trainer", default=os.path.join(ROOT, "build/bin/elastrun-train"), help="the trainer binary (default: build/bin/elastrun-train)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for both trainers, e.g. model.channels_last=false "
+                         "(repeatable)")
+    ap.add_argument("--tuned-malloc-reference", action="store_true",
+                    help="give the Python runs elastrun-train's malloc settings (mmap threshold "
+                         "32 MiB, trim threshold 512 MiB, as GLIBC_TUNABLES)")
     args = ap.parse_args()
     args.epochs = {"mlp": args.mlp_epochs, "cnn": args.cnn_epochs}
     models = [m for m in args.models.split(",") if m]
@@ -145,13 +159,15 @@ def main():
     results = {}
     try:
         print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, nproc "
-              f"{os.cpu_count()}, load {loadavg():.2f}", flush=True)
+              f"{os.cpu_count()}, load {loadavg():.2f}; overrides {args.set or 'none'}; "
+              f"reference malloc {'tuned' if args.tuned_malloc_reference else 'glibc default'}",
+              flush=True)
         for model in models:
             resolved = os.path.join(tmp, f"{model}.yaml")
             with open(resolved, "w") as f:
                 subprocess.run([args.trainer, "--config", CONFIGS[model],
                                 f"train.epochs={args.epochs[model]}", "+train.threads=1",
-                                "--print-config"], cwd=ROOT, stdout=f, check=True, timeout=60)
+                                *args.set, "--print-config"], cwd=ROOT, stdout=f, check=True, timeout=60)
             for rep in range(args.reps):
                 for setup in SETUPS:
                     r = one_run(args, tmp, model, setup, rep, resolved)

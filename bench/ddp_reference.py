@@ -90,6 +90,9 @@ def make_model(m, image_size):
             n_in = h
         layers.append(nn.Linear(n_in, int(m.get("num_classes", 10))))
     elif m["_target_"] == "CNN":
+        channels_last = bool(m.get("channels_last", True))
+        if channels_last:
+            layers.append(ToChannelsLast())
         n_in = int(m.get("in_channels", 1))
         k = int(m.get("kernel_size", 3))
         size = int(m.get("image_size", image_size))
@@ -103,9 +106,18 @@ def make_model(m, image_size):
         if float(m.get("dropout", 0.0)) > 0:
             layers.append(nn.Dropout(float(m["dropout"])))
         layers.append(nn.Linear(hidden, int(m.get("num_classes", 10))))
+        if channels_last:
+            return nn.Sequential(*layers).to(memory_format=torch.channels_last)
     else:
         raise SystemExit(f"model._target_ {m['_target_']!r}: only MLP and CNN")
     return nn.Sequential(*layers)
+
+
+class ToChannelsLast(nn.Module):
+    """NHWC activations, as the CNN's `channels_last: true` (trainer/models.cc)."""
+
+    def forward(self, x):
+        return x.contiguous(memory_format=torch.channels_last)
 
 
 # ---- optimizer and schedule (trainer/optimizer.cc, trainer/schedule.cc) -----

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <mutex>
+#include <vector>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -67,7 +68,25 @@ absl::Status RestoreState(const std::string& bytes, torch::nn::Module& model,
     archive.load_from(bytes.data(), bytes.size());
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
+    // Loading gives each parameter the file's storage and layout; give every
+    // one back the layout this model was built with (channels-last
+    // convolutions), whatever layout wrote the file, or the run computes
+    // with other kernels than it was configured for.
+    std::vector<at::MemoryFormat> formats;
+    for (const at::Tensor& param : model.parameters()) {
+      formats.push_back(param.suggest_memory_format());
+    }
     model.load(model_archive);
+    {
+      torch::NoGradGuard no_grad;
+      size_t k = 0;
+      for (at::Tensor& param : model.parameters()) {
+        if (k < formats.size() && param.suggest_memory_format() != formats[k]) {
+          param.set_data(param.clone(formats[k]));
+        }
+        ++k;
+      }
+    }
     torch::serialize::InputArchive optimizer_archive;
     archive.read("optimizer", optimizer_archive);
     optimizer.load(optimizer_archive);

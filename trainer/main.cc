@@ -3,10 +3,12 @@
 //   elastrun run --nproc-per-node 2 elastrun-train
 //       --config configs/fashion_mnist_mlp.yaml train.epochs=2
 // Flags: see kUsage in trainer/options.cc.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -21,7 +23,27 @@
 
 namespace {
 
+// Every iteration allocates and frees the same activation and gradient
+// buffers (megabytes each). glibc serves blocks above its mmap threshold
+// with fresh mappings and trims the heap top back to the kernel, so each
+// iteration page-faults its buffers in again (zeroed by the kernel): up to
+// a third of the CNN's time on one thread (bench/README.md). Keeping blocks
+// up to 32 MiB in the heap, and the heap at its high-water mark, removes
+// that; PyTorch's CPU tuning guide gets the same from jemalloc or tcmalloc.
+// Whoever set glibc's malloc tunables in the environment keeps theirs.
+void KeepFreedBuffersInTheHeap() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if ((tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) ||
+      std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+      std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) {
+    return;
+  }
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+}
+
 int Main(int argc, char** argv) {
+  KeepFreedBuffersInTheHeap();
   using namespace elastrun;
   absl::StatusOr<trainer::Flags> flags =
       trainer::ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
@@ -83,6 +105,13 @@ int Main(int argc, char** argv) {
         return 2;
       }
     }
+  }
+  // Tests: ELASTRUN_TRAIN_SAMPLE_LOG=DIR logs the samples of every batch to
+  // DIR/rank<RANK>.log (trainer.h, RunOptions::sample_log).
+  if (const char* dir = std::getenv("ELASTRUN_TRAIN_SAMPLE_LOG"); dir != nullptr && *dir != 0) {
+    run.sample_log = std::string(dir) + "/rank" + std::to_string(run.env ? run.env->rank : 0) +
+                     ".log";
+    run.attempt = run.env ? run.env->restart_count : 0;
   }
   run.tty = ::isatty(STDOUT_FILENO) == 1;
   absl::StatusOr<trainer::TrainResult> result = trainer::Train(*cfg, run);

@@ -23,6 +23,11 @@ Model MakeMlp(const MlpOptions& o) {
 
 Model MakeCnn(const CnnOptions& o) {
   Model m;
+  if (o.channels_last) {
+    m->push_back("nhwc", nn::Functional([](const at::Tensor& x) {
+                   return x.contiguous(at::MemoryFormat::ChannelsLast);
+                 }));
+  }
   int64_t in = o.in_channels;
   int64_t size = o.image_size;
   for (size_t i = 0; i < o.channels.size(); ++i) {
@@ -41,6 +46,16 @@ Model MakeCnn(const CnnOptions& o) {
   m->push_back("relu", nn::ReLU());
   if (o.dropout > 0) m->push_back("drop", nn::Dropout(o.dropout));
   m->push_back("head", nn::Linear(o.hidden, o.num_classes));
+  if (o.channels_last) {
+    torch::NoGradGuard no_grad;
+    // clone, not contiguous: a 1-input-channel weight is already "channels
+    // last contiguous" in its row-major strides, and would stay row-major,
+    // taking the first convolution (and everything after it up to the
+    // next) off the NHWC path.
+    for (at::Tensor& p : m->parameters()) {
+      if (p.dim() == 4) p.set_data(p.clone(at::MemoryFormat::ChannelsLast));
+    }
+  }
   return m;
 }
 
@@ -90,9 +105,12 @@ ELASTRUN_REGISTER_TARGET(
         .Optional("image_size", Type::Int(), "28", "Input height and width.")
         .Optional("hidden", Type::Int(), "128", "Width of the hidden linear layer.")
         .Optional("num_classes", Type::Int(), "10", "Outputs.")
-        .Optional("dropout", Type::Double(), "0.0", "Dropout before the head."),
+        .Optional("dropout", Type::Double(), "0.0", "Dropout before the head.")
+        .Optional("channels_last", Type::Bool(), "true",
+                  "NHWC layout for the convolutions (same math; faster CPU kernels)."),
     [](const Args& args) -> absl::StatusOr<Object> {
       CnnOptions o;
+      o.channels_last = args.Bool("channels_last");
       o.in_channels = args.Int("in_channels");
       o.channels = args.IntList("channels");
       o.kernel_size = args.Int("kernel_size");

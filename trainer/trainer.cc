@@ -1,8 +1,11 @@
 #include "trainer/trainer.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -280,6 +283,21 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
     return SaveCheckpoint(checkpoint_dir, blob, best);
   };
 
+  int sample_log = -1;
+  if (!run.sample_log.empty()) {
+    sample_log = ::open(run.sample_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (sample_log < 0) {
+      return absl::InternalError(absl::StrCat("opening ", run.sample_log, ": ",
+                                              std::strerror(errno)));
+    }
+  }
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_sample_log{sample_log};
+
   model->train();
   TrainResult result;
   int64_t& last_opt_step = pos.last_opt_step;
@@ -308,6 +326,15 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
       }
       const size_t b = static_cast<size_t>((i - first) * data.batch_size);
       const size_t e = std::min(indices.size(), b + static_cast<size_t>(data.batch_size));
+      if (sample_log >= 0) {
+        std::string line = absl::StrCat(run.attempt, " ", epoch, " ", i);
+        for (size_t k = b; k < e; ++k) absl::StrAppend(&line, " ", indices[k]);
+        line.push_back('\n');
+        if (::write(sample_log, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+          return absl::InternalError(absl::StrCat("writing ", run.sample_log, ": ",
+                                                  std::strerror(errno)));
+        }
+      }
       Batch batch = MakeBatch(train_set, indices, b, e);
       if (ddp) ddp->BeforeForward(step);
       at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(batch.x), batch.y);

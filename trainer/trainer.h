@@ -37,6 +37,12 @@ struct RunOptions {
   // it reaches global iteration `fail_at_iteration`. -1: never.
   int fail_rank = -1;
   int64_t fail_at_iteration = -1;
+  // For tests: every batch this rank trains is appended to this file as a
+  // line "<attempt> <epoch> <iteration in epoch> <sample index>...", with
+  // one unbuffered write per batch, so a killed rank's lines are complete.
+  // Empty: no log.
+  std::string sample_log;
+  int attempt = 0;
 };
 
 // What the final line reports.

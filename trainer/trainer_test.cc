@@ -4,12 +4,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "common/config/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/checkpoint.h"
 #include "trainer/checkpoint_file.h"
 #include "trainer/data.h"
 #include "trainer/ddp.h"
@@ -296,6 +299,62 @@ TEST(ModelsTest, ShapesAndYoloV5ParameterGroups) {
   EXPECT_EQ(g.decay.size(), 3u);
   EXPECT_EQ(g.norm.size(), 0u);
   EXPECT_EQ(g.bias.size(), 3u);
+}
+
+// The CNN computes in NHWC (oneDNN's fast CPU path): the same function as the
+// row-major model with the same weights, and still NHWC after a row-major
+// checkpoint is loaded into it (loading alone takes the file's layout).
+TEST(ModelsTest, ChannelsLastCnnIsTheSameFunctionAndSurvivesACheckpoint) {
+  torch::manual_seed(3);
+  Model nhwc = MakeCnn(CnnOptions{});
+  CnnOptions plain_options;
+  plain_options.channels_last = false;
+  Model plain = MakeCnn(plain_options);
+  {
+    torch::NoGradGuard no_grad;
+    auto from = nhwc->parameters();
+    auto to = plain->parameters();
+    ASSERT_EQ(from.size(), to.size());
+    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  }
+  auto conv_weights_nhwc = [](Model& m) {
+    int n = 0;
+    for (const at::Tensor& p : m->parameters()) {
+      if (p.dim() != 4) continue;
+      // suggest_memory_format is what the convolution goes by.
+      if (p.suggest_memory_format() != at::MemoryFormat::ChannelsLast) return -1;
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(conv_weights_nhwc(nhwc), 2);
+  EXPECT_EQ(conv_weights_nhwc(plain), -1);
+  nhwc->eval();
+  plain->eval();
+  const at::Tensor x = at::randn({4, 1, 28, 28});
+  EXPECT_TRUE(at::allclose(nhwc->forward(x), plain->forward(x), 1e-5, 1e-5));
+  // The first convolution's output is NHWC (its weight decides: the
+  // one-channel input is NHWC and NCHW at once).
+  at::Tensor first = nhwc->ptr(1)->as<torch::nn::Conv2d>()->forward(
+      nhwc->ptr(0)->as<torch::nn::Functional>()->forward(x));
+  EXPECT_EQ(first.suggest_memory_format(), at::MemoryFormat::ChannelsLast);
+
+  // A checkpoint of the row-major model (a run with channels_last: false)
+  // loads into the NHWC one as NHWC.
+  OptimizerSpec spec;
+  auto opt = Optimizer::Create(spec, *plain, 0.0);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  const std::string bytes = SerializeState(*plain, (*opt)->torch_optimizer(), TrainPosition{}, "");
+  torch::manual_seed(4);
+  Model loaded = MakeCnn(CnnOptions{});
+  auto loaded_opt = Optimizer::Create(spec, *loaded, 0.0);
+  ASSERT_TRUE(loaded_opt.ok()) << loaded_opt.status();
+  ASSERT_TRUE(RestoreState(bytes, *loaded, (*loaded_opt)->torch_optimizer(), nullptr, nullptr)
+                  .ok());
+  EXPECT_EQ(conv_weights_nhwc(loaded), 2);
+  auto a = nhwc->parameters();
+  auto b = loaded->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "parameter " << i;
 }
 
 TEST(OptimizerTest, DecayOnlyOnWeightsAndScheduleApplied) {
@@ -631,9 +690,30 @@ TEST(BinaryTest, PrintConfigListTargetsAndErrors) {
   EXPECT_THAT(out, HasSubstr("unknown flag '--bogus'"));
 }
 
+// The batches of a run, from the trainer's sample log (RunOptions::sample_log):
+// (attempt, epoch, iteration) -> sample indices, per rank.
+using SampleLog = std::map<std::tuple<int, int64_t, int64_t>, std::vector<int64_t>>;
+
+SampleLog ReadSampleLog(const std::string& path) {
+  SampleLog log;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    int attempt = 0;
+    int64_t epoch = 0, iteration = 0, index = 0;
+    fields >> attempt >> epoch >> iteration;
+    std::vector<int64_t>& batch = log[{attempt, epoch, iteration}];
+    EXPECT_TRUE(batch.empty()) << path << ": batch logged twice: " << line;
+    while (fields >> index) batch.push_back(index);
+  }
+  return log;
+}
+
 // A rank killed in the middle of epoch 2 under `elastrun run --max-restarts 1`:
 // the run resumes from the newest checkpoint and ends with exactly the
-// weights of an uninterrupted run with the same checkpoints.
+// weights of an uninterrupted run with the same checkpoints, and no sample
+// of the epoch goes into those weights twice (or not at all).
 TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
   const std::string elastrun = ELASTRUN_LAUNCHER_BINARY;
   if (!fs::exists(elastrun)) GTEST_SKIP() << elastrun << " is not built";
@@ -651,13 +731,17 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
   };
   const std::string run = elastrun + " run --nproc-per-node 2 ";
   int status = 0;
-  const std::string plain = RunCommand(run + ELASTRUN_TRAIN_BINARY + " --config " + cfg +
-                                           " train.output_dir=" + dir + "/a",
-                                       &status);
+  fs::create_directories(dir + "/a_samples");
+  fs::create_directories(dir + "/b_samples");
+  const std::string plain =
+      RunCommand("ELASTRUN_TRAIN_SAMPLE_LOG=" + dir + "/a_samples " + run +
+                     ELASTRUN_TRAIN_BINARY + " --config " + cfg + " train.output_dir=" + dir + "/a",
+                 &status);
   ASSERT_EQ(status, 0) << plain;
   // Global iteration 12 = iteration 4 of epoch 2, after the checkpoint at 3.
   const std::string killed =
-      RunCommand("ELASTRUN_TRAIN_FAIL_AT=1:12 " + run + "--max-restarts 1 " +
+      RunCommand("ELASTRUN_TRAIN_SAMPLE_LOG=" + dir + "/b_samples " +
+                     "ELASTRUN_TRAIN_FAIL_AT=1:12 " + run + "--max-restarts 1 " +
                      ELASTRUN_TRAIN_BINARY + " --config " + cfg + " train.output_dir=" + dir +
                      "/b",
                  &status);
@@ -677,6 +761,49 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
   EXPECT_EQ(field(b, "epoch"), field(a, "epoch"));
   EXPECT_NEAR(std::stod(field(b, "train_loss").substr(11)),
               std::stod(field(a, "train_loss").substr(11)), 2e-4);
+
+  // The samples. Epoch 2 (index 1) of the interrupted run is what attempt 0
+  // trained before the checkpoint that attempt 1 resumed from, then what
+  // attempt 1 trained; attempt 1 trains nothing of epoch 1 and starts epoch
+  // 2 at that checkpoint (iteration 3), not at its beginning.
+  std::set<int64_t> epoch2;
+  for (int r = 0; r < 2; ++r) {
+    const std::string name = "/rank" + std::to_string(r) + ".log";
+    const SampleLog uninterrupted = ReadSampleLog(dir + "/a_samples" + name);
+    const SampleLog resumed = ReadSampleLog(dir + "/b_samples" + name);
+    ASSERT_EQ(uninterrupted.size(), 16u) << "rank " << r << ": 2 epochs x 8 batches";
+    std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> lineage;
+    int64_t resumed_at = -1;
+    for (const auto& [key, batch] : resumed) {
+      const auto [attempt, epoch, iteration] = key;
+      if (attempt != 1) continue;
+      EXPECT_EQ(epoch, 1) << "rank " << r << ": attempt 1 trained a batch of epoch " << epoch + 1;
+      if (resumed_at < 0) resumed_at = iteration;
+      lineage[{epoch, iteration}] = batch;
+    }
+    EXPECT_EQ(resumed_at, 3) << "rank " << r;
+    for (const auto& [key, batch] : resumed) {
+      const auto [attempt, epoch, iteration] = key;
+      if (attempt == 0 && (epoch == 0 || iteration < resumed_at)) lineage[{epoch, iteration}] = batch;
+    }
+    // Batch for batch what the uninterrupted run trained.
+    ASSERT_EQ(lineage.size(), uninterrupted.size()) << "rank " << r;
+    for (const auto& [key, batch] : uninterrupted) {
+      const auto [attempt, epoch, iteration] = key;
+      EXPECT_EQ(attempt, 0);
+      const std::vector<int64_t>& trained = lineage[std::make_pair(epoch, iteration)];
+      EXPECT_EQ(trained, batch) << "rank " << r << ", epoch " << epoch + 1 << ", iteration "
+                                << iteration;
+      if (epoch != 1) continue;
+      for (int64_t sample : trained) {
+        EXPECT_TRUE(epoch2.insert(sample).second)
+            << "sample " << sample << " trained twice in epoch 2 (rank " << r << ")";
+      }
+    }
+  }
+  EXPECT_EQ(epoch2.size(), 512u) << "every sample of epoch 2, once";
+  EXPECT_EQ(*epoch2.begin(), 0);
+  EXPECT_EQ(*epoch2.rbegin(), 511);
 }
 
 }  // namespace
