@@ -99,7 +99,7 @@ def one_run(args, tmp, model, setup, rep, resolved):
     env = dict(os.environ)
     if setup.startswith("cpp"):
         prog = [args.trainer, "--config", CONFIGS[model], f"train.epochs={args.epochs[model]}",
-                f"train.output_dir={out}", "train.checkpoint_period=0", "+train.threads=1",
+                f"train.output_dir={out}", "train.checkpoint_period=0", "train.threads=1",
                 *args.set]
     else:
         env["ELASTRUN_PYTHON"] = TORCH_PYTHON
@@ -166,7 +166,7 @@ def main():
             resolved = os.path.join(tmp, f"{model}.yaml")
             with open(resolved, "w") as f:
                 subprocess.run([args.trainer, "--config", CONFIGS[model],
-                                f"train.epochs={args.epochs[model]}", "+train.threads=1",
+                                f"train.epochs={args.epochs[model]}", "train.threads=1",
                                 *args.set, "--print-config"], cwd=ROOT, stdout=f, check=True, timeout=60)
             for rep in range(args.reps):
                 for setup in SETUPS:

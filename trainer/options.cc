@@ -46,7 +46,7 @@ const Schema& TrainSchema() {
         .Optional("log_period", Type::Int(), "50", "Progress line every N iterations.")
         .Optional("threads", Type::Int(), "1", "Intra-op threads per rank.")
         .Optional("amp", Type::Bool(), "false",
-                  "Mixed precision: loss scaling (+ autocast on CUDA builds).");
+                  "Mixed precision; CPU build: fp32 with dynamic loss scaling, no autocast.");
     return s;
   }();
   return *schema;

@@ -50,8 +50,8 @@ struct TrainOptions {
   int64_t log_period = 50;
   // Intra-op threads per rank (torch::set_num_threads).
   int64_t threads = 1;
-  // Mixed precision: a dynamic loss scaler (loss_scaler.h), plus autocast
-  // on CUDA builds. On CPU the scaler runs alone, in fp32.
+  // Mixed precision: a dynamic loss scaler (loss_scaler.h). There is no
+  // CUDA build yet, so no autocast: the scaler runs alone, in fp32.
   bool amp = false;
 };
 
