@@ -3,8 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <mutex>
-#include <vector>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 

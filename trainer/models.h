@@ -32,8 +32,8 @@ struct CnnOptions {
   int64_t num_classes = 10;
   double dropout = 0.0;
   // NHWC ("channels last") convolution weights and activations: the same
-  // model and math, and oneDNN's faster CPU kernels (about 1.3x here for the
-  // default CNN, batch 128, one thread). The layout is part of how the run
+  // model and math, and oneDNN's faster CPU kernels (1.38x here for the
+  // default CNN, batch 128, one thread: bench/README.md). The layout is part of how the run
   // computes, so it is part of its bits: a run resumes with the layout it
   // was built with.
   bool channels_last = true;
