@@ -405,10 +405,6 @@ def main():
     if "python" in workers and not os.path.exists(args.python_worker):
         notes.append(f"python worker skipped: {args.python_worker} not found")
         workers.remove("python")
-    if "python" in workers and "elastrun-standby" in launchers:
-        notes.append("python x elastrun-standby skipped: standbys need a "
-                     "worker built on libelastrun_worker; a Python script "
-                     "gets none (= plain elastrun)")
     if "python" in workers and "--hang" not in python_keepalive(
             args.python_worker):
         notes.append("python worker has no --hang: kept alive with "
@@ -419,8 +415,6 @@ def main():
     for n in ns:
         for worker in workers:
             for launcher in launchers:
-                if worker == "python" and launcher == "elastrun-standby":
-                    continue
                 cell = {"launch": [], "restart": [], "stop": [],
                         "standby_idle": [], "status": ""}
                 results[(n, worker, launcher)] = cell

@@ -209,12 +209,51 @@ absl::StatusOr<int> ResolveNprocPerNode(const std::string& text, int cpu_count,
   return static_cast<int>(*n);
 }
 
+// The standby protocol (common/standby.h) for Python programs, run with
+// `python -u -c`: sys.argv is then ["-c", "module"|"path", TARGET, ARGS...].
+// It imports torch (the start-up a restart should not pay again), reports
+// its start-up, takes the activation into os.environ, and runs TARGET as
+// `python -m TARGET` or `python TARGET` would: as __main__, with sys.argv
+// and sys.path[0] set the same way.
+constexpr char kPythonStandby[] = R"py(import os, runpy, sys
+def _elastrun_standby():
+    fd = int(os.environ.pop("ELASTRUN_STANDBY_FD"))
+    try:
+        import torch, torch.distributed
+    except ImportError:
+        pass
+    os.write(fd, b"R")
+    data = b""
+    while not (data == b"\0" or data.endswith(b"\0\0")):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            os._exit(0)  # not needed: the launcher closed the socket
+        data += chunk
+    os.close(fd)
+    for entry in data[:-1].split(b"\0")[:-1]:
+        name, _, value = entry.partition(b"=")
+        os.environ[os.fsdecode(name)] = os.fsdecode(value)
+    mode, target = sys.argv[1], sys.argv[2]
+    sys.argv = sys.argv[2:]
+    if mode == "module":
+        sys.path[0] = os.getcwd()
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        runpy.run_path(target, run_name="__main__")
+_elastrun_standby()
+)py";
+
 std::vector<std::string> WorkerArgv(const RunOptions& o, const std::string& python) {
   std::vector<std::string> argv;
   const bool is_py = absl::EndsWith(o.program[0], ".py");
   if (!o.no_python && (o.module || o.run_path || is_py)) {
     argv = {python, "-u"};
-    if (o.module) argv.push_back("-m");
+    if (o.standby) {
+      argv.insert(argv.end(), {"-c", kPythonStandby, o.module ? "module" : "path"});
+    } else if (o.module) {
+      argv.push_back("-m");
+    }
   }
   argv.insert(argv.end(), o.program.begin(), o.program.end());
   return argv;
@@ -236,8 +275,10 @@ Flags (also spelled with underscores; each falls back to PET_<NAME>):
   --shutdown-timeout SECONDS       grace between SIGTERM and SIGKILL (30)
   --standby                        keep the next attempt's workers started and
                                    waiting, so a restart skips start-up
-                                   (programs built on libelastrun_worker;
-                                   others simply get no standbys)
+                                   (programs built on libelastrun_worker, and
+                                   .py/-m programs: their interpreter waits
+                                   with torch imported; others simply get no
+                                   standbys)
   --rdzv-id, --run-id ID           run id (default: random)
   --log-dir DIR                    logs: DIR/ID/attempt_N/LOCAL_RANK/
                                    {stdout,stderr}.log and error.json

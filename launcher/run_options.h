@@ -72,7 +72,9 @@ absl::StatusOr<int> ResolveNprocPerNode(const std::string& text, int cpu_count,
                                         int gpu_count);
 
 // The argv that runs the program: "<python> -u [-m] PROGRAM ARGS" for a
-// module or a .py file (unless --no-python), else the program itself.
+// module or a .py file (unless --no-python), else the program itself. With
+// --standby, Python programs start through a small bootstrap that speaks the
+// standby protocol: "<python> -u -c BOOTSTRAP module|path PROGRAM ARGS".
 std::vector<std::string> WorkerArgv(const RunOptions& options, const std::string& python);
 
 // The text of `elastrun run --help`.

@@ -86,6 +86,17 @@ TEST(RunOptionsTest, PythonOnlyForScriptsAndModules) {
   EXPECT_THAT(WorkerArgv(*binary, "python3"), ElementsAre("./worker", "a"));
   auto forced = Parse({"--no-python", "run.py"});
   EXPECT_THAT(WorkerArgv(*forced, "python3"), ElementsAre("run.py"));
+  // --standby: Python programs go through the standby bootstrap.
+  auto standby_script = Parse({"--standby", "train.py", "a"});
+  EXPECT_THAT(WorkerArgv(*standby_script, "python3"),
+              ElementsAre("python3", "-u", "-c", HasSubstr("ELASTRUN_STANDBY_FD"), "path",
+                          "train.py", "a"));
+  auto standby_module = Parse({"--standby", "-m", "pkg.train", "a"});
+  EXPECT_THAT(WorkerArgv(*standby_module, "python3"),
+              ElementsAre("python3", "-u", "-c", HasSubstr("run_module"), "module", "pkg.train",
+                          "a"));
+  auto standby_binary = Parse({"--standby", "./worker"});
+  EXPECT_THAT(WorkerArgv(*standby_binary, "python3"), ElementsAre("./worker"));
 }
 
 }  // namespace

@@ -373,5 +373,58 @@ TEST_F(PythonDdpTest, RecordedExceptionIsTheRootCause) {
   EXPECT_THAT(r.output, HasSubstr("traceback  :"));
 }
 
+// --standby with an unmodified Python script: the next attempt's
+// interpreters start (torch imported) once the workers have, and a restart
+// activates them; the script sees the environment, argv and error file of
+// its attempt.
+TEST_F(PythonDdpTest, StandbyInterpretersTakeOverOnRestart) {
+  std::vector<std::string> env = {marker_, "ELASTRUN_PYTHON=" + python_};
+  auto p = Subprocess::Start(PyCommand({"--nproc-per-node", "2", "--max-restarts", "1",
+                                        "--standby"},
+                                       {"--ready-dir", ready_dir_, "--hang"}),
+                             env);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.0.", 2, kRunTimeout).ok())
+      << (*p)->Output();
+  std::set<pid_t> standbys;
+  const absl::Time deadline = absl::Now() + kRunTimeout;
+  while (standbys.size() < 2 && absl::Now() < deadline) {
+    standbys = Tagged(marker_, "");
+    standbys.erase((*p)->pid());
+    if (standbys.size() < 2) {
+      // Waiting for processes has no file to watch; a short pause per check.
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  ASSERT_EQ(standbys.size(), 2u) << (*p)->Output();
+  std::set<pid_t> rank1 = Tagged(marker_, "RANK=1");
+  ASSERT_EQ(rank1.size(), 1u);
+  kill(*rank1.begin(), SIGKILL);
+
+  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.1.", 2, kRunTimeout).ok())
+      << (*p)->Output();
+  for (pid_t pid : standbys) EXPECT_EQ(kill(pid, 0), 0) << "standby " << pid << " is gone";
+  (*p)->Signal(SIGTERM);
+  ASSERT_TRUE((*p)->Wait(kRunTimeout).ok());
+  EXPECT_EQ(*(*p)->exit_code(), 128 + SIGTERM) << (*p)->Output();
+  EXPECT_THAT((*p)->Output(), HasSubstr("worker rank 1 failed with signal 9 (SIGKILL)"));
+}
+
+TEST_F(PythonDdpTest, StandbyRunsTheScriptAsTorchrunWould) {
+  // Restarted from standbys: the second attempt's ranks train and finish.
+  RunResult r = RunPy(PyCommand({"--nproc-per-node", "2", "--max-restarts", "1", "--standby"},
+                                {"--fail-rank", "1", "--fail-mode", "exit:3"}));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[rank0]:rank 0/2 ok restart=1"));
+  EXPECT_THAT(r.output, HasSubstr("[rank1]:rank 1/2 ok restart=1"));
+  // A recorded exception still names its rank and traceback.
+  r = RunPy(PyCommand({"--nproc-per-node", "2", "--standby"},
+                      {"--fail-rank", "0", "--fail-mode", "throw"}));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("rank       : 0 (local_rank: 0)"));
+  EXPECT_THAT(r.output, HasSubstr("injected failure"));
+  EXPECT_THAT(r.output, HasSubstr("traceback  :"));
+}
+
 }  // namespace
 }  // namespace elastrun
