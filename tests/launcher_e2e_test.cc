@@ -258,39 +258,46 @@ std::set<pid_t> Tagged(const std::string& marker, const std::string& entry) {
   return out;
 }
 
+// `launcher` runs 2 hanging workers with --standby and --max-restarts 1.
+// Waits for attempt 0's ranks and then for the next attempt's 2 standbys
+// (the tagged processes without a RANK, besides the launcher), kills rank 1,
+// and checks that attempt 1's ranks are those standbys, started before the
+// failure. Then stops the launcher with SIGTERM.
+void ExpectStandbysTakeOverOnRestart(Subprocess& launcher, const std::string& marker,
+                                     const std::string& ready_dir) {
+  ASSERT_TRUE(testing::WaitForFiles(ready_dir, "ready.0.", 2, kRunTimeout).ok())
+      << launcher.Output();
+  std::set<pid_t> standbys;
+  const absl::Time deadline = absl::Now() + kRunTimeout;
+  while (standbys.size() < 2 && absl::Now() < deadline) {
+    standbys = Tagged(marker, "");
+    standbys.erase(launcher.pid());
+    if (standbys.size() < 2) {
+      // Waiting for processes has no file to watch; a short pause per check.
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  ASSERT_EQ(standbys.size(), 2u) << launcher.Output();
+  std::set<pid_t> rank1 = Tagged(marker, "RANK=1");
+  ASSERT_EQ(rank1.size(), 1u);
+  kill(*rank1.begin(), SIGKILL);
+
+  ASSERT_TRUE(testing::WaitForFiles(ready_dir, "ready.1.", 2, kRunTimeout).ok())
+      << launcher.Output();
+  for (pid_t pid : standbys) EXPECT_EQ(kill(pid, 0), 0) << "standby " << pid << " is gone";
+  launcher.Signal(SIGTERM);
+  ASSERT_TRUE(launcher.Wait(kRunTimeout).ok());
+  EXPECT_EQ(*launcher.exit_code(), 128 + SIGTERM) << launcher.Output();
+  EXPECT_THAT(launcher.Output(), HasSubstr("worker rank 1 failed with signal 9 (SIGKILL)"));
+}
+
 TEST_F(LauncherTest, StandbyWorkersTakeOverOnRestart) {
   auto p = Subprocess::Start(Command({"--nproc-per-node", "2", "--max-restarts", "1",
                                       "--standby"},
                                      {"--ready-dir", ready_dir_, "--hang"}),
                              {marker_});
   ASSERT_TRUE(p.ok()) << p.status();
-  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.0.", 2, kRunTimeout).ok())
-      << (*p)->Output();
-  // The next attempt's two standbys start once both workers have started;
-  // they are the tagged processes without a RANK (besides the launcher).
-  std::set<pid_t> standbys;
-  const absl::Time deadline = absl::Now() + kRunTimeout;
-  while (standbys.size() < 2 && absl::Now() < deadline) {
-    standbys = Tagged(marker_, "");
-    standbys.erase((*p)->pid());
-    if (standbys.size() < 2) {
-      // Waiting for processes has no file to watch; a short pause per check.
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  }
-  ASSERT_EQ(standbys.size(), 2u) << (*p)->Output();
-  std::set<pid_t> rank1 = Tagged(marker_, "RANK=1");
-  ASSERT_EQ(rank1.size(), 1u);
-  kill(*rank1.begin(), SIGKILL);
-
-  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.1.", 2, kRunTimeout).ok())
-      << (*p)->Output();
-  // The restarted ranks are the standbys, started before the failure.
-  for (pid_t pid : standbys) EXPECT_EQ(kill(pid, 0), 0) << "standby " << pid << " is gone";
-  (*p)->Signal(SIGTERM);
-  ASSERT_TRUE((*p)->Wait(kRunTimeout).ok());
-  EXPECT_EQ(*(*p)->exit_code(), 128 + SIGTERM) << (*p)->Output();
-  EXPECT_THAT((*p)->Output(), HasSubstr("worker rank 1 failed with signal 9 (SIGKILL)"));
+  ExpectStandbysTakeOverOnRestart(**p, marker_, ready_dir_);
 }
 
 TEST_F(LauncherTest, StandbyIsHarmlessForProgramsWithoutTheProtocol) {
@@ -378,36 +385,12 @@ TEST_F(PythonDdpTest, RecordedExceptionIsTheRootCause) {
 // activates them; the script sees the environment, argv and error file of
 // its attempt.
 TEST_F(PythonDdpTest, StandbyInterpretersTakeOverOnRestart) {
-  std::vector<std::string> env = {marker_, "ELASTRUN_PYTHON=" + python_};
   auto p = Subprocess::Start(PyCommand({"--nproc-per-node", "2", "--max-restarts", "1",
                                         "--standby"},
                                        {"--ready-dir", ready_dir_, "--hang"}),
-                             env);
+                             {marker_, "ELASTRUN_PYTHON=" + python_});
   ASSERT_TRUE(p.ok()) << p.status();
-  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.0.", 2, kRunTimeout).ok())
-      << (*p)->Output();
-  std::set<pid_t> standbys;
-  const absl::Time deadline = absl::Now() + kRunTimeout;
-  while (standbys.size() < 2 && absl::Now() < deadline) {
-    standbys = Tagged(marker_, "");
-    standbys.erase((*p)->pid());
-    if (standbys.size() < 2) {
-      // Waiting for processes has no file to watch; a short pause per check.
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  }
-  ASSERT_EQ(standbys.size(), 2u) << (*p)->Output();
-  std::set<pid_t> rank1 = Tagged(marker_, "RANK=1");
-  ASSERT_EQ(rank1.size(), 1u);
-  kill(*rank1.begin(), SIGKILL);
-
-  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.1.", 2, kRunTimeout).ok())
-      << (*p)->Output();
-  for (pid_t pid : standbys) EXPECT_EQ(kill(pid, 0), 0) << "standby " << pid << " is gone";
-  (*p)->Signal(SIGTERM);
-  ASSERT_TRUE((*p)->Wait(kRunTimeout).ok());
-  EXPECT_EQ(*(*p)->exit_code(), 128 + SIGTERM) << (*p)->Output();
-  EXPECT_THAT((*p)->Output(), HasSubstr("worker rank 1 failed with signal 9 (SIGKILL)"));
+  ExpectStandbysTakeOverOnRestart(**p, marker_, ready_dir_);
 }
 
 TEST_F(PythonDdpTest, StandbyRunsTheScriptAsTorchrunWould) {
