@@ -23,6 +23,7 @@
 #include "common/standby.h"
 #include "common/worker_env.h"
 #include "launcher/output.h"
+#include "launcher/port.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -301,6 +302,18 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
   for (const WorkerSpec& w : spec.workers) ranks.emplace_back(w.local_rank, w.rank);
   std::vector<int> controls(n, -1);  // our ends of the workers' standby sockets
   std::vector<bool> started(n, false);
+  // Activations held back until the store listens (AttemptSpec::store_port).
+  std::vector<std::string> held(n);
+  bool rank0_here = false;
+  for (const auto& [local, rank] : ranks) rank0_here = rank0_here || rank == 0;
+  const bool gate = spec.store_port > 0 && rank0_here && n > 1;
+  auto activate = [&](size_t i, std::string activation) {
+    if (gate && ranks[i].second != 0) {
+      held[i] = std::move(activation);
+    } else {
+      WriteAll(controls[i], activation);
+    }
+  };
   ReapChildren(nullptr);  // a standby may have died since the last attempt
   absl::StatusOr<std::vector<SpawnedProcess>> spawned;
   if (options_.standby && standby_.size() == n && standby_argv_ == spec.standby_argv &&
@@ -313,11 +326,11 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
       for (const std::string& e : spec.workers[i].process.env) {
         if (e.rfind(absl::StrCat(env::kStandbyFd, "="), 0) != 0) activation.push_back(e);
       }
-      WriteAll(s.control, EncodeActivation(activation));
+      controls[i] = s.control;
+      activate(i, EncodeActivation(activation));
       setpriority(PRIO_PROCESS, static_cast<id_t>(s.pid), 0);  // best effort
       pids.push_back(s.pid);
       procs.push_back({s.pid, s.stdout_fd, s.stderr_fd});
-      controls[i] = s.control;
       started[i] = true;
     }
     supervisor.Adopt(std::move(spec.workers), pids, standby_pgid_);
@@ -343,7 +356,7 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
     for (size_t i = 0; i < n; ++i) {
       if (theirs[i] >= 0) close(theirs[i]);
       // Started directly, with the environment: an empty activation.
-      if (controls[i] >= 0) WriteAll(controls[i], EncodeActivation({}));
+      if (controls[i] >= 0) activate(i, EncodeActivation({}));
     }
   }
   for (size_t i = 0; i < n; ++i) {
@@ -433,14 +446,41 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
   if (int sig = received_signal_.load(); sig != 0) supervisor.Stop(sig, absl::Now());
   maybe_start_standbys();  // activated standbys started long ago
 
+  // The held activations go out once the store listens. Nothing signals
+  // that, so once rank 0 runs (it has reported its start-up: it is past its
+  // imports) the port is looked at every 2 ms, for at most kStoreGateMax.
+  // A program that never reports its start-up never reads an activation
+  // either: nothing is looked for then.
+  bool holding = false;
+  for (const std::string& h : held) holding = holding || !h.empty();
+  size_t rank0 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (ranks[i].second == 0) rank0 = i;
+  }
+  absl::Time hold_until = absl::InfiniteFuture();
+  auto polling = [&] { return holding && started[rank0]; };
+  auto release_held = [&] {
+    if (!polling()) return;
+    const absl::Time now = absl::Now();
+    if (hold_until == absl::InfiniteFuture()) hold_until = now + kStoreGateMax;
+    if (now < hold_until && !IsListening(spec.store_port)) return;
+    for (size_t i = 0; i < n; ++i) {
+      if (!held[i].empty() && controls[i] >= 0) WriteAll(controls[i], held[i]);
+      held[i].clear();
+    }
+    holding = false;
+  };
+
   epoll_event events[32];
   while (supervisor.state() != Supervisor::State::kDone) {
+    release_held();
     int timeout_ms = -1;
     if (auto deadline = supervisor.NextDeadline()) {
       timeout_ms = static_cast<int>(
           absl::ToInt64Milliseconds(absl::Ceil(*deadline - absl::Now(), absl::Milliseconds(1))));
       if (timeout_ms < 0) timeout_ms = 0;
     }
+    if (polling() && (timeout_ms < 0 || timeout_ms > 2)) timeout_ms = 2;
     int n = epoll_wait(epoll_fd_, events, 32, timeout_ms);
     if (n < 0 && errno != EINTR) return ErrnoError("epoll_wait");
     for (int i = 0; i < n; ++i) {

@@ -84,7 +84,18 @@ struct AttemptSpec {
   // Whether another attempt can follow this one (restarts left, or rounds
   // that do not count as restarts): standbys are started only then.
   bool next_attempt_possible = true;
+  // The port of the job's c10d store when its rank 0 runs here (0: not
+  // here, or unknown). Then workers that wait for an activation (standbys,
+  // and new workers under --standby) get theirs rank 0 first, and the others
+  // once the store listens, or kStoreGateMax after rank 0 began: a c10d
+  // client that finds no store sleeps a whole second before it tries again,
+  // and a warm worker is always faster than rank 0 to the store.
+  int store_port = 0;
 };
+
+// How long activations wait for the store to listen once rank 0 runs (a
+// program that hosts no store there loses at most this, once per attempt).
+inline constexpr absl::Duration kStoreGateMax = absl::Seconds(1);
 
 struct AttemptOutcome {
   enum class Kind {

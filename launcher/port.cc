@@ -5,8 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <random>
+#include <sstream>
+#include <string>
 
 namespace elastrun::launcher {
 namespace {
@@ -63,6 +66,28 @@ absl::StatusOr<int> PickFreePort(const std::set<int>& avoid) {
   }
   return absl::ResourceExhaustedError(
       "no free TCP port found for MASTER_PORT after 200 tries; pass --master-port");
+}
+
+bool IsListening(int port) {
+  constexpr int kListen = 0x0A;  // TCP_LISTEN in the "st" column
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream f(table);
+    std::string line;
+    std::getline(f, line);  // header
+    while (std::getline(f, line)) {
+      // "  sl  local_address rem_address   st ...", addresses as HEX:PORT.
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      if (!(fields >> slot >> local >> remote >> state)) continue;
+      const size_t colon = local.rfind(':');
+      if (colon == std::string::npos) continue;
+      if (std::strtol(local.c_str() + colon + 1, nullptr, 16) == port &&
+          std::strtol(state.c_str(), nullptr, 16) == kListen) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace elastrun::launcher

@@ -1,4 +1,4 @@
-// Choosing MASTER_PORT for an attempt.
+// Choosing MASTER_PORT for an attempt, and seeing when it is served.
 #ifndef ELASTRUN_LAUNCHER_PORT_H_
 #define ELASTRUN_LAUNCHER_PORT_H_
 
@@ -15,6 +15,11 @@ namespace elastrun::launcher {
 // earlier attempts, whose sockets may linger) are skipped. This is what
 // lets many back-to-back restarts never hit EADDRINUSE.
 absl::StatusOr<int> PickFreePort(const std::set<int>& avoid);
+
+// Whether a TCP socket of this network namespace listens on `port` (any
+// address, IPv4 or IPv6), from /proc/net/tcp{,6}: it only looks, so a c10d
+// store is not disturbed by a probing connection.
+bool IsListening(int port);
 
 }  // namespace elastrun::launcher
 

@@ -168,6 +168,7 @@ int RunStandalone(const RunOptions& o) {
 
     AttemptSpec attempt = BuildAttempt(group, ctx, base_env);
     attempt.next_attempt_possible = a->restart_count < o.max_restarts;
+    attempt.store_port = ctx.master_port;  // rank 0, and so the store, runs here
     auto outcome = (*agent)->RunAttempt(std::move(attempt));
     if (!outcome.ok()) {
       Say(absl::StrCat("internal error: ", outcome.status().message()));
