@@ -134,7 +134,7 @@ def fmt_cell(values):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of the four runs (default: %(default)s)")
     ap.add_argument("--mlp-epochs", type=int, default=3, help="epochs per MLP run (default: %(default)s)")

@@ -304,9 +304,11 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
   std::vector<bool> started(n, false);
   // Activations held back until the store listens (AttemptSpec::store_port).
   std::vector<std::string> held(n);
-  bool rank0_here = false;
-  for (const auto& [local, rank] : ranks) rank0_here = rank0_here || rank == 0;
-  const bool gate = spec.store_port > 0 && rank0_here && n > 1;
+  size_t rank0 = n;  // the worker with rank 0, if it runs here
+  for (size_t i = 0; i < n; ++i) {
+    if (ranks[i].second == 0) rank0 = i;
+  }
+  const bool gate = spec.store_port > 0 && rank0 < n && n > 1;
   auto activate = [&](size_t i, std::string activation) {
     if (gate && ranks[i].second != 0) {
       held[i] = std::move(activation);
@@ -453,12 +455,8 @@ absl::StatusOr<AttemptOutcome> Agent::RunAttempt(AttemptSpec spec) {
   // either: nothing is looked for then.
   bool holding = false;
   for (const std::string& h : held) holding = holding || !h.empty();
-  size_t rank0 = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (ranks[i].second == 0) rank0 = i;
-  }
   absl::Time hold_until = absl::InfiniteFuture();
-  auto polling = [&] { return holding && started[rank0]; };
+  auto polling = [&] { return holding && started[rank0]; };  // holding: rank0 < n
   auto release_held = [&] {
     if (!polling()) return;
     const absl::Time now = absl::Now();

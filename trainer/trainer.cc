@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/config/config.h"
@@ -291,12 +292,9 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainerConfig& cfg, const RunOptions
                                               std::strerror(errno)));
     }
   }
-  struct CloseFd {
-    int fd;
-    ~CloseFd() {
-      if (fd >= 0) ::close(fd);
-    }
-  } close_sample_log{sample_log};
+  absl::Cleanup close_sample_log = [sample_log] {
+    if (sample_log >= 0) ::close(sample_log);
+  };
 
   model->train();
   TrainResult result;
