@@ -33,6 +33,13 @@ struct IntRange {
 };
 absl::StatusOr<IntRange> ParseRange(absl::string_view text, absl::string_view what);
 
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool IsLoopbackHost(absl::string_view host);
+
+// Splits "HOST:PORT" / "[v6]:PORT". InvalidArgument naming `what` otherwise.
+absl::Status SplitHostPort(absl::string_view text, absl::string_view what,
+                           std::string* host, int* port);
+
 }  // namespace elastrun
 
 #endif  // ELASTRUN_COMMON_STRINGS_H_

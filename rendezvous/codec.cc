@@ -90,6 +90,7 @@ v1::WorkerFailure ToProto(const Failure& f) {
   p.set_message(f.message);
   p.set_traceback(f.traceback);
   *p.mutable_time() = ToProto(f.time);
+  p.set_cannot_start(f.cannot_start);
   return p;
 }
 
@@ -104,6 +105,7 @@ Failure FromProto(const v1::WorkerFailure& p) {
   f.message = p.message();
   f.traceback = p.traceback();
   f.time = FromProto(p.time());
+  f.cannot_start = p.cannot_start();
   return f;
 }
 

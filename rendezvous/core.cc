@@ -321,7 +321,9 @@ absl::StatusOr<std::vector<Event>> RendezvousCore::ReportFailure(const Failure& 
     s_.root_cause = failure;
   }
   if (s_.state != JobState::kRunning) return events;  // FAILED: record only.
-  if (s_.restart_count < s_.config.max_restarts) {
+  // The one place that decides whether a failure costs a restart or ends
+  // the job: a program that could not be started fails it at once.
+  if (!failure.cannot_start && s_.restart_count < s_.config.max_restarts) {
     EndRoundAndOpenNext("failure", /*restart=*/true, now, events);
     return events;
   }
@@ -331,6 +333,15 @@ absl::StatusOr<std::vector<Event>> RendezvousCore::ReportFailure(const Failure& 
   const std::string why = failure.signal != 0
                               ? absl::StrFormat("signal %d", failure.signal)
                               : absl::StrFormat("exit code %d", failure.exit_code);
+  if (failure.cannot_start) {
+    Finish(JobState::kFailed,
+           absl::StrFormat("rank %d (node \"%s\", local rank %d) could not be started in "
+                           "round %d (not restarted: it cannot start again)%s%s",
+                           failure.rank, failure.node_id, failure.local_rank, failure.round,
+                           failure.message.empty() ? "" : ": ", failure.message),
+           now, events);
+    return events;
+  }
   Finish(JobState::kFailed,
          absl::StrFormat("rank %d (node \"%s\", local rank %d) failed with %s "
                          "in round %d after %d of %d restarts%s%s",

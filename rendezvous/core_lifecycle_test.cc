@@ -72,6 +72,25 @@ TEST(FailureTest, RestartsUpToMaxThenFailsWithEarliestRootCause) {
   EXPECT_FALSE(core.history()[2].counted_as_restart);
 }
 
+// The one restart policy: `elastrun run` and elastrund both report a
+// program that cannot be started as cannot_start, and the core fails the job
+// without spending any of its restarts.
+TEST(FailureTest, CannotStartFailsAtOnceWithRestartsLeft) {
+  RendezvousCore core = Running3(/*max_restarts=*/3);
+  Failure f = Fail("b", 0, T0() + S(1), 1);
+  f.exit_code = 127;
+  f.cannot_start = true;
+  f.message = "cannot run 'trian.py': not found on PATH";
+  std::vector<Event> ev = *core.ReportFailure(f, T0() + S(1));
+  ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundEnded, Kind::kJobFinished));
+  EXPECT_EQ(ev[1].final_state, JobState::kFailed);
+  EXPECT_THAT(ev[1].reason, HasSubstr("could not be started"));
+  EXPECT_THAT(ev[1].reason, HasSubstr("trian.py"));
+  EXPECT_EQ(core.restart_count(), 0);
+  ASSERT_TRUE(core.root_cause().has_value());
+  EXPECT_TRUE(core.root_cause()->cannot_start);
+}
+
 TEST(FailureTest, MaxRestartsZeroFailsAtOnce) {
   RendezvousCore core("job", RoundConfig{}, T0());
   MustJoin(core, Req("solo", 2), T0());

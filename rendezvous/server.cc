@@ -360,32 +360,6 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
   const std::string token_;
 };
 
-bool IsLoopbackHost(absl::string_view host) {
-  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
-  return absl::StartsWith(host, "127.");
-}
-
-absl::Status SplitHostPort(absl::string_view text, absl::string_view what,
-                           std::string* host, int* port) {
-  const size_t colon = text.rfind(':');
-  auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: \"%s\" is not HOST:PORT (e.g. 127.0.0.1:29400, [::1]:29400, 0.0.0.0:0)",
-        what, text));
-  };
-  if (colon == absl::string_view::npos || colon == 0) return bad();
-  absl::string_view h = text.substr(0, colon);
-  if (h.find(':') != absl::string_view::npos &&
-      !(absl::StartsWith(h, "[") && absl::EndsWith(h, "]"))) {
-    return bad();  // IPv6 needs brackets
-  }
-  int p = 0;
-  if (!absl::SimpleAtoi(text.substr(colon + 1), &p) || p < 0 || p > 65535) return bad();
-  *host = std::string(h);
-  *port = p;
-  return absl::OkStatus();
-}
-
 absl::Status CheckListenSecurity(absl::string_view listen, absl::string_view token) {
   std::string host;
   int port = 0;

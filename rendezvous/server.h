@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/strings.h"
 #include "rendezvous/coordinator.h"
 #include "rendezvous/log_store.h"
 
@@ -33,13 +34,6 @@ struct ServerOptions {
   // time). Tests with a FakeClock turn it off and call Tick() themselves.
   bool timer_thread = true;
 };
-
-// True for 127.0.0.0/8, ::1 and "localhost".
-bool IsLoopbackHost(absl::string_view host);
-
-// Splits "HOST:PORT" / "[v6]:PORT". InvalidArgument naming `what` otherwise.
-absl::Status SplitHostPort(absl::string_view text, absl::string_view what,
-                           std::string* host, int* port);
 
 // OK, or InvalidArgument: a non-loopback `listen` needs a token.
 absl::Status CheckListenSecurity(absl::string_view listen, absl::string_view token);

@@ -84,6 +84,11 @@ struct Failure {
   std::string message;    // from the worker's error file, may be empty
   std::string traceback;  // from the worker's error file, may be empty
   absl::Time time;        // when the worker exited
+  // The program could not be started at all (not found, not executable, no
+  // log folder): restarting cannot help, so the core fails the job at once
+  // instead of spending a restart. The one place that decides this is
+  // RendezvousCore::ReportFailure.
+  bool cannot_start = false;
 };
 
 enum class JobState { kJoining, kRunning, kSucceeded, kFailed, kCancelled };

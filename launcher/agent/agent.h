@@ -1,0 +1,182 @@
+// The agent: runs attempts of a node's worker group on real processes. It is
+// the I/O adapter around the Supervisor state machine: one event loop over a
+// signalfd (SIGCHLD for exits, so a death is seen at once, and the
+// terminating signals the launcher forwards), the workers' output pipes and
+// an eventfd for stop requests from other threads.
+//
+// The launcher becomes a child subreaper, so processes that workers leave
+// behind are re-parented to it, reaped, and stopped with their group.
+//
+// Thread-safety: RunAttempt runs on one thread at a time; RequestStop may be
+// called from any thread.
+#ifndef ELASTRUN_LAUNCHER_AGENT_AGENT_H_
+#define ELASTRUN_LAUNCHER_AGENT_AGENT_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/progress.h"
+#include "launcher/agent/process.h"
+#include "launcher/agent/supervisor.h"
+
+namespace elastrun::launcher {
+
+// One line of a worker's output, for AgentOptions::on_output_line.
+struct OutputLine {
+  int local_rank = 0;
+  int rank = 0;
+  bool is_stderr = false;
+  absl::string_view text;  // without the newline; valid during the call
+};
+
+struct AgentOptions {
+  // Grace between the stop signal and SIGKILL (--shutdown-timeout).
+  absl::Duration grace = absl::Seconds(30);
+  // Where workers' console lines go (the launcher's stdout and stderr).
+  int console_stdout_fd = 1;
+  int console_stderr_fd = 2;
+  // Start the next attempt's workers ahead of time (common/standby.h), once
+  // the current ones have started, so a restart skips process start-up.
+  // Only workers built on libelastrun_worker take part; for other programs
+  // no standby is ever started.
+  bool standby = false;
+  // Called on the agent's thread with every complete line a worker writes
+  // (e.g. to forward logs to the service); must not block for long.
+  std::function<void(const OutputLine&)> on_output_line;
+  // A unix datagram socket for the workers' progress reports (exported to
+  // them as ELASTRUN_AGENT_SOCKET by the caller; owner-only). Empty: none.
+  std::string progress_socket;
+  // Called on the agent's thread with every well-formed report received on
+  // progress_socket; must not block for long.
+  std::function<void(const ProgressReport&)> on_progress;
+  // Called on the agent's thread when a worker arrives at a named barrier
+  // on progress_socket; `reply` (callable from any thread, once) answers
+  // that worker: OK lets it pass, an error fails its barrier. Without this
+  // hook every barrier fails at once.
+  std::function<void(const BarrierArrival&, std::function<void(const absl::Status&)> reply)>
+      on_barrier;
+};
+
+
+// Where one worker's output goes.
+struct WorkerOutput {
+  std::string stdout_log;  // file path; empty: no log file
+  std::string stderr_log;
+  bool stdout_to_console = true;
+  bool stderr_to_console = true;
+  std::string prefix;  // before each console line, e.g. "[rank0]:"
+};
+
+struct AttemptSpec {
+  std::vector<WorkerSpec> workers;
+  std::vector<WorkerOutput> outputs;  // one per worker, same order
+  // What a standby for the next attempt runs: the program and the part of
+  // the environment that does not depend on the attempt.
+  std::vector<std::string> standby_argv;
+  std::vector<std::string> standby_env;
+  // Whether another attempt can follow this one (restarts left, or rounds
+  // that do not count as restarts): standbys are started only then.
+  bool next_attempt_possible = true;
+  // The port of the job's c10d store when its rank 0 runs here (0: not
+  // here, or unknown). Then workers that wait for an activation (standbys,
+  // and new workers under --standby) get theirs rank 0 first, and the others
+  // once the store listens, or kStoreGateMax after rank 0 began: a c10d
+  // client that finds no store sleeps a whole second before it tries again,
+  // and a warm worker is always faster than rank 0 to the store.
+  int store_port = 0;
+  // Called on the agent's thread with every complete line a worker of this
+  // attempt writes (e.g. to forward logs to the service, tagged with the
+  // attempt's job); must not block for long. Empty: AgentOptions'
+  // on_output_line, if any.
+  std::function<void(const OutputLine&)> on_output_line;
+};
+
+// How long activations wait for the store to listen once rank 0 runs (a
+// program that hosts no store there loses at most this, once per attempt).
+inline constexpr absl::Duration kStoreGateMax = absl::Seconds(1);
+
+struct AttemptOutcome {
+  enum class Kind {
+    kSucceeded,  // every worker exited 0
+    kFailed,     // a worker failed (first_failure) or could not start
+    kStopped,    // stopped by a signal to the launcher or RequestStop
+  };
+  Kind kind = Kind::kFailed;
+  std::optional<WorkerExit> first_failure;
+  std::vector<WorkerExit> exits;
+  // A worker could not be started (then first_failure is empty).
+  absl::Status spawn_error;
+  // kStopped: the signal that stopped the attempt.
+  int stop_signal = 0;
+  // The workers were activated standbys rather than new processes.
+  bool from_standby = false;
+  // Processes of the group outlived SIGKILL and could not be reaped.
+  bool leftovers = false;
+};
+
+class Agent {
+ public:
+  // Blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGQUIT in the calling thread
+  // (so call it before starting any other thread: they inherit the mask),
+  // ignores SIGPIPE, and makes this process a child subreaper.
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
+  ~Agent();
+
+  // Runs one attempt to its end and returns how it ended. A terminating
+  // signal to the launcher is forwarded to the workers (a second one
+  // escalates to SIGKILL), and the attempt ends as kStopped. Errors are
+  // internal failures of the launcher itself (epoll, signalfd).
+  absl::StatusOr<AttemptOutcome> RunAttempt(AttemptSpec spec);
+
+  // Asks the current (or next) attempt to stop with `sig`. Thread-safe.
+  void RequestStop(int sig);
+
+  // The first terminating signal the launcher received, or 0.
+  int received_signal() const { return received_signal_.load(); }
+
+ private:
+  // A started worker of the next attempt, waiting for its activation.
+  struct Standby {
+    pid_t pid = -1;
+    int control = -1;  // our end of its standby socket
+    int stdout_fd = -1;
+    int stderr_fd = -1;
+  };
+
+  Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes, int epoll_fd,
+        int signal_fd, int wake_fd, int progress_fd);
+  void ReadProgress();
+  // Reaps every exited child; workers go to `supervisor` (may be null), and
+  // the exit of a standby discards the standby set.
+  void ReapChildren(Supervisor* supervisor);
+  // Starts `n` standbys running spec's standby_argv/standby_env.
+  void SpawnStandbySet(const AttemptSpec& spec, size_t n);
+  void DiscardStandbySet();
+
+  const AgentOptions options_;
+  std::unique_ptr<ProcessControl> processes_;
+  const int epoll_fd_;
+  const int signal_fd_;
+  const int wake_fd_;
+  const int progress_fd_;  // -1 without options_.progress_socket
+  std::atomic<int> requested_stop_{0};
+  std::atomic<int> received_signal_{0};
+  // The next attempt's standby workers (one process group), if started.
+  std::vector<Standby> standby_;
+  pid_t standby_pgid_ = 0;
+  // What the standby set runs: it is only used for an attempt of the same
+  // program with the same environment (a node may run another job next).
+  std::vector<std::string> standby_argv_;
+  std::vector<std::string> standby_env_;
+};
+
+}  // namespace elastrun::launcher
+
+#endif  // ELASTRUN_LAUNCHER_AGENT_AGENT_H_

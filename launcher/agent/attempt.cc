@@ -1,0 +1,89 @@
+#include "launcher/agent/attempt.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/worker_env.h"
+
+namespace elastrun::launcher {
+namespace {
+
+bool HasName(const std::string& entry, const std::string& name) {
+  return entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 &&
+         entry[name.size()] == '=';
+}
+
+}  // namespace
+
+std::string ErrorFilePath(const std::string& attempt_dir, int local_rank) {
+  return absl::StrCat(attempt_dir, "/", local_rank, "/error.json");
+}
+
+AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
+                         const std::vector<std::string>& base_env) {
+  const int n = group.nproc_per_node;
+  const std::vector<const char*> contract = {
+      env::kRank, env::kLocalRank, env::kWorldSize, env::kLocalWorldSize,
+      env::kGroupRank, env::kGroupWorldSize, env::kRoleRank, env::kRoleWorldSize,
+      env::kRoleName, env::kMasterAddr, env::kMasterPort, env::kRestartCount,
+      env::kMaxRestarts, env::kRunId, env::kErrorFile, env::kUseAgentStore,
+      env::kAgentSocket, env::kRound, env::kStandbyFd};
+  std::vector<std::string> common;
+  bool has_omp = false;
+  for (const std::string& e : base_env) {
+    bool replaced = false;
+    for (const char* name : contract) replaced = replaced || HasName(e, name);
+    if (replaced) continue;
+    has_omp = has_omp || HasName(e, env::kOmpNumThreads);
+    common.push_back(e);
+  }
+  if (!has_omp && n > 1) common.push_back(absl::StrCat(env::kOmpNumThreads, "=1"));
+  AttemptSpec spec;
+  spec.standby_argv = group.argv;
+  spec.standby_env = common;  // nothing that depends on the attempt
+  auto set = [](std::vector<std::string>& v, const char* name, const auto& value) {
+    v.push_back(absl::StrCat(name, "=", value));
+  };
+  set(common, env::kWorldSize, ctx.world_size);
+  set(common, env::kLocalWorldSize, n);
+  set(common, env::kGroupRank, ctx.group_rank);
+  set(common, env::kGroupWorldSize, ctx.group_world_size);
+  set(common, env::kRoleWorldSize, ctx.world_size);
+  set(common, env::kRoleName, group.role);
+  set(common, env::kMasterAddr, ctx.master_addr);
+  set(common, env::kMasterPort, ctx.master_port);
+  set(common, env::kRestartCount, ctx.restart_count);
+  set(common, env::kMaxRestarts, group.max_restarts);
+  set(common, env::kRunId, ctx.run_id);
+  set(common, env::kUseAgentStore, "False");
+  set(common, env::kRound, ctx.round);
+  if (!group.agent_socket.empty()) set(common, env::kAgentSocket, group.agent_socket);
+
+  for (int local = 0; local < n; ++local) {
+    const int rank = ctx.rank_offset + local;
+    WorkerSpec w;
+    w.local_rank = local;
+    w.rank = rank;
+    w.process.argv = group.argv;
+    w.process.env = common;
+    set(w.process.env, env::kRank, rank);
+    set(w.process.env, env::kLocalRank, local);
+    set(w.process.env, env::kRoleRank, rank);
+    set(w.process.env, env::kErrorFile, ErrorFilePath(ctx.attempt_dir, local));
+    spec.workers.push_back(std::move(w));
+
+    WorkerOutput out;
+    const std::string dir = absl::StrCat(ctx.attempt_dir, "/", local);
+    out.stdout_log = dir + "/stdout.log";
+    out.stderr_log = dir + "/stderr.log";
+    const int redirected = group.redirects.For(local);
+    const int teed = group.tee.For(local);
+    const bool shown =
+        !group.local_ranks_filter || group.local_ranks_filter->count(local) > 0;
+    out.stdout_to_console = shown && (!(redirected & kStdOut) || (teed & kStdOut));
+    out.stderr_to_console = shown && (!(redirected & kStdErr) || (teed & kStdErr));
+    out.prefix = absl::StrCat("[rank", rank, "]:");
+    spec.outputs.push_back(std::move(out));
+  }
+  return spec;
+}
+
+}  // namespace elastrun::launcher

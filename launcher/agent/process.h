@@ -1,0 +1,74 @@
+// The process layer of the agent: spawning workers into process groups and
+// signalling those groups. Behind an interface so the supervisor's state
+// machine is tested with a fake (no real processes) and the real
+// implementation is proven by end-to-end tests.
+#ifndef ELASTRUN_LAUNCHER_AGENT_PROCESS_H_
+#define ELASTRUN_LAUNCHER_AGENT_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace elastrun::launcher {
+
+// What to start. The environment is complete (nothing is inherited).
+struct ProcessSpec {
+  // argv[0] is looked up on the PATH of `env` when it has no slash.
+  std::vector<std::string> argv;
+  // "NAME=value" entries: the whole environment of the process.
+  std::vector<std::string> env;
+  // Working directory; empty keeps the launcher's.
+  std::string cwd;
+  // 0: the process leads a new process group; otherwise it joins this one.
+  pid_t process_group = 0;
+  // true: stdout and stderr go to pipes read by the launcher; false: inherited.
+  bool capture_output = true;
+  // Descriptors of the launcher handed to the child: {launcher fd, child fd}
+  // (child fd >= 3). Everything else is closed on exec.
+  std::vector<std::pair<int, int>> pass_fds;
+  // Scheduling niceness of the child (0: the launcher's).
+  int niceness = 0;
+};
+
+struct SpawnedProcess {
+  pid_t pid = -1;
+  // Read ends of the output pipes (non-blocking, close-on-exec), owned by the
+  // caller; -1 when output is not captured.
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+};
+
+// Starts and signals processes. Implementations need not be thread-safe.
+class ProcessControl {
+ public:
+  virtual ~ProcessControl() = default;
+
+  // Starts `spec`. The child dies with SIGKILL when the launcher dies. Fails
+  // (and leaves no process behind) when the program cannot be executed, with
+  // a message naming the program and the reason.
+  virtual absl::StatusOr<SpawnedProcess> Spawn(const ProcessSpec& spec) = 0;
+
+  // Sends `sig` to every process of group `pgid`. A group that no longer
+  // exists is not an error.
+  virtual absl::Status SignalGroup(pid_t pgid, int sig) = 0;
+
+  // Whether any process (zombies included) is still in group `pgid`.
+  virtual bool GroupExists(pid_t pgid) = 0;
+};
+
+// The real implementation: fork + execve, setpgid, PR_SET_PDEATHSIG.
+std::unique_ptr<ProcessControl> NewPosixProcessControl();
+
+// Resolves `program` like execvp would, on `path` (a PATH value). Returns the
+// program itself when it contains a slash.
+absl::StatusOr<std::string> ResolveProgram(const std::string& program,
+                                           const std::string& path);
+
+}  // namespace elastrun::launcher
+
+#endif  // ELASTRUN_LAUNCHER_AGENT_PROCESS_H_

@@ -1,0 +1,67 @@
+// The job commands of the `elastrun` CLI: submit, status, list, nodes,
+// cancel, wait, logs. Each parses its words, talks to the service through a
+// JobsClient and prints; it returns the process exit code. Everything the
+// commands touch outside (environment, client, clock, sleep, streams) comes
+// in through CliContext, so tests run them in-process against a fake.
+#ifndef ELASTRUN_LAUNCHER_CLI_CLI_H_
+#define ELASTRUN_LAUNCHER_CLI_CLI_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "launcher/cli/client.h"
+
+namespace elastrun::launcher {
+
+// Exit codes of every job command; a script may rely on them.
+enum ExitCode : int {
+  kExitOk = 0,           // done; for `wait`: the job SUCCEEDED
+  kExitFailed = 1,       // the job FAILED or was CANCELLED (`wait`), or the
+                         // command failed (e.g. refused by the service)
+  kExitUsage = 2,        // bad flags or arguments, or a job spec refused
+  kExitUnreachable = 3,  // the service could not be reached or did not answer
+  kExitNotFound = 4,     // no such job
+  kExitTimeout = 5,      // `wait --timeout` passed before the job ended
+};
+
+// The exit code for an error from the service or a local check:
+// InvalidArgument -> 2, Unavailable/DeadlineExceeded -> 3, NotFound -> 4,
+// anything else -> 1.
+int ExitCodeFor(const absl::Status& status);
+
+// The world outside the commands.
+struct CliContext {
+  // Environment lookup (ELASTRUN_RENDEZVOUS, ELASTRUN_TOKEN).
+  std::function<std::optional<std::string>(const std::string&)> env;
+  // Opens a client for the resolved options.
+  std::function<std::unique_ptr<JobsClient>(const ServiceOptions&)> connect;
+  // `wait` polls with these: time, and a pause between two polls.
+  const Clock* clock = &RealClock();
+  std::function<void(absl::Duration)> sleep;
+  std::ostream* out = nullptr;  // results (job id, status, tables, JSON)
+  std::ostream* err = nullptr;  // errors and notes
+};
+
+// The real world: getenv, gRPC, the real clock, absl::SleepFor, stdout/stderr.
+CliContext RealCliContext();
+
+// True for the commands RunJobCommand knows.
+bool IsJobCommand(const std::string& command);
+
+// Runs `elastrun COMMAND ARGS...` (args: the words after the command).
+int RunJobCommand(const std::string& command, const std::vector<std::string>& args,
+                  const CliContext& ctx);
+
+// The command list and exit codes for `elastrun --help`.
+std::string JobCommandsHelp();
+
+}  // namespace elastrun::launcher
+
+#endif  // ELASTRUN_LAUNCHER_CLI_CLI_H_

@@ -1,0 +1,295 @@
+// The job commands in-process against a fake service: flags, environment
+// fallbacks, exit codes, what goes to stdout, and `wait`'s polling on a
+// FakeClock (its sleep advances the clock; nothing really sleeps).
+#include "launcher/cli/cli.h"
+
+#include <deque>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/cli/format.h"
+
+namespace elastrun::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+// What the fake service holds; shared by every client a command opens.
+struct FakeService {
+  std::vector<ServiceOptions> connects;
+  std::vector<v1::JobSpec> submitted;
+  // Replies to Get, in order; the last one repeats.
+  std::deque<absl::StatusOr<v1::JobStatus>> gets;
+  int get_calls = 0;
+  std::vector<v1::LogChunk> logs;  // what ReadLogs serves, by seq
+  absl::Status error;  // when set, every call fails with it
+};
+
+class FakeJobsClient : public JobsClient {
+ public:
+  explicit FakeJobsClient(FakeService* s) : s_(s) {}
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) override {
+    if (!s_->error.ok()) return s_->error;
+    s_->submitted.push_back(spec);
+    return absl::StrCat(spec.name().empty() ? "job" : spec.name(), "-",
+                        s_->submitted.size());
+  }
+  absl::StatusOr<v1::JobStatus> Get(const std::string& job_id) override {
+    ++s_->get_calls;
+    if (!s_->error.ok()) return s_->error;
+    if (s_->gets.empty()) return absl::NotFoundError("no job " + job_id);
+    absl::StatusOr<v1::JobStatus> r = s_->gets.front();
+    if (s_->gets.size() > 1) s_->gets.pop_front();
+    return r;
+  }
+  absl::StatusOr<v1::ListJobsResponse> List() override {
+    if (!s_->error.ok()) return s_->error;
+    return v1::ListJobsResponse();
+  }
+  absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id,
+                                       const std::string& reason) override {
+    if (!s_->error.ok()) return s_->error;
+    v1::JobStatus st;
+    st.set_job_id(job_id);
+    st.set_state(v1::JOB_STATE_CANCELLED);
+    st.set_finish_reason(reason);
+    return st;
+  }
+  absl::StatusOr<v1::ListNodesResponse> ListNodes() override {
+    if (!s_->error.ok()) return s_->error;
+    return v1::ListNodesResponse();
+  }
+  absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(const std::string& job_id, int rank,
+                                                     int64_t after_seq) override {
+    if (!s_->error.ok()) return s_->error;
+    std::vector<v1::LogChunk> out;
+    for (const v1::LogChunk& c : s_->logs) {
+      if (c.seq() > after_seq && (rank < 0 || c.rank() == rank)) out.push_back(c);
+    }
+    return out;
+  }
+
+ private:
+  FakeService* s_;
+};
+
+v1::JobStatus Job(v1::JobState state) {
+  v1::JobStatus s;
+  s.set_job_id("j-1");
+  s.set_state(state);
+  return s;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  CliTest() {
+    ctx_.env = [this](const std::string& name) -> std::optional<std::string> {
+      auto it = env_.find(name);
+      if (it == env_.end()) return std::nullopt;
+      return it->second;
+    };
+    ctx_.connect = [this](const ServiceOptions& o) {
+      service_.connects.push_back(o);
+      return std::make_unique<FakeJobsClient>(&service_);
+    };
+    ctx_.clock = &clock_;
+    ctx_.sleep = [this](absl::Duration d) { clock_.Advance(d); };
+    ctx_.out = &out_;
+    ctx_.err = &err_;
+  }
+
+  int Run(const std::string& command, const std::vector<std::string>& args) {
+    return RunJobCommand(command, args, ctx_);
+  }
+
+  std::map<std::string, std::string> env_;
+  FakeService service_;
+  FakeClock clock_;
+  std::ostringstream out_, err_;
+  CliContext ctx_;
+};
+
+TEST_F(CliTest, SubmitFromFlagsPrintsOnlyTheId) {
+  EXPECT_EQ(Run("submit", {"--name", "m", "--nnodes=1:2", "--nproc_per_node", "2",
+                           "--env", "A=1", "--", "python", "train.py", "--lr", "0.1"}),
+            0)
+      << err_.str();
+  EXPECT_EQ(out_.str(), "m-1\n");
+  ASSERT_EQ(service_.submitted.size(), 1u);
+  const v1::JobSpec& s = service_.submitted[0];
+  EXPECT_EQ(s.max_nodes(), 2);
+  EXPECT_EQ(s.nproc_per_node(), 2);
+  EXPECT_THAT(s.argv(), ::testing::ElementsAre("python", "train.py", "--lr", "0.1"));
+}
+
+TEST_F(CliTest, SubmitFromFileWithOverrides) {
+  EXPECT_EQ(
+      Run("submit", {std::string(ELASTRUN_CONFIGS_DIR) + "/jobs/fashion_mnist_mlp.yaml",
+                     "nnodes=2", "--max-restarts", "0"}),
+      0)
+      << err_.str();
+  ASSERT_EQ(service_.submitted.size(), 1u);
+  EXPECT_EQ(service_.submitted[0].min_nodes(), 2);
+  EXPECT_EQ(service_.submitted[0].max_nodes(), 2);
+  EXPECT_EQ(service_.submitted[0].max_restarts(), 0);
+  EXPECT_EQ(out_.str(), "fashion-mnist-mlp-1\n");
+}
+
+TEST_F(CliTest, BadSpecIsRefusedBeforeConnecting) {
+  EXPECT_EQ(Run("submit", {"--nnodes", "3:2", "--", "x"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--nnodes: MIN 3 is greater than MAX 2"));
+  EXPECT_EQ(Run("submit", {"--nnodes", "2"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("no command"));
+  EXPECT_EQ(Run("submit", {"/nonexistent/job.yaml"}), kExitUsage);
+  EXPECT_EQ(Run("submit", {"python", "train.py"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("put it after \"--\""));
+  EXPECT_TRUE(service_.connects.empty());
+  EXPECT_EQ(out_.str(), "");
+}
+
+TEST_F(CliTest, UsageErrors) {
+  EXPECT_EQ(Run("status", {}), kExitUsage);
+  EXPECT_EQ(Run("status", {"a", "b"}), kExitUsage);
+  EXPECT_EQ(Run("list", {"--bogus"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("unknown flag \"--bogus\""));
+  EXPECT_EQ(Run("list", {"--output", "yaml"}), kExitUsage);
+  EXPECT_EQ(Run("status", {"j", "--rendezvous"}), kExitUsage);
+  EXPECT_EQ(Run("wait", {"j", "--timeout", "soon"}), kExitUsage);
+  EXPECT_EQ(Run("list", {"--token", "a", "--token-file", "/x"}), kExitUsage);
+  EXPECT_EQ(Run("list", {"--token-file", "/nonexistent/token"}), kExitUsage);
+  EXPECT_EQ(Run("cancel", {"j", "--", "x"}), kExitUsage);
+  EXPECT_TRUE(service_.connects.empty());
+}
+
+TEST_F(CliTest, ServiceFromFlagThenEnvironmentThenDefault) {
+  EXPECT_EQ(Run("list", {}), 0);
+  EXPECT_EQ(service_.connects.back().address, "127.0.0.1:29400");
+  EXPECT_EQ(service_.connects.back().token, "");
+  env_["ELASTRUN_RENDEZVOUS"] = "10.1.2.3:5000";
+  env_["ELASTRUN_TOKEN"] = "s3cret";
+  EXPECT_EQ(Run("list", {}), 0);
+  EXPECT_EQ(service_.connects.back().address, "10.1.2.3:5000");
+  EXPECT_EQ(service_.connects.back().token, "s3cret");
+  EXPECT_EQ(Run("nodes", {"--rendezvous", "h:1", "--token=t", "--rpc-timeout", "2s"}), 0);
+  EXPECT_EQ(service_.connects.back().address, "h:1");
+  EXPECT_EQ(service_.connects.back().token, "t");
+  EXPECT_EQ(service_.connects.back().rpc_timeout, absl::Seconds(2));
+}
+
+TEST_F(CliTest, ServiceErrorsMapToExitCodes) {
+  service_.error = absl::UnavailableError("cannot reach the elastrun service at h:1");
+  EXPECT_EQ(Run("list", {}), kExitUnreachable);
+  EXPECT_THAT(err_.str(),
+              HasSubstr("elastrun list: cannot reach the elastrun service at h:1"));
+  service_.error = absl::DeadlineExceededError("no answer");
+  EXPECT_EQ(Run("submit", {"--", "x"}), kExitUnreachable);
+  service_.error = absl::InvalidArgumentError("spec.env: bad");
+  EXPECT_EQ(Run("submit", {"--", "x"}), kExitUsage);
+  service_.error = absl::UnauthenticatedError("wrong token");
+  EXPECT_EQ(Run("nodes", {}), kExitFailed);
+  service_.error = absl::OkStatus();
+  EXPECT_EQ(Run("status", {"nope-1"}), kExitNotFound);
+  EXPECT_EQ(Run("wait", {"nope-1"}), kExitNotFound);
+  EXPECT_EQ(Run("logs", {"nope-1"}), kExitNotFound);
+  EXPECT_EQ(out_.str(), "");
+}
+
+TEST_F(CliTest, StatusJson) {
+  service_.gets = {Job(v1::JOB_STATE_PENDING)};
+  EXPECT_EQ(Run("status", {"j-1", "--output", "json"}), 0);
+  const Json j = Json::parse(out_.str());
+  EXPECT_EQ(j["state"], "PENDING");
+}
+
+TEST_F(CliTest, WaitPollsUntilSucceeded) {
+  service_.gets = {Job(v1::JOB_STATE_PENDING), Job(v1::JOB_STATE_RUNNING),
+                   Job(v1::JOB_STATE_SUCCEEDED)};
+  const absl::Time start = clock_.Now();
+  EXPECT_EQ(Run("wait", {"j-1", "--poll-interval", "1s"}), kExitOk);
+  EXPECT_EQ(service_.get_calls, 3);
+  EXPECT_EQ(clock_.Now() - start, absl::Seconds(2));
+  EXPECT_THAT(out_.str(), HasSubstr("j-1 SUCCEEDED"));
+}
+
+TEST_F(CliTest, WaitFailsForFailedOrCancelled) {
+  service_.gets = {Job(v1::JOB_STATE_RUNNING), Job(v1::JOB_STATE_FAILED)};
+  EXPECT_EQ(Run("wait", {"j-1"}), kExitFailed);
+  EXPECT_THAT(out_.str(), HasSubstr("j-1 FAILED"));
+  service_.gets = {Job(v1::JOB_STATE_CANCELLED)};
+  EXPECT_EQ(Run("wait", {"j-1", "--output", "json"}), kExitFailed);
+}
+
+TEST_F(CliTest, WaitTimesOut) {
+  service_.gets = {Job(v1::JOB_STATE_RUNNING)};
+  EXPECT_EQ(Run("wait", {"j-1", "--timeout", "3", "--poll-interval", "1"}), kExitTimeout);
+  EXPECT_THAT(err_.str(), HasSubstr("did not end within 3s"));
+  EXPECT_THAT(out_.str(), HasSubstr("j-1 RUNNING"));
+}
+
+TEST_F(CliTest, WaitRidesOutAServiceRestart) {
+  service_.gets = {Job(v1::JOB_STATE_RUNNING), absl::UnavailableError("down"),
+                   absl::UnavailableError("down"), Job(v1::JOB_STATE_SUCCEEDED)};
+  EXPECT_EQ(Run("wait", {"j-1"}), kExitOk);
+  EXPECT_THAT(err_.str(), HasSubstr("retrying"));
+  EXPECT_THAT(err_.str(), HasSubstr("the service is back"));
+}
+
+TEST_F(CliTest, WaitGivesUpOnAServiceGoneForGood) {
+  service_.gets = {Job(v1::JOB_STATE_RUNNING), absl::UnavailableError("down")};
+  EXPECT_EQ(Run("wait", {"j-1", "--poll-interval", "1s"}), kExitUnreachable);
+}
+
+TEST_F(CliTest, CancelPrintsTheLine) {
+  EXPECT_EQ(Run("cancel", {"j-1", "--reason", "enough"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("j-1 CANCELLED"));
+  EXPECT_THAT(out_.str(), HasSubstr("enough"));
+}
+
+v1::LogChunk Line(int64_t seq, int rank, const std::string& text) {
+  v1::LogChunk c;
+  c.set_seq(seq);
+  c.set_rank(rank);
+  c.set_stream("stdout");
+  c.set_data(text + "\n");
+  return c;
+}
+
+TEST_F(CliTest, LogsPrintsForwardedLinesWithRanks) {
+  service_.gets = {Job(v1::JOB_STATE_RUNNING)};
+  service_.logs = {Line(1, 0, "hello"), Line(2, 1, "world")};
+  EXPECT_EQ(Run("logs", {"j-1"}), kExitOk);
+  EXPECT_EQ(out_.str(), "[rank0]:hello\n[rank1]:world\n");
+  out_.str("");
+  EXPECT_EQ(Run("logs", {"j-1", "--rank", "1"}), kExitOk);
+  EXPECT_EQ(out_.str(), "world\n");
+  EXPECT_EQ(Run("logs", {"j-1", "--rank", "x"}), kExitUsage);
+}
+
+TEST_F(CliTest, LogsFollowReadsUntilTheJobHasEnded) {
+  // RUNNING on the first two looks, then SUCCEEDED; every line once.
+  service_.gets = {Job(v1::JOB_STATE_RUNNING), Job(v1::JOB_STATE_RUNNING),
+                   Job(v1::JOB_STATE_SUCCEEDED)};
+  service_.logs = {Line(1, 0, "a"), Line(2, 0, "b")};
+  EXPECT_EQ(Run("logs", {"j-1", "-f"}), kExitOk);
+  EXPECT_EQ(out_.str(), "[rank0]:a\n[rank0]:b\n");
+  EXPECT_GE(service_.get_calls, 3);
+}
+
+TEST_F(CliTest, HelpForEveryCommandListsExitCodes) {
+  for (const char* cmd :
+       {"submit", "status", "list", "nodes", "cancel", "wait", "logs"}) {
+    out_.str("");
+    EXPECT_EQ(Run(cmd, {"--help"}), 0) << cmd;
+    EXPECT_THAT(out_.str(), HasSubstr(std::string("usage: elastrun ") + cmd));
+    EXPECT_THAT(out_.str(), HasSubstr("4  no such job"));
+    EXPECT_THAT(out_.str(), HasSubstr("--rendezvous HOST:PORT"));
+  }
+  EXPECT_THAT(JobCommandsHelp(), HasSubstr("3  the service could not be reached"));
+  EXPECT_TRUE(service_.connects.empty());
+}
+
+}  // namespace
+}  // namespace elastrun::launcher

@@ -1,0 +1,266 @@
+// The job commands, one function each. Results go to ctx.out, errors and
+// notes to ctx.err; each returns its exit code (cli.h).
+#include "launcher/cli/commands.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/strings.h"
+#include "launcher/cli/format.h"
+#include "launcher/cli/spec.h"
+
+namespace elastrun::launcher::internal {
+namespace {
+
+// How long `wait` keeps polling a service it cannot reach before giving up
+// (a service restart takes seconds; this leaves room for a slow one).
+constexpr absl::Duration kWaitUnreachableLimit = absl::Seconds(60);
+constexpr absl::Duration kDefaultPollInterval = absl::Milliseconds(250);
+
+int Fail(const ParsedArgs& a, const CliContext& ctx, const absl::Status& st, int code) {
+  *ctx.err << "elastrun " << a.command << ": " << st.message() << "\n";
+  return code;
+}
+
+int Fail(const ParsedArgs& a, const CliContext& ctx, const absl::Status& st) {
+  return Fail(a, ctx, st, ExitCodeFor(st));
+}
+
+// The single JOB word of status/cancel/wait/logs, or a usage error.
+absl::StatusOr<std::string> OneJob(const ParsedArgs& a) {
+  if (a.positional.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("expected one JOB id, got %d words (see elastrun %s --help)",
+                        a.positional.size(), a.command));
+  }
+  return a.positional[0];
+}
+
+int NoWords(const ParsedArgs& a, const CliContext& ctx) {
+  if (a.positional.empty()) return kExitOk;
+  return Fail(a, ctx,
+              absl::InvalidArgumentError(
+                  absl::StrFormat("unexpected argument \"%s\"", a.positional[0])),
+              kExitUsage);
+}
+
+bool Finished(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED;
+}
+
+void PrintStatusLine(const ParsedArgs& a, const CliContext& ctx, const v1::JobStatus& s) {
+  if (a.json) {
+    *ctx.out << JobStatusJson(s).dump(2) << "\n";
+  } else {
+    *ctx.out << FormatJobLine(s) << "\n";
+  }
+}
+
+// The spec from a job file (+ overrides) or from flags and "-- PROGRAM".
+absl::StatusOr<v1::JobSpec> SpecFromArgs(const ParsedArgs& a) {
+  SpecFlags f;
+  auto take = [&](const char* flag, std::vector<std::string>* into) {
+    if (auto it = a.flags.find(flag); it != a.flags.end()) *into = it->second;
+  };
+  take("--name", &f.name);
+  take("--nnodes", &f.nnodes);
+  take("--nproc-per-node", &f.nproc_per_node);
+  take("--max-restarts", &f.max_restarts);
+  take("--env", &f.env);
+  take("--working-dir", &f.working_dir);
+  take("--last-call-timeout", &f.last_call_timeout);
+  take("--join-timeout", &f.join_timeout);
+  f.program = a.program;
+
+  if (a.positional.empty())
+    return ApplySpecFlags(f, DefaultJobSpec(), /*from_file=*/false);
+  if (!a.program.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "give a job file or \"-- PROGRAM ARGS\", not both (got \"%s\" and \"-- %s\")",
+        a.positional[0], a.program[0]));
+  }
+  const std::string& file = a.positional[0];
+  std::vector<std::string> overrides(a.positional.begin() + 1, a.positional.end());
+  for (const std::string& o : overrides) {
+    if (o.find('=') == std::string::npos && !absl::StartsWith(o, "~")) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "\"%s\" after the job file is not KEY=VALUE; to run a program, put it after "
+          "\"--\": elastrun submit [flags] -- PROGRAM ARGS",
+          o));
+    }
+  }
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromYaml(file, overrides);
+  if (!spec.ok()) {
+    if (absl::IsNotFound(spec.status()) && !absl::EndsWith(file, ".yaml") &&
+        !absl::EndsWith(file, ".yml")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.status().message(),
+          " (to run a program, put it after \"--\": elastrun submit [flags] -- ", file,
+          " ...)"));
+    }
+    return spec;
+  }
+  return ApplySpecFlags(f, *std::move(spec), /*from_file=*/true);
+}
+
+}  // namespace
+
+int Submit(const ParsedArgs& a, const CliContext& ctx) {
+  absl::StatusOr<v1::JobSpec> spec = SpecFromArgs(a);
+  // Whatever went wrong locally (a missing file included) is the caller's
+  // input: a usage error, nothing sent.
+  if (!spec.ok()) return Fail(a, ctx, spec.status(), kExitUsage);
+  absl::StatusOr<std::string> id = ctx.connect(a.service)->Submit(*spec);
+  if (!id.ok()) return Fail(a, ctx, id.status());
+  *ctx.out << *id << "\n";
+  return kExitOk;
+}
+
+int Status(const ParsedArgs& a, const CliContext& ctx) {
+  absl::StatusOr<std::string> job = OneJob(a);
+  if (!job.ok()) return Fail(a, ctx, job.status(), kExitUsage);
+  absl::StatusOr<v1::JobStatus> s = ctx.connect(a.service)->Get(*job);
+  if (!s.ok()) return Fail(a, ctx, s.status());
+  if (a.json) {
+    *ctx.out << JobStatusJson(*s).dump(2) << "\n";
+  } else {
+    *ctx.out << FormatJobStatus(*s);
+  }
+  return kExitOk;
+}
+
+int List(const ParsedArgs& a, const CliContext& ctx) {
+  if (int rc = NoWords(a, ctx); rc != kExitOk) return rc;
+  absl::StatusOr<v1::ListJobsResponse> r = ctx.connect(a.service)->List();
+  if (!r.ok()) return Fail(a, ctx, r.status());
+  if (a.json) {
+    *ctx.out << JobListJson(*r).dump(2) << "\n";
+  } else {
+    *ctx.out << FormatJobList(*r);
+  }
+  return kExitOk;
+}
+
+int Nodes(const ParsedArgs& a, const CliContext& ctx) {
+  if (int rc = NoWords(a, ctx); rc != kExitOk) return rc;
+  absl::StatusOr<v1::ListNodesResponse> r = ctx.connect(a.service)->ListNodes();
+  if (!r.ok()) return Fail(a, ctx, r.status());
+  if (a.json) {
+    *ctx.out << NodeListJson(*r).dump(2) << "\n";
+  } else {
+    *ctx.out << FormatNodeList(*r);
+  }
+  return kExitOk;
+}
+
+int Cancel(const ParsedArgs& a, const CliContext& ctx) {
+  absl::StatusOr<std::string> job = OneJob(a);
+  if (!job.ok()) return Fail(a, ctx, job.status(), kExitUsage);
+  const std::string reason =
+      a.Has("--reason") ? a.Last("--reason") : "cancelled with elastrun cancel";
+  absl::StatusOr<v1::JobStatus> s = ctx.connect(a.service)->Cancel(*job, reason);
+  if (!s.ok()) return Fail(a, ctx, s.status());
+  PrintStatusLine(a, ctx, *s);
+  return kExitOk;
+}
+
+int Wait(const ParsedArgs& a, const CliContext& ctx) {
+  absl::StatusOr<std::string> job = OneJob(a);
+  if (!job.ok()) return Fail(a, ctx, job.status(), kExitUsage);
+  absl::Duration timeout = absl::InfiniteDuration();
+  if (a.Has("--timeout")) {
+    absl::StatusOr<absl::Duration> d = ParseDuration(a.Last("--timeout"), "--timeout");
+    if (!d.ok()) return Fail(a, ctx, d.status(), kExitUsage);
+    timeout = *d;
+  }
+  absl::Duration poll = kDefaultPollInterval;
+  if (a.Has("--poll-interval")) {
+    absl::StatusOr<absl::Duration> d =
+        ParseDuration(a.Last("--poll-interval"), "--poll-interval");
+    if (!d.ok()) return Fail(a, ctx, d.status(), kExitUsage);
+    if (*d <= absl::ZeroDuration()) {
+      return Fail(a, ctx,
+                  absl::InvalidArgumentError("--poll-interval must be greater than 0"),
+                  kExitUsage);
+    }
+    poll = *d;
+  }
+
+  std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  const absl::Time start = ctx.clock->Now();
+  // The first call must succeed: a wrong address or job id is an error at
+  // once. Later transport errors are waited out (the service may restart).
+  absl::StatusOr<v1::JobStatus> s = client->Get(*job);
+  if (!s.ok()) return Fail(a, ctx, s.status());
+  std::optional<absl::Time> unreachable_since;
+  while (!Finished(s->state())) {
+    if (ctx.clock->Now() - start >= timeout) {
+      *ctx.err << "elastrun wait: " << *job << " did not end within "
+               << absl::FormatDuration(timeout) << "\n";
+      PrintStatusLine(a, ctx, *s);
+      return kExitTimeout;
+    }
+    ctx.sleep(poll);
+    absl::StatusOr<v1::JobStatus> next = client->Get(*job);
+    if (next.ok()) {
+      if (unreachable_since) *ctx.err << "elastrun wait: the service is back\n";
+      unreachable_since.reset();
+      s = *std::move(next);
+      continue;
+    }
+    if (ExitCodeFor(next.status()) != kExitUnreachable)
+      return Fail(a, ctx, next.status());
+    const absl::Time now = ctx.clock->Now();
+    if (!unreachable_since) {
+      unreachable_since = now;
+      *ctx.err << "elastrun wait: " << next.status().message() << "; retrying\n";
+    } else if (now - *unreachable_since >= kWaitUnreachableLimit) {
+      return Fail(a, ctx, next.status());
+    }
+  }
+  PrintStatusLine(a, ctx, *s);
+  return s->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+int Logs(const ParsedArgs& a, const CliContext& ctx) {
+  absl::StatusOr<std::string> job = OneJob(a);
+  if (!job.ok()) return Fail(a, ctx, job.status(), kExitUsage);
+  int rank = -1;
+  if (a.Has("--rank")) {
+    absl::StatusOr<int64_t> r = ParseInt(a.Last("--rank"), "--rank", 0, 1 << 20);
+    if (!r.ok()) return Fail(a, ctx, r.status(), kExitUsage);
+    rank = static_cast<int>(*r);
+  }
+  const bool follow = a.Has("-f") || a.Has("--follow");
+  std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  // The job first: an unknown id or an unreachable service says so.
+  absl::StatusOr<v1::JobStatus> s = client->Get(*job);
+  if (!s.ok()) return Fail(a, ctx, s.status());
+  int64_t after = 0;
+  for (;;) {
+    // Read the job's state before the logs: once it is seen finished, one
+    // more read gets everything its nodes sent before the end.
+    const bool finished = s->state() == v1::JOB_STATE_SUCCEEDED ||
+                          s->state() == v1::JOB_STATE_FAILED ||
+                          s->state() == v1::JOB_STATE_CANCELLED;
+    absl::StatusOr<std::vector<v1::LogChunk>> chunks = client->ReadLogs(*job, rank, after);
+    if (!chunks.ok()) return Fail(a, ctx, chunks.status());
+    for (const v1::LogChunk& c : *chunks) {
+      // With every rank, each line says whose it is, as on `elastrun run`'s
+      // console; with --rank R the lines are as the worker wrote them.
+      if (rank < 0) *ctx.out << "[rank" << c.rank() << "]:";
+      *ctx.out << c.data();
+      after = std::max(after, c.seq());
+    }
+    ctx.out->flush();
+    if (!follow || (finished && chunks->empty())) break;
+    if (chunks->empty()) ctx.sleep(absl::Milliseconds(250));
+    absl::StatusOr<v1::JobStatus> next = client->Get(*job);
+    if (!next.ok()) return Fail(a, ctx, next.status());
+    s = *std::move(next);
+  }
+  return kExitOk;
+}
+
+}  // namespace elastrun::launcher::internal

@@ -1,0 +1,85 @@
+// `elastrun run`'s command line: torchrun's flags with torchrun's meaning
+// (dashed and underscored spellings, PET_* environment fallbacks), parsed
+// into RunOptions. Parsing is pure: the environment comes in as a lookup.
+#ifndef ELASTRUN_LAUNCHER_CLI_RUN_OPTIONS_H_
+#define ELASTRUN_LAUNCHER_CLI_RUN_OPTIONS_H_
+
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/strings.h"
+#include "launcher/agent/output.h"
+
+namespace elastrun::launcher {
+
+struct RunOptions {
+  // --nnodes: only 1 (or 1:1) here; several nodes go through elastrund.
+  IntRange nnodes;
+  // --nproc-per-node as given (N, cpu, gpu, auto) and resolved to a count.
+  std::string nproc_per_node_text = "1";
+  int nproc_per_node = 1;
+  // --max-restarts: failure-caused restarts before the run fails.
+  int max_restarts = 0;
+  // --monitor-interval: accepted for torchrun compatibility; exits are seen
+  // through SIGCHLD at once, so it changes nothing.
+  absl::Duration monitor_interval = absl::Milliseconds(100);
+  // --rdzv-id / --run-id; a random id when not given.
+  std::string run_id;
+  // --log-dir; a fresh temporary folder when not given.
+  std::string log_dir;
+  // --redirects / --tee (torchrun's Std selectors).
+  StdSetting redirects;
+  StdSetting tee;
+  // --local-ranks-filter: local ranks whose output reaches the console.
+  std::optional<std::set<int>> local_ranks_filter;
+  // --role
+  std::string role = "default";
+  // --no-python, -m/--module, --run-path: how the program is started.
+  bool no_python = false;
+  bool module = false;
+  bool run_path = false;
+  // --master-addr / --master-port; port 0 picks a free port per attempt.
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  // --standalone (implied: this launcher is single-node).
+  bool standalone = false;
+  // --standby: pre-start the next attempt's workers (libelastrun_worker
+  // programs), so a restart skips process start-up.
+  bool standby = false;
+  // --shutdown-timeout: grace between the stop signal and SIGKILL.
+  absl::Duration shutdown_timeout = absl::Seconds(30);
+  // The program and its arguments.
+  std::vector<std::string> program;
+  // --help was asked for.
+  bool help = false;
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// Parses `args` (the words after "run"). Flags stop at the first word that
+// is not a flag (the program) or at "--". Every error names the flag.
+absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
+                                           const EnvLookup& env);
+
+// --nproc-per-node: N, "cpu" (CPU cores), "gpu" (GPUs; an error without
+// any) or "auto" (GPUs if any, else CPU cores).
+absl::StatusOr<int> ResolveNprocPerNode(const std::string& text, int cpu_count,
+                                        int gpu_count);
+
+// The argv that runs the program: "<python> -u [-m] PROGRAM ARGS" for a
+// module or a .py file (unless --no-python), else the program itself. With
+// --standby, Python programs start through a small bootstrap that speaks the
+// standby protocol: "<python> -u -c BOOTSTRAP module|path PROGRAM ARGS".
+std::vector<std::string> WorkerArgv(const RunOptions& options, const std::string& python);
+
+// The text of `elastrun run --help`.
+std::string RunUsage();
+
+}  // namespace elastrun::launcher
+
+#endif  // ELASTRUN_LAUNCHER_CLI_RUN_OPTIONS_H_

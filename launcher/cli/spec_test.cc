@@ -1,0 +1,226 @@
+#include "launcher/cli/spec.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace elastrun::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+std::string ErrorOf(const absl::StatusOr<v1::JobSpec>& s) {
+  EXPECT_FALSE(s.ok());
+  return s.ok() ? "" : std::string(s.status().message());
+}
+
+absl::StatusOr<v1::JobSpec> Yaml(const std::string& text,
+                                 const std::vector<std::string>& overrides = {}) {
+  return JobSpecFromYamlString(text, "job.yaml", overrides);
+}
+
+TEST(CliSpecTest, ExampleJobFileLoads) {
+  absl::StatusOr<v1::JobSpec> s = JobSpecFromYaml(
+      std::string(ELASTRUN_CONFIGS_DIR) + "/jobs/fashion_mnist_mlp.yaml", {});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name(), "fashion-mnist-mlp");
+  EXPECT_EQ(s->min_nodes(), 1);
+  EXPECT_EQ(s->max_nodes(), 4);
+  EXPECT_EQ(s->nproc_per_node(), 2);
+  EXPECT_EQ(s->max_restarts(), 3);
+  EXPECT_THAT(s->argv(), ElementsAre("elastrun-train", "--config",
+                                     "configs/fashion_mnist_mlp.yaml"));
+}
+
+TEST(CliSpecTest, EveryExampleJobFileLoads) {
+  for (const char* name : {"fashion_mnist_mlp.yaml", "test_worker.yaml"}) {
+    absl::StatusOr<v1::JobSpec> s =
+        JobSpecFromYaml(std::string(ELASTRUN_CONFIGS_DIR) + "/jobs/" + name, {});
+    EXPECT_TRUE(s.ok()) << name << ": " << s.status();
+  }
+}
+
+TEST(CliSpecTest, AllFieldsAndDefaults) {
+  absl::StatusOr<v1::JobSpec> s = Yaml(
+      "command: [python, train.py]\n"
+      "env: {SEED: 7, MODE: fast}\n"
+      "working_dir: /data\n"
+      "last_call_timeout: 250ms\n"
+      "join_timeout: 2\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name(), "");  // the service names it "job"
+  EXPECT_EQ(s->min_nodes(), 1);
+  EXPECT_EQ(s->max_nodes(), 1);
+  EXPECT_EQ(s->nproc_per_node(), 1);
+  EXPECT_EQ(s->max_restarts(), 0);
+  EXPECT_THAT(s->env(), UnorderedElementsAre(Pair("SEED", "7"), Pair("MODE", "fast")));
+  EXPECT_EQ(s->working_dir(), "/data");
+  EXPECT_EQ(s->last_call_timeout().nanos(), 250000000);
+  EXPECT_EQ(s->join_timeout().seconds(), 2);
+
+  absl::StatusOr<v1::JobSpec> bare = Yaml("command: [x]\n");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_FALSE(bare->has_last_call_timeout());  // the service's default applies
+  EXPECT_FALSE(bare->has_join_timeout());
+}
+
+TEST(CliSpecTest, NnodesAsNumberOrRange) {
+  absl::StatusOr<v1::JobSpec> s = Yaml("nnodes: 3\ncommand: [x]\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->min_nodes(), 3);
+  EXPECT_EQ(s->max_nodes(), 3);
+}
+
+TEST(CliSpecTest, OverridesApply) {
+  absl::StatusOr<v1::JobSpec> s = Yaml("nnodes: '1:2'\ncommand: [x]\n",
+                                       {"nnodes=2:4", "+env.SEED=3", "max_restarts=5"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->min_nodes(), 2);
+  EXPECT_EQ(s->max_nodes(), 4);
+  EXPECT_EQ(s->max_restarts(), 5);
+  EXPECT_EQ(s->env().at("SEED"), "3");
+}
+
+TEST(CliSpecTest, UnknownKeyNamesPositionAndSuggests) {
+  EXPECT_THAT(
+      ErrorOf(Yaml("command: [x]\nmax_restart: 2\n")),
+      HasSubstr("job.yaml:2:1: max_restart: unknown key 'max_restart' for JobSpec"));
+  EXPECT_THAT(ErrorOf(Yaml("command: [x]\nmax_restart: 2\n")),
+              HasSubstr("did you mean: max_restarts?"));
+}
+
+TEST(CliSpecTest, WrongTypeNamesPositionAndField) {
+  EXPECT_THAT(
+      ErrorOf(Yaml("command: [x]\nnproc_per_node: two\n")),
+      HasSubstr("job.yaml:2:17: nproc_per_node: expected int, got string \"two\""));
+  EXPECT_THAT(ErrorOf(Yaml("command: x\n")),
+              HasSubstr("job.yaml:1:10: command: expected list<string>"));
+  EXPECT_THAT(ErrorOf(Yaml("command: [x]\nenv: [A]\n")),
+              HasSubstr("job.yaml:2:6: env: expected map<string>"));
+}
+
+TEST(CliSpecTest, ValueErrorsNameField) {
+  EXPECT_THAT(ErrorOf(Yaml("nnodes: '4:2'\ncommand: [x]\n")),
+              HasSubstr("job.yaml:1:9: nnodes: MIN 4 is greater than MAX 2"));
+  EXPECT_THAT(ErrorOf(Yaml("nnodes: 0\ncommand: [x]\n")),
+              HasSubstr("job.yaml:1:9: nnodes:"));
+  EXPECT_THAT(ErrorOf(Yaml("nproc_per_node: 0\ncommand: [x]\n")),
+              HasSubstr("job.yaml:1:17: nproc_per_node: 0 is out of range"));
+  EXPECT_THAT(ErrorOf(Yaml("max_restarts: -1\ncommand: [x]\n")),
+              HasSubstr("job.yaml:1:15: max_restarts: -1 must be in 0.."));
+  EXPECT_THAT(ErrorOf(Yaml("name: 'a b'\ncommand: [x]\n")),
+              HasSubstr("job.yaml:1:7: name: \"a b\" has a character outside"));
+  EXPECT_THAT(ErrorOf(Yaml("command: [x]\nenv: {1A: x}\n")),
+              HasSubstr("job.yaml:2:7: env.1A: \"1A\" is not a variable name"));
+  EXPECT_THAT(ErrorOf(Yaml("command: [x]\njoin_timeout: 0\n")),
+              HasSubstr("job.yaml:2:15: join_timeout: must be greater than 0"));
+  EXPECT_THAT(ErrorOf(Yaml("command: [x]\nlast_call_timeout: soon\n")),
+              HasSubstr("job.yaml:2:20: last_call_timeout: 'soon' is not a duration"));
+}
+
+TEST(CliSpecTest, NoCommandNamesField) {
+  EXPECT_THAT(ErrorOf(Yaml("name: j\n")), HasSubstr("missing required key 'command'"));
+  EXPECT_THAT(ErrorOf(Yaml("command: []\n")),
+              HasSubstr("job.yaml:1:10: command: no command"));
+  EXPECT_THAT(ErrorOf(Yaml("command: ['', x]\n")),
+              HasSubstr("job.yaml:1:11: command[0]: the program name is empty"));
+}
+
+TEST(CliSpecTest, OverrideSetsAKeyLeftToItsDefault) {
+  absl::StatusOr<v1::JobSpec> s = Yaml("command: [x]\n", {"nproc_per_node=4"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->nproc_per_node(), 4);
+  EXPECT_THAT(
+      ErrorOf(Yaml("command: [x]\n", {"nproc_per_node=0"})),
+      HasSubstr("override #1 'nproc_per_node=0':1:16: nproc_per_node: 0 is out of "
+                "range"));
+}
+
+TEST(CliSpecTest, BadOverrideIsRefused) {
+  EXPECT_THAT(ErrorOf(Yaml("command: [x]\n", {"nnodse=2"})), HasSubstr("nnodse"));
+}
+
+TEST(CliSpecTest, MissingFileIsNotFound) {
+  absl::StatusOr<v1::JobSpec> s = JobSpecFromYaml("/nonexistent/job.yaml", {});
+  EXPECT_TRUE(absl::IsNotFound(s.status())) << s.status();
+}
+
+TEST(CliSpecTest, FlagsBuildSpec) {
+  SpecFlags f;
+  f.name = {"mnist"};
+  f.nnodes = {"2:3"};
+  f.nproc_per_node = {"4"};
+  f.max_restarts = {"2"};
+  f.env = {"A=1", "B=x=y"};
+  f.working_dir = {"/w"};
+  f.join_timeout = {"30s"};
+  f.program = {"python", "train.py", "--epochs", "3"};
+  absl::StatusOr<v1::JobSpec> s = ApplySpecFlags(f, DefaultJobSpec(), false);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name(), "mnist");
+  EXPECT_EQ(s->min_nodes(), 2);
+  EXPECT_EQ(s->max_nodes(), 3);
+  EXPECT_EQ(s->nproc_per_node(), 4);
+  EXPECT_EQ(s->max_restarts(), 2);
+  EXPECT_THAT(s->env(), UnorderedElementsAre(Pair("A", "1"), Pair("B", "x=y")));
+  EXPECT_EQ(s->working_dir(), "/w");
+  EXPECT_EQ(s->join_timeout().seconds(), 30);
+  EXPECT_THAT(s->argv(), ElementsAre("python", "train.py", "--epochs", "3"));
+}
+
+TEST(CliSpecTest, FlagsDefaults) {
+  SpecFlags f;
+  f.program = {"x"};
+  absl::StatusOr<v1::JobSpec> s = ApplySpecFlags(f, DefaultJobSpec(), false);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->min_nodes(), 1);
+  EXPECT_EQ(s->max_nodes(), 1);
+  EXPECT_EQ(s->nproc_per_node(), 1);
+  EXPECT_EQ(s->max_restarts(), 0);
+}
+
+TEST(CliSpecTest, FlagErrorsNameFlag) {
+  auto with = [](auto set) {
+    SpecFlags f;
+    f.program = {"x"};
+    set(f);
+    return ApplySpecFlags(f, DefaultJobSpec(), false);
+  };
+  EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.nnodes = {"3:2"}; })),
+              HasSubstr("--nnodes: MIN 3 is greater than MAX 2"));
+  EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.nproc_per_node = {"0"}; })),
+              HasSubstr("--nproc-per-node: 0 is out of range"));
+  EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.nproc_per_node = {"gpu"}; })),
+              HasSubstr("--nproc-per-node"));
+  EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.max_restarts = {"-2"}; })),
+              HasSubstr("--max-restarts: -2"));
+  EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.env = {"NOVALUE"}; })),
+              HasSubstr("--env: \"NOVALUE\" is not NAME=VALUE"));
+  EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.name = {"a/b"}; })),
+              HasSubstr("--name: \"a/b\" has a character outside"));
+  EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.join_timeout = {"0"}; })),
+              HasSubstr("--join-timeout: must be greater than 0"));
+  EXPECT_THAT(ErrorOf(ApplySpecFlags(SpecFlags(), DefaultJobSpec(), false)),
+              HasSubstr("no command"));
+}
+
+TEST(CliSpecTest, FlagsOverrideAJobFile) {
+  absl::StatusOr<v1::JobSpec> file = Yaml("nnodes: '1:4'\ncommand: [x]\n");
+  ASSERT_TRUE(file.ok());
+  SpecFlags f;
+  f.nnodes = {"2"};
+  absl::StatusOr<v1::JobSpec> s = ApplySpecFlags(f, *file, true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->min_nodes(), 2);
+  EXPECT_EQ(s->max_nodes(), 2);
+  EXPECT_THAT(s->argv(), ElementsAre("x"));
+  f.program = {"y"};
+  EXPECT_THAT(ErrorOf(ApplySpecFlags(f, *file, true)), HasSubstr("not both"));
+}
+
+}  // namespace
+}  // namespace elastrun::launcher

@@ -1,0 +1,500 @@
+// The Daemon's command handling with a fake service client and a fake
+// runner: no processes, no gRPC, no sleeps. Tests decide when each attempt
+// ends and what the service answers.
+#include "launcher/daemon/daemon.h"
+
+#include <signal.h>
+
+#include <deque>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/daemon/barrier.h"
+#include "launcher/daemon/logs.h"
+#include "launcher/daemon/session.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun::launcher {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+class FakeClient : public RendezvousClient {
+ public:
+  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
+      const v1::RegisterNodeRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    registers.push_back(request);
+    return v1::RegisterNodeResponse();
+  }
+  absl::Status Heartbeat(const v1::HeartbeatRequest&) override { return absl::OkStatus(); }
+  absl::StatusOr<v1::JoinRoundResponse> JoinRound(
+      const v1::JoinRoundRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    joins.push_back(request);
+    v1::JoinRoundResponse resp;
+    resp.set_round(request.round());
+    return resp;
+  }
+  absl::Status ReportExit(const v1::ReportExitRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    if (!report_status.ok()) return report_status;
+    reports.push_back(request);
+    return absl::OkStatus();
+  }
+  absl::Status PushLogs(const v1::PushLogsRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    if (!push_status.ok()) return push_status;
+    pushes.push_back(request);
+    return absl::OkStatus();
+  }
+  absl::Status Barrier(const v1::BarrierRequest& request, absl::Duration) override {
+    absl::MutexLock lock(&mu_);
+    barriers.push_back(request);
+    return barrier_status;
+  }
+  absl::Status ReportProgress(const v1::ReportProgressRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    progress.push_back(request);
+    return absl::OkStatus();
+  }
+  std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override { return nullptr; }
+
+  absl::Mutex mu_;
+  std::vector<v1::RegisterNodeRequest> registers;
+  std::vector<v1::JoinRoundRequest> joins;
+  std::vector<v1::ReportExitRequest> reports;
+  std::vector<v1::PushLogsRequest> pushes;
+  std::vector<v1::ReportProgressRequest> progress;
+  std::vector<v1::BarrierRequest> barriers;
+  absl::Status barrier_status;
+  absl::Status report_status;
+  absl::Status push_status;
+};
+
+class FakeRunner : public AttemptRunner {
+ public:
+  struct Started {
+    uint64_t id;
+    AttemptSpec spec;
+    std::function<void(const AttemptOutcome&)> done;
+  };
+  void Start(uint64_t id, AttemptSpec spec,
+             std::function<void(const AttemptOutcome&)> done) override {
+    ASSERT_EQ(active, 0u) << "two attempts at once";
+    active = id;
+    started.push_back({id, std::move(spec), std::move(done)});
+  }
+  void Stop(uint64_t id, int sig) override { stops.emplace_back(id, sig); }
+  // Ends the active attempt with `outcome`.
+  void Finish(AttemptOutcome outcome) {
+    ASSERT_NE(active, 0u);
+    auto done = started.back().done;
+    active = 0;
+    done(outcome);
+  }
+
+  uint64_t active = 0;
+  std::vector<Started> started;
+  std::vector<std::pair<uint64_t, int>> stops;
+};
+
+AttemptOutcome Succeeded() {
+  AttemptOutcome o;
+  o.kind = AttemptOutcome::Kind::kSucceeded;
+  return o;
+}
+AttemptOutcome Stopped() {
+  AttemptOutcome o;
+  o.kind = AttemptOutcome::Kind::kStopped;
+  o.stop_signal = SIGTERM;
+  return o;
+}
+AttemptOutcome Killed(int rank, int sig) {
+  AttemptOutcome o;
+  o.kind = AttemptOutcome::Kind::kFailed;
+  WorkerExit e;
+  e.rank = rank;
+  e.local_rank = rank % 2;
+  e.signal = sig;
+  o.first_failure = e;
+  return o;
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  DaemonTest() {
+    DaemonOptions o;
+    o.node_id = "b";
+    o.log_dir = testing::MakeTempDir("daemon_test");
+    o.base_env = {"PATH=/usr/bin", "RANK=99"};
+    log_dir_ = o.log_dir;
+    daemon_ = std::make_unique<Daemon>(o, &client_, &runner_);
+  }
+
+  static v1::Command Join(const std::string& job, int64_t round) {
+    v1::Command c;
+    c.mutable_join_round()->set_job_id(job);
+    c.mutable_join_round()->set_round(round);
+    c.mutable_join_round()->mutable_spec()->set_nproc_per_node(2);
+    return c;
+  }
+  // Node "a" is group rank 0 (ranks 0-1), "b" group rank 1 (ranks 2-3).
+  static v1::Command Start(const std::string& job, int64_t round) {
+    v1::Command c;
+    v1::StartAttempt* s = c.mutable_start();
+    s->set_job_id(job);
+    s->mutable_spec()->add_argv("worker");
+    s->mutable_spec()->add_argv("--flag");
+    s->mutable_spec()->set_nproc_per_node(2);
+    (*s->mutable_spec()->mutable_env())["EXTRA"] = "1";
+    s->set_max_restarts(3);
+    v1::Assignment* a = s->mutable_assignment();
+    a->set_round(round);
+    a->set_restart_count(static_cast<int>(round));
+    a->set_master_addr("10.0.0.1");
+    a->set_master_port(29500);
+    a->set_world_size(4);
+    a->set_group_world_size(2);
+    for (int g = 0; g < 2; ++g) {
+      v1::NodeAssignment* n = a->add_nodes();
+      n->set_node_id(g == 0 ? "a" : "b");
+      n->set_group_rank(g);
+      n->set_local_world_size(2);
+      n->set_rank_offset(2 * g);
+    }
+    return c;
+  }
+  static v1::Command Stop(const std::string& job, int64_t round) {
+    v1::Command c;
+    c.mutable_stop()->set_job_id(job);
+    c.mutable_stop()->set_round(round);
+    return c;
+  }
+  static v1::Command End(const std::string& job) {
+    v1::Command c;
+    c.mutable_end_job()->set_job_id(job);
+    return c;
+  }
+
+  FakeClient client_;
+  FakeRunner runner_;
+  std::string log_dir_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(DaemonTest, JoinReservesAPortAndJoins) {
+  daemon_->OnCommand(Join("j-1", 0));
+  ASSERT_EQ(client_.joins.size(), 1u);
+  const v1::JoinRoundRequest& r = client_.joins[0];
+  EXPECT_EQ(r.job_id(), "j-1");
+  EXPECT_EQ(r.round(), 0);
+  EXPECT_EQ(r.node_id(), "b");
+  EXPECT_EQ(r.local_world_size(), 2);
+  EXPECT_GT(r.master_port(), 0);
+  daemon_->OnCommand(Join("j-1", 1));
+  ASSERT_EQ(client_.joins.size(), 2u);
+  EXPECT_NE(client_.joins[1].master_port(), r.master_port()) << "a recent port is reused";
+}
+
+TEST_F(DaemonTest, StartRunsTheAssignmentOnceAndReportsSuccess) {
+  daemon_->OnCommand(Start("j-1", 0));
+  daemon_->OnCommand(Start("j-1", 0));  // a re-sent command: a no-op
+  ASSERT_EQ(runner_.started.size(), 1u);
+  const AttemptSpec& spec = runner_.started[0].spec;
+  ASSERT_EQ(spec.workers.size(), 2u);
+  EXPECT_THAT(spec.workers[1].process.argv, ElementsAre("worker", "--flag"));
+  const std::vector<std::string>& env = spec.workers[1].process.env;
+  for (const char* e : {"RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=4", "GROUP_RANK=1",
+                        "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "EXTRA=1",
+                        "TORCHELASTIC_MAX_RESTARTS=3", "TORCHELASTIC_RUN_ID=j-1"}) {
+    EXPECT_THAT(env, Contains(e));
+  }
+  EXPECT_EQ(spec.outputs[1].stdout_log, log_dir_ + "/j-1/attempt_0/1/stdout.log");
+  EXPECT_TRUE(testing::FileExists(log_dir_ + "/j-1/attempt_0/1"));
+  EXPECT_EQ(daemon_->Running().size(), 1u);
+
+  runner_.Finish(Succeeded());
+  ASSERT_EQ(client_.reports.size(), 1u);
+  EXPECT_TRUE(client_.reports[0].succeeded());
+  EXPECT_EQ(client_.reports[0].round(), 0);
+  EXPECT_THAT(daemon_->Running(), IsEmpty());
+  // The service re-sends the attempt before it took the report: never twice.
+  daemon_->OnCommand(Start("j-1", 0));
+  EXPECT_EQ(runner_.started.size(), 1u);
+}
+
+TEST_F(DaemonTest, FirstFailureIsReportedWithRankAndSignal) {
+  daemon_->OnCommand(Start("j-1", 0));
+  runner_.Finish(Killed(3, SIGKILL));
+  ASSERT_EQ(client_.reports.size(), 1u);
+  const v1::WorkerFailure& f = client_.reports[0].failure();
+  EXPECT_EQ(f.rank(), 3);
+  EXPECT_EQ(f.local_rank(), 1);
+  EXPECT_EQ(f.signal(), SIGKILL);
+  EXPECT_EQ(f.node_id(), "b");
+}
+
+TEST_F(DaemonTest, StopAttemptStopsWithoutReportThenNextRoundRuns) {
+  daemon_->OnCommand(Start("j-1", 0));
+  daemon_->OnCommand(Stop("j-1", 0));
+  daemon_->OnCommand(Stop("j-1", 0));  // idempotent
+  ASSERT_EQ(runner_.stops.size(), 1u);
+  EXPECT_EQ(runner_.stops[0], std::make_pair(runner_.started[0].id, SIGTERM));
+  runner_.Finish(Stopped());
+  EXPECT_THAT(client_.reports, IsEmpty());
+  daemon_->OnCommand(Join("j-1", 1));
+  daemon_->OnCommand(Start("j-1", 1));
+  ASSERT_EQ(runner_.started.size(), 2u);
+  EXPECT_THAT(runner_.started[1].spec.workers[0].process.env,
+              Contains("TORCHELASTIC_RESTART_COUNT=1"));
+}
+
+TEST_F(DaemonTest, NewRoundWhileOldStillRunsStopsItThenStarts) {
+  daemon_->OnCommand(Start("j-1", 0));
+  // The StopAttempt was lost (service restart): the join of round 1 stops
+  // round 0, and round 1 starts only once round 0 has ended.
+  daemon_->OnCommand(Join("j-1", 1));
+  EXPECT_EQ(runner_.stops.size(), 1u);
+  daemon_->OnCommand(Start("j-1", 1));
+  EXPECT_EQ(runner_.started.size(), 1u);
+  runner_.Finish(Stopped());
+  ASSERT_EQ(runner_.started.size(), 2u);
+  EXPECT_THAT(runner_.started[1].spec.workers[0].process.env, Contains("ELASTRUN_ROUND=1"));
+  EXPECT_THAT(client_.reports, IsEmpty());
+}
+
+TEST_F(DaemonTest, EndJobStopsTheJobAndDropsItsReports) {
+  daemon_->OnCommand(Start("j-1", 0));
+  client_.report_status = absl::UnavailableError("away");
+  runner_.Finish(Killed(2, SIGABRT));
+  EXPECT_EQ(daemon_->pending_reports(), 1u);
+  daemon_->OnCommand(Start("j-1", 1));
+  daemon_->OnCommand(End("j-1"));
+  EXPECT_EQ(daemon_->pending_reports(), 0u);
+  EXPECT_EQ(runner_.stops.size(), 1u);
+  runner_.Finish(Stopped());
+  // Another job runs on the free node.
+  daemon_->OnCommand(Start("j-2", 0));
+  EXPECT_EQ(runner_.started.size(), 3u);
+  runner_.Finish(Succeeded());
+  // The service may place the node on the first job again, in a new round.
+  client_.report_status = absl::OkStatus();
+  daemon_->OnCommand(Join("j-1", 5));
+  EXPECT_EQ(client_.joins.size(), 1u);
+}
+
+TEST_F(DaemonTest, BusyNodeDoesNotJoinAnotherJob) {
+  daemon_->OnCommand(Start("j-1", 0));
+  daemon_->OnCommand(Join("j-2", 0));
+  EXPECT_THAT(client_.joins, IsEmpty());
+  EXPECT_THAT(runner_.stops, IsEmpty());
+}
+
+TEST_F(DaemonTest, ReportsAreKeptWhileTheServiceIsAway) {
+  daemon_->OnCommand(Start("j-1", 0));
+  client_.report_status = absl::UnavailableError("away");
+  runner_.Finish(Succeeded());
+  EXPECT_EQ(daemon_->pending_reports(), 1u);
+  client_.report_status = absl::OkStatus();
+  daemon_->FlushReports();
+  EXPECT_EQ(daemon_->pending_reports(), 0u);
+  ASSERT_EQ(client_.reports.size(), 1u);
+  // Refused for good (a stale round): dropped, not retried forever.
+  daemon_->OnCommand(Start("j-1", 1));
+  client_.report_status = absl::FailedPreconditionError("stale");
+  runner_.Finish(Killed(2, SIGSEGV));
+  EXPECT_EQ(daemon_->pending_reports(), 0u);
+}
+
+TEST_F(DaemonTest, ShutdownStopsWithTheSignalAndStartsNothing) {
+  daemon_->OnCommand(Start("j-1", 0));
+  daemon_->Shutdown(SIGINT);
+  ASSERT_EQ(runner_.stops.size(), 1u);
+  EXPECT_EQ(runner_.stops[0].second, SIGINT);
+  EXPECT_FALSE(daemon_->WaitIdle(absl::ZeroDuration()));
+  runner_.Finish(Stopped());
+  EXPECT_TRUE(daemon_->WaitIdle(absl::ZeroDuration()));
+  EXPECT_THAT(client_.reports, IsEmpty());
+  daemon_->OnCommand(Start("j-1", 1));
+  EXPECT_EQ(runner_.started.size(), 1u);
+}
+
+TEST_F(DaemonTest, LogFolderThatCannotBeMadeIsReportedAsAFailure) {
+  DaemonOptions o;
+  o.node_id = "b";
+  o.log_dir = "/proc/no-such-place";
+  Daemon d(o, &client_, &runner_);
+  d.OnCommand(Start("j-1", 0));
+  EXPECT_THAT(runner_.started, IsEmpty());
+  ASSERT_EQ(client_.reports.size(), 1u);
+  EXPECT_EQ(client_.reports[0].failure().exit_code(), 127);
+  EXPECT_THAT(client_.reports[0].failure().message(), ::testing::HasSubstr("/proc"));
+}
+
+TEST_F(DaemonTest, AttemptStartIsAnnouncedWithJobAndRound) {
+  DaemonOptions o;
+  o.node_id = "b";
+  o.log_dir = log_dir_;
+  std::vector<std::pair<std::string, int64_t>> announced;
+  o.on_attempt_start = [&](const std::string& job, int64_t round) {
+    announced.emplace_back(job, round);
+  };
+  Daemon d(o, &client_, &runner_);
+  d.OnCommand(Start("j-1", 3));
+  EXPECT_THAT(announced, ElementsAre(std::make_pair(std::string("j-1"), int64_t{3})));
+}
+
+OutputLine Line(int rank, bool is_stderr, absl::string_view text) {
+  OutputLine l;
+  l.rank = rank;
+  l.local_rank = rank % 2;
+  l.is_stderr = is_stderr;
+  l.text = text;
+  return l;
+}
+
+TEST(LogForwarderTest, LinesAreBatchedPerRankAndStream) {
+  FakeClient client;
+  LogForwarderOptions o;
+  o.node_id = "b";
+  o.thread = false;
+  LogForwarder f(o, &client);
+  f.OnLine(Line(0, false, "before any attempt"));  // dropped: no job yet
+  f.SetAttempt("j-1", 2);
+  f.OnLine(Line(2, false, "a"));
+  f.OnLine(Line(2, false, "b"));
+  f.OnLine(Line(3, true, "c"));
+  f.Flush();
+  ASSERT_EQ(client.pushes.size(), 1u);
+  const v1::PushLogsRequest& r = client.pushes[0];
+  EXPECT_EQ(r.node_id(), "b");
+  EXPECT_EQ(r.job_id(), "j-1");
+  ASSERT_EQ(r.chunks_size(), 2);
+  EXPECT_EQ(r.chunks(0).round(), 2);
+  EXPECT_EQ(r.chunks(0).rank(), 2);
+  EXPECT_EQ(r.chunks(0).stream(), "stdout");
+  EXPECT_EQ(r.chunks(0).data(), "a\nb\n");
+  EXPECT_EQ(r.chunks(1).stream(), "stderr");
+  EXPECT_EQ(r.chunks(1).data(), "c\n");
+  f.Flush();  // nothing new: no call
+  EXPECT_EQ(client.pushes.size(), 1u);
+}
+
+TEST(BarrierRelayTest, LocalWorkersMeetThenTheNodeArrivesOnce) {
+  FakeClient client;
+  absl::Notification both_answered;
+  std::vector<absl::Status> answers;
+  absl::Mutex mu;
+  auto reply = [&](const absl::Status& st) {
+    absl::MutexLock lock(&mu);
+    answers.push_back(st);
+    if (answers.size() == 2) both_answered.Notify();
+  };
+  BarrierRelay relay(&client, "n1");
+  BarrierArrival a;
+  a.local_world_size = 2;
+  a.name = "sync";
+  relay.OnArrival(a, reply);  // no attempt yet: refused at once
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(answers.size(), 1u);
+    EXPECT_TRUE(absl::IsFailedPrecondition(answers[0]));
+    answers.clear();
+  }
+  relay.SetAttempt("job-1", 3);
+  a.rank = 0;
+  relay.OnArrival(a, reply);
+  {
+    absl::MutexLock lock(&client.mu_);
+    EXPECT_TRUE(client.barriers.empty());  // one local worker is still missing
+  }
+  a.rank = 1;
+  relay.OnArrival(a, reply);
+  ASSERT_TRUE(both_answered.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  absl::MutexLock lock(&client.mu_);
+  ASSERT_EQ(client.barriers.size(), 1u);
+  EXPECT_EQ(client.barriers[0].job_id(), "job-1");
+  EXPECT_EQ(client.barriers[0].round(), 3);
+  EXPECT_EQ(client.barriers[0].name(), "sync");
+  EXPECT_EQ(client.barriers[0].participant(), "n1");
+  absl::MutexLock answers_lock(&mu);
+  EXPECT_TRUE(answers[0].ok() && answers[1].ok());
+}
+
+TEST(BarrierRelayTest, ANewAttemptAbortsWaitingWorkers) {
+  FakeClient client;
+  BarrierRelay relay(&client, "n1");
+  relay.SetAttempt("job-1", 0);
+  absl::Status answer;
+  BarrierArrival a;
+  a.local_world_size = 2;
+  a.name = "sync";
+  relay.OnArrival(a, [&](const absl::Status& st) { answer = st; });
+  relay.SetAttempt("job-1", 1);
+  EXPECT_TRUE(absl::IsAborted(answer)) << answer;
+}
+
+TEST(LogForwarderTest, NewestProgressIsRelayedWithItsAttempt) {
+  FakeClient client;
+  LogForwarderOptions o;
+  o.node_id = "n1";
+  o.thread = false;
+  LogForwarder f(o, &client);
+  ProgressReport early;
+  early.step = 1;
+  f.OnProgress(early);  // before any attempt: nothing to relay
+  f.Flush();
+  EXPECT_TRUE(client.progress.empty());
+  f.SetAttempt("job-1", 2);
+  for (int64_t step : {10, 11, 12}) {
+    ProgressReport r;
+    r.rank = 0;
+    r.step = step;
+    r.metrics = {{"loss", 0.5}};
+    f.OnProgress(r);
+  }
+  f.Flush();
+  ASSERT_EQ(client.progress.size(), 1u);  // only the newest travels
+  const v1::ReportProgressRequest& req = client.progress[0];
+  EXPECT_EQ(req.job_id(), "job-1");
+  EXPECT_EQ(req.progress().node_id(), "n1");
+  EXPECT_EQ(req.progress().round(), 2);
+  EXPECT_EQ(req.progress().step(), 12);
+  EXPECT_EQ(req.progress().metrics().at("loss"), 0.5);
+  f.Flush();  // nothing new: nothing sent
+  EXPECT_EQ(client.progress.size(), 1u);
+}
+
+TEST(LogForwarderTest, KeptWhileAwayBoundedOldestDropped) {
+  FakeClient client;
+  LogForwarderOptions o;
+  o.node_id = "b";
+  o.thread = false;
+  o.max_buffered_bytes = 64;
+  LogForwarder f(o, &client);
+  f.SetAttempt("j-1", 0);
+  client.push_status = absl::UnavailableError("away");
+  for (int i = 0; i < 20; ++i) {
+    f.OnLine(Line(i % 2, false, absl::StrCat("line ", i)));
+    f.Flush();
+  }
+  EXPECT_TRUE(client.pushes.empty());
+  EXPECT_GT(f.dropped_lines(), 0);
+  client.push_status = absl::OkStatus();
+  f.Flush();
+  ASSERT_EQ(client.pushes.size(), 1u);
+  std::string all;
+  for (const v1::LogChunk& c : client.pushes[0].chunks()) all += c.data();
+  EXPECT_THAT(all, ::testing::HasSubstr("line 19\n"));
+  EXPECT_THAT(all, ::testing::Not(::testing::HasSubstr("line 0\n")));
+  EXPECT_LE(all.size(), 64u + 16u);
+}
+
+}  // namespace
+}  // namespace elastrun::launcher

@@ -1,0 +1,156 @@
+#include "launcher/daemon/logs.h"
+
+#include <utility>
+#include <vector>
+
+#include "glog/logging.h"
+
+namespace elastrun::launcher {
+
+LogForwarder::LogForwarder(LogForwarderOptions options, RendezvousClient* client)
+    : options_(std::move(options)), client_(client) {
+  if (options_.thread) thread_ = std::thread([this] { Loop(); });
+}
+
+LogForwarder::~LogForwarder() {
+  {
+    absl::MutexLock lock(&mu_);
+    quit_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void LogForwarder::SetAttempt(const std::string& job_id, int64_t round) {
+  absl::MutexLock lock(&mu_);
+  job_id_ = job_id;
+  round_ = round;
+}
+
+void LogForwarder::OnLine(const OutputLine& line) {
+  absl::MutexLock lock(&mu_);
+  if (job_id_.empty()) return;
+  const char* stream = line.is_stderr ? "stderr" : "stdout";
+  // Consecutive lines of one stream of one rank share a chunk.
+  if (pending_.empty() || pending_.back().job_id != job_id_ ||
+      pending_.back().chunk.round() != round_ || pending_.back().chunk.rank() != line.rank ||
+      pending_.back().chunk.stream() != stream) {
+    Pending p;
+    p.job_id = job_id_;
+    p.chunk.set_round(round_);
+    p.chunk.set_rank(line.rank);
+    p.chunk.set_stream(stream);
+    pending_.push_back(std::move(p));
+  }
+  std::string* data = pending_.back().chunk.mutable_data();
+  data->append(line.text.data(), line.text.size());
+  data->push_back('\n');
+  buffered_bytes_ += line.text.size() + 1;
+  // Drop whole chunks from the front; never the one being written.
+  while (buffered_bytes_ > options_.max_buffered_bytes && pending_.size() > 1) {
+    const std::string& old = pending_.front().chunk.data();
+    for (char c : old) dropped_lines_ += c == '\n';
+    buffered_bytes_ -= old.size();
+    pending_.pop_front();
+  }
+}
+
+void LogForwarder::OnProgress(const ProgressReport& report) {
+  absl::MutexLock lock(&mu_);
+  if (job_id_.empty()) return;
+  v1::ReportProgressRequest r;
+  r.set_job_id(job_id_);
+  v1::Progress* p = r.mutable_progress();
+  p->set_node_id(options_.node_id);
+  p->set_round(round_);
+  p->set_rank(report.rank);
+  p->set_step(report.step);
+  for (const auto& [name, value] : report.metrics) (*p->mutable_metrics())[name] = value;
+  progress_ = std::move(r);  // the service stamps the time it arrives
+}
+
+void LogForwarder::Send(bool progress_now) {
+  std::optional<v1::ReportProgressRequest> progress;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (progress_ && (progress_now || now - progress_sent_ >= options_.progress_interval)) {
+      progress = std::move(progress_);
+      progress_.reset();
+      progress_sent_ = now;
+    }
+  }
+  if (progress) {
+    absl::Status st = client_->ReportProgress(*progress);
+    if (absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) {
+      absl::MutexLock lock(&mu_);
+      if (!progress_) progress_ = std::move(progress);  // unless a newer one came
+    } else if (!st.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "ReportProgress for job " << progress->job_id()
+                                << " refused: " << st;
+    }
+  }
+  SendLines();
+}
+
+void LogForwarder::SendLines() {
+  std::vector<Pending> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    if (flushing_ || pending_.empty()) return;
+    flushing_ = true;
+    batch.assign(std::make_move_iterator(pending_.begin()),
+                 std::make_move_iterator(pending_.end()));
+    pending_.clear();
+    buffered_bytes_ = 0;
+  }
+  // One PushLogs per run of chunks of the same job.
+  size_t sent = 0;
+  absl::Status failed;
+  while (sent < batch.size() && failed.ok()) {
+    v1::PushLogsRequest r;
+    r.set_node_id(options_.node_id);
+    r.set_job_id(batch[sent].job_id);
+    size_t end = sent;
+    while (end < batch.size() && batch[end].job_id == r.job_id()) {
+      *r.add_chunks() = batch[end].chunk;
+      ++end;
+    }
+    failed = client_->PushLogs(r);
+    if (failed.ok() || !(absl::IsUnavailable(failed) || absl::IsDeadlineExceeded(failed))) {
+      if (!failed.ok()) {
+        LOG_EVERY_N(WARNING, 100) << "PushLogs for job " << r.job_id() << " refused: " << failed;
+        failed = absl::OkStatus();  // refused for good: drop, go on
+      }
+      sent = end;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  flushing_ = false;
+  if (sent == batch.size()) return;
+  // Put the unsent ones back in front of what arrived meanwhile; OnLine's
+  // bound applies again at the next line.
+  for (size_t i = batch.size(); i > sent; --i) {
+    buffered_bytes_ += batch[i - 1].chunk.data().size();
+    pending_.push_front(std::move(batch[i - 1]));
+  }
+}
+
+int64_t LogForwarder::dropped_lines() const {
+  absl::MutexLock lock(&mu_);
+  return dropped_lines_;
+}
+
+void LogForwarder::Loop() {
+  for (;;) {
+    bool quit;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&quit_), options_.interval);
+      quit = quit_;
+    }
+    Send(/*progress_now=*/quit);
+    if (quit) return;
+  }
+}
+
+}  // namespace elastrun::launcher

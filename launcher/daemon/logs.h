@@ -1,0 +1,94 @@
+// Forwarding worker output to the service (PushLogs) for `elastrun logs`.
+// The agent hands every whole line to OnLine on its thread; lines are copied
+// into a bounded buffer and a dedicated thread sends them in batches, so a
+// slow or absent service never stalls the workers' output. When the buffer
+// is full the oldest lines are dropped: the per-rank log files on the node
+// keep everything.
+#ifndef ELASTRUN_LAUNCHER_DAEMON_LOGS_H_
+#define ELASTRUN_LAUNCHER_DAEMON_LOGS_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "launcher/agent/agent.h"
+#include "launcher/daemon/client.h"
+
+namespace elastrun::launcher {
+
+struct LogForwarderOptions {
+  std::string node_id;
+  // How often buffered lines are sent.
+  absl::Duration interval = absl::Milliseconds(250);
+  // Buffered bytes beyond which the oldest lines are dropped; also the most
+  // sent in one PushLogs (the service accepts up to 4 MiB).
+  size_t max_buffered_bytes = 1 << 20;
+  // false: no thread; the owner calls Flush (tests).
+  bool thread = true;
+  // Least time between two ReportProgress calls of the thread.
+  absl::Duration progress_interval = absl::Seconds(1);
+};
+
+// Forwards the workers' output (PushLogs) and their newest progress report
+// (ReportProgress, at most once per progress_interval, since the service
+// stores each) to the service from its own thread.
+// Thread-safe. The destructor sends what is buffered once more, then joins.
+class LogForwarder {
+ public:
+  // `client` is not owned and must outlive the forwarder.
+  LogForwarder(LogForwarderOptions options, RendezvousClient* client);
+  ~LogForwarder();
+
+  // The attempt that the lines from now on belong to.
+  void SetAttempt(const std::string& job_id, int64_t round);
+
+  // Buffers one line (the agent's on_output_line hook). Never blocks on the
+  // network. Lines before the first SetAttempt are dropped.
+  void OnLine(const OutputLine& line);
+
+  // Keeps `report` as the newest progress of the current attempt (the
+  // agent's on_progress hook). Never blocks on the network.
+  void OnProgress(const ProgressReport& report);
+
+  // Sends the newest progress report, if a new one came, and the buffered
+  // lines, one PushLogs per job. What the service could not take stays
+  // buffered (bounded) for the next call.
+  void Flush() { Send(/*progress_now=*/true); }
+
+  // Lines dropped because the buffer was full (for logs and tests).
+  int64_t dropped_lines() const;
+
+ private:
+  struct Pending {
+    std::string job_id;
+    v1::LogChunk chunk;  // whole lines, each ending in '\n'
+  };
+  void Loop();
+  // `progress_now`: send a new progress report even within the interval.
+  void Send(bool progress_now);
+  void SendLines();
+
+  const LogForwarderOptions options_;
+  RendezvousClient* const client_;
+
+  mutable absl::Mutex mu_;
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  size_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_lines_ ABSL_GUARDED_BY(mu_) = 0;
+  bool flushing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<v1::ReportProgressRequest> progress_ ABSL_GUARDED_BY(mu_);
+  absl::Time progress_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace elastrun::launcher
+
+#endif  // ELASTRUN_LAUNCHER_DAEMON_LOGS_H_

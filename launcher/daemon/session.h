@@ -1,0 +1,73 @@
+// The daemon's connection to the rendezvous service: register, keep the
+// lease with heartbeats, hold the Watch stream and feed its commands to the
+// Daemon; when the service is away, reconnect with a capped backoff and
+// re-register with the same incarnation and the attempts still running, so
+// healthy workers go on.
+//
+// Threads: Run() is the session loop (register, Watch, commands); a second
+// thread heartbeats while a stream is open. Stop() may be called from any
+// thread.
+#ifndef ELASTRUN_LAUNCHER_DAEMON_SESSION_H_
+#define ELASTRUN_LAUNCHER_DAEMON_SESSION_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "launcher/daemon/daemon.h"
+#include "launcher/daemon/client.h"
+
+namespace elastrun::launcher {
+
+struct SessionOptions {
+  std::string node_id;
+  // Unique per daemon start; kept across reconnects.
+  std::string incarnation;
+  std::string addr;  // advertised address (MASTER_ADDR when rank 0)
+  int slots = 1;
+  std::map<std::string, std::string> labels;
+  // Reconnect backoff: doubles from `initial_backoff` up to `max_backoff`.
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(2);
+};
+
+class DaemonSession {
+ public:
+  // Not owned; both must outlive the session.
+  DaemonSession(SessionOptions options, RendezvousClient* client, Daemon* daemon);
+
+  // Runs until Stop(). Returns an error only for a refusal that retrying
+  // cannot fix (INVALID_ARGUMENT: a bad node id, address, slots or label;
+  // UNAUTHENTICATED: a wrong or missing token).
+  absl::Status Run();
+
+  // Ends Run(): cancels the stream and the backoff wait. Idempotent.
+  void Stop();
+
+  // Whether a Watch stream is open (for tests and logs).
+  bool connected() const;
+
+ private:
+  // Heartbeats every `interval` until the stream `generation` ends; cancels
+  // the stream when the service no longer knows the node or cannot be
+  // reached for `lease`.
+  void HeartbeatLoop(uint64_t generation, absl::Duration interval, absl::Duration lease);
+
+  const SessionOptions options_;
+  RendezvousClient* const client_;
+  Daemon* const daemon_;
+
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Bumped when a stream ends, so its heartbeat thread exits.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  WatchStream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // the open one, if any
+};
+
+}  // namespace elastrun::launcher
+
+#endif  // ELASTRUN_LAUNCHER_DAEMON_SESSION_H_

@@ -1,0 +1,219 @@
+// DaemonSession against a fake service: registration, the Watch stream
+// feeding the Daemon, and reconnection with the same incarnation and the
+// running attempts. Waits are on events with generous deadlines.
+#include "launcher/daemon/session.h"
+
+#include <deque>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/codec.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun::launcher {
+namespace {
+
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+// A Watch stream the test feeds.
+class FakeStream : public WatchStream {
+ public:
+  bool Read(v1::Command* command) override {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !queue_.empty() || ended_;
+    };
+    mu_.Await(absl::Condition(&ready));
+    if (queue_.empty()) return false;
+    *command = queue_.front();
+    queue_.pop_front();
+    return true;
+  }
+  void Cancel() override { End(absl::CancelledError("cancelled")); }
+  absl::Status Finish() override {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  void Push(v1::Command c) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(c));
+  }
+  void End(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return;
+    ended_ = true;
+    status_ = std::move(status);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<v1::Command> queue_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeService : public RendezvousClient {
+ public:
+  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
+      const v1::RegisterNodeRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    registers_.push_back(request);
+    if (!register_status_.ok()) return register_status_;
+    v1::RegisterNodeResponse resp;
+    *resp.mutable_heartbeat_interval() = rendezvous::ToProto(absl::Milliseconds(5));
+    *resp.mutable_lease_timeout() = rendezvous::ToProto(absl::Seconds(3));
+    return resp;
+  }
+  absl::Status Heartbeat(const v1::HeartbeatRequest&) override {
+    absl::MutexLock lock(&mu_);
+    ++heartbeats_;
+    return heartbeat_status_;
+  }
+  absl::StatusOr<v1::JoinRoundResponse> JoinRound(const v1::JoinRoundRequest&) override {
+    return v1::JoinRoundResponse();
+  }
+  absl::Status ReportExit(const v1::ReportExitRequest&) override { return absl::OkStatus(); }
+  absl::Status PushLogs(const v1::PushLogsRequest&) override { return absl::OkStatus(); }
+  absl::Status Barrier(const v1::BarrierRequest&, absl::Duration) override {
+    return absl::OkStatus();
+  }
+  absl::Status ReportProgress(const v1::ReportProgressRequest&) override {
+    return absl::OkStatus();
+  }
+  std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override {
+    auto s = std::make_unique<FakeStream>();
+    absl::MutexLock lock(&mu_);
+    streams_.push_back(s.get());  // alive until the session's next Watch
+    return s;
+  }
+
+  // Waits until `n` registrations happened; returns the n-th request.
+  v1::RegisterNodeRequest AwaitRegister(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return registers_.size() >= n;
+    };
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), kWait)) << "no registration " << n;
+    return registers_.size() >= n ? registers_[n - 1] : v1::RegisterNodeRequest();
+  }
+  // Waits for the i-th Watch stream (from 0) to be opened.
+  FakeStream* stream(size_t i) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.size() > i; };
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), kWait)) << "no stream " << i;
+    return streams_.at(i);
+  }
+  void set_register_status(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    register_status_ = std::move(s);
+  }
+  void set_heartbeat_status(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    heartbeat_status_ = std::move(s);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::RegisterNodeRequest> registers_ ABSL_GUARDED_BY(mu_);
+  std::vector<FakeStream*> streams_ ABSL_GUARDED_BY(mu_);
+  absl::Status register_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status heartbeat_status_ ABSL_GUARDED_BY(mu_);
+  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Accepts attempts and never ends them (the session test is not about them).
+class IdleRunner : public AttemptRunner {
+ public:
+  void Start(uint64_t, AttemptSpec, std::function<void(const AttemptOutcome&)>) override {}
+  void Stop(uint64_t, int) override {}
+};
+
+class SessionTest : public ::testing::Test {
+ protected:
+  SessionTest() {
+    DaemonOptions d;
+    d.node_id = "n1";
+    d.log_dir = testing::MakeTempDir("session_test");
+    daemon_ = std::make_unique<Daemon>(d, &service_, &runner_);
+    SessionOptions s;
+    s.node_id = "n1";
+    s.incarnation = "inc-7";
+    s.addr = "10.0.0.7";
+    s.slots = 2;
+    s.labels = {{"zone", "a"}};
+    s.initial_backoff = absl::Milliseconds(1);
+    s.max_backoff = absl::Milliseconds(4);
+    session_ = std::make_unique<DaemonSession>(s, &service_, daemon_.get());
+  }
+  ~SessionTest() override {
+    session_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  void Run() {
+    thread_ = std::thread([this] { result_ = session_->Run(); });
+  }
+
+  FakeService service_;
+  IdleRunner runner_;
+  std::unique_ptr<Daemon> daemon_;
+  std::unique_ptr<DaemonSession> session_;
+  std::thread thread_;
+  absl::Status result_;
+};
+
+v1::Command StartCommand() {
+  v1::Command c;
+  v1::StartAttempt* s = c.mutable_start();
+  s->set_job_id("j-1");
+  s->mutable_spec()->add_argv("worker");
+  s->mutable_spec()->set_nproc_per_node(1);
+  v1::NodeAssignment* n = s->mutable_assignment()->add_nodes();
+  n->set_node_id("n1");
+  n->set_local_world_size(1);
+  s->mutable_assignment()->set_round(4);
+  return c;
+}
+
+TEST_F(SessionTest, ReconnectsWithSameIncarnationAndRunningAttempt) {
+  Run();
+  v1::RegisterNodeRequest first = service_.AwaitRegister(1);
+  EXPECT_EQ(first.node_id(), "n1");
+  EXPECT_EQ(first.addr(), "10.0.0.7");
+  EXPECT_EQ(first.slots(), 2);
+  EXPECT_EQ(first.labels().at("zone"), "a");
+  EXPECT_EQ(first.running_size(), 0);
+  service_.stream(0)->Push(StartCommand());
+  service_.stream(0)->End(absl::UnavailableError("service restarted"));
+  v1::RegisterNodeRequest second = service_.AwaitRegister(2);
+  EXPECT_EQ(second.incarnation(), "inc-7");
+  ASSERT_EQ(second.running_size(), 1);
+  EXPECT_EQ(second.running(0).job_id(), "j-1");
+  EXPECT_EQ(second.running(0).round(), 4);
+}
+
+TEST_F(SessionTest, RetriesWhileTheServiceIsAway) {
+  service_.set_register_status(absl::UnavailableError("down"));
+  Run();
+  service_.AwaitRegister(3);  // backing off, retrying
+  service_.set_register_status(absl::OkStatus());
+  service_.AwaitRegister(4);
+}
+
+TEST_F(SessionTest, HeartbeatNotFoundReRegisters) {
+  service_.set_heartbeat_status(absl::NotFoundError("lost: register again"));
+  Run();
+  service_.AwaitRegister(1);
+  // The heartbeat thread cancels the stream; the session registers again.
+  service_.AwaitRegister(2);
+}
+
+TEST_F(SessionTest, RefusedRegistrationEndsRun) {
+  service_.set_register_status(absl::InvalidArgumentError("RegisterNode.node_id: bad"));
+  Run();
+  thread_.join();
+  EXPECT_TRUE(absl::IsInvalidArgument(result_)) << result_;
+}
+
+}  // namespace
+}  // namespace elastrun::launcher

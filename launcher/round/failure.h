@@ -1,0 +1,28 @@
+// What the user reads when a run fails: the root cause (rank, exit code or
+// signal, the worker's own error message and traceback from its error file)
+// and the other failures, in the spirit of torchrun's ChildFailedError.
+#ifndef ELASTRUN_LAUNCHER_ROUND_FAILURE_H_
+#define ELASTRUN_LAUNCHER_ROUND_FAILURE_H_
+
+#include <string>
+
+#include "launcher/agent/agent.h"
+#include "rendezvous/core.h"
+
+namespace elastrun::launcher {
+
+// The rendezvous failure report for a worker exit of the attempt whose log
+// folder is `attempt_dir`: the exit plus message and traceback from the
+// worker's error file when it wrote one.
+rendezvous::Failure MakeFailure(const std::string& node, int64_t round,
+                                const WorkerExit& exit, const std::string& attempt_dir);
+
+// The multi-line summary of a failed run.
+std::string FormatFailureSummary(const std::string& run_id, const std::string& node,
+                                 const rendezvous::RendezvousCore& core,
+                                 const AttemptOutcome& last_attempt,
+                                 const std::string& attempt_dir);
+
+}  // namespace elastrun::launcher
+
+#endif  // ELASTRUN_LAUNCHER_ROUND_FAILURE_H_
