@@ -171,6 +171,61 @@ absl::StatusOr<Override> ParseOverride(absl::string_view text, int index,
   return o;
 }
 
+// The override's last segment names item `index` of the list `node`.
+absl::Status ApplyToListItem(const Override& o, const Mark& mark, Node* node, size_t index) {
+  if (o.op == Override::Op::kAdd) {
+    return ErrorAt(mark, o.key, "list item exists; to change it, drop the '+'");
+  }
+  if (o.op == Override::Op::kDelete) {
+    node->mutable_items().erase(node->mutable_items().begin() + index);
+  } else {
+    node->mutable_items()[index] = o.value;
+  }
+  return absl::OkStatus();
+}
+
+// The override's last segment names key `segment` of the mapping `node`
+// (`child`: its value, null when absent); `root` for "did you mean".
+absl::Status ApplyToMapKey(const Override& o, const Mark& mark, const Node& root, Node* node,
+                           const std::string& segment, Node* child) {
+  switch (o.op) {
+    case Override::Op::kSet:
+    case Override::Op::kDelete:
+      if (child == nullptr) {
+        const std::vector<std::string> all = AllPaths(root);
+        return ErrorAt(
+            mark, o.key,
+            absl::StrCat(
+                "no such key to ",
+                o.op == Override::Op::kSet ? "override" : "delete",
+                DidYouMean(o.key, all),
+                o.op == Override::Op::kSet
+                    ? absl::StrCat(" (write +", o.key, "=... to add it)")
+                    : ""));
+      }
+      if (o.op == Override::Op::kDelete) {
+        node->Erase(segment);
+      } else {
+        *child = o.value;
+      }
+      return absl::OkStatus();
+    case Override::Op::kAdd:
+      if (child != nullptr) {
+        return ErrorAt(mark, o.key,
+                       absl::StrCat("key exists (", Describe(*child),
+                                    " from ", child->mark().ToString(),
+                                    "); to change it write ", o.key,
+                                    "=... without '+'"));
+      }
+      node->Set(segment, o.value, o.value.mark());
+      return absl::OkStatus();
+    case Override::Op::kUpsert:
+      node->Set(segment, o.value, o.value.mark());
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();  // Not reached: every op returns above.
+}
+
 absl::Status ApplyOverride(const Override& o, Node* root, const Limits& limits) {
   const Mark mark{Label(o.text, o.index), 1, 1};
   Node* node = root;
@@ -187,58 +242,11 @@ absl::Status ApplyOverride(const Override& o, Node* root, const Limits& limits) 
                                     node->items().size(), "; '", segment,
                                     "' is not an index into it"));
       }
-      if (last) {
-        if (o.op == Override::Op::kAdd) {
-          return ErrorAt(mark, o.key,
-                         "list item exists; to change it, drop the '+'");
-        }
-        if (o.op == Override::Op::kDelete) {
-          node->mutable_items().erase(node->mutable_items().begin() + index);
-        } else {
-          node->mutable_items()[index] = o.value;
-        }
-        return absl::OkStatus();
-      }
+      if (last) return ApplyToListItem(o, mark, node, index);
       node = &node->mutable_items()[index];
     } else if (node->is_map()) {
       Node* child = node->Find(segment);
-      if (last) {
-        switch (o.op) {
-          case Override::Op::kSet:
-          case Override::Op::kDelete:
-            if (child == nullptr) {
-              const std::vector<std::string> all = AllPaths(*root);
-              return ErrorAt(
-                  mark, o.key,
-                  absl::StrCat(
-                      "no such key to ",
-                      o.op == Override::Op::kSet ? "override" : "delete",
-                      DidYouMean(o.key, all),
-                      o.op == Override::Op::kSet
-                          ? absl::StrCat(" (write +", o.key, "=... to add it)")
-                          : ""));
-            }
-            if (o.op == Override::Op::kDelete) {
-              node->Erase(segment);
-            } else {
-              *child = o.value;
-            }
-            return absl::OkStatus();
-          case Override::Op::kAdd:
-            if (child != nullptr) {
-              return ErrorAt(mark, o.key,
-                             absl::StrCat("key exists (", Describe(*child),
-                                          " from ", child->mark().ToString(),
-                                          "); to change it write ", o.key,
-                                          "=... without '+'"));
-            }
-            node->Set(segment, o.value, o.value.mark());
-            return absl::OkStatus();
-          case Override::Op::kUpsert:
-            node->Set(segment, o.value, o.value.mark());
-            return absl::OkStatus();
-        }
-      }
+      if (last) return ApplyToMapKey(o, mark, *root, node, segment, child);
       if (child == nullptr) {
         if (o.op == Override::Op::kAdd || o.op == Override::Op::kUpsert) {
           child = &node->Set(segment, Node::Map(o.value.mark()), o.value.mark());
