@@ -44,10 +44,9 @@ using namespace elastrun::launcher;  // NOLINT: a main file
 constexpr char kUsage[] = R"(usage: elastrund --rendezvous HOST:PORT [flags]
 
 The elastrun node daemon: registers this node with elastrun-rendezvous, keeps
-its lease, and runs the worker groups of the jobs the service places here (as
-many at once as --slots allows), reporting how each attempt ends. Workers
-keep running while the service is away; the daemon reconnects and
-re-registers.
+its lease, and runs the worker group of the job the service places here (one
+job at a time), reporting how each attempt ends. Workers keep running while
+the service is away; the daemon reconnects and re-registers.
 
 flags:
   --rendezvous HOST:PORT   the service (default: $ELASTRUN_RENDEZVOUS).
