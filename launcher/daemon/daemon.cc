@@ -205,8 +205,10 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
       LOG(INFO) << "job " << job << " round " << round << " waits for "
                 << HoldersLocked(job) << " to end";
       j.next = start;
+    } else if (std::optional<Launched> l = Launch(start)) {
+      launches.push_back(*std::move(l));
     } else {
-      if (std::optional<Launched> l = Launch(start)) launches.push_back(*std::move(l));
+      MaybeForgetLocked(job);  // nothing runs: its report is queued
     }
   }
   if (stop_id != 0) runner_->Stop(stop_id, SIGTERM);
@@ -281,14 +283,20 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
 std::vector<Daemon::Launched> Daemon::LaunchQueuedLocked() {
   std::vector<Launched> out;
   if (shutting_down_) return out;
+  std::vector<std::string> failed;
   for (auto& [job, j] : jobs_) {
     if (!j.next || j.current) continue;
     const int nproc = LocalNproc(*j.next, options_.node_id);
     if (SlotsOfOthersLocked(job, /*live_only=*/false) + nproc > options_.slots) continue;
     const v1::StartAttempt start = *std::move(j.next);
     j.next.reset();
-    if (std::optional<Launched> l = Launch(start)) out.push_back(*std::move(l));
+    if (std::optional<Launched> l = Launch(start)) {
+      out.push_back(*std::move(l));
+    } else {
+      failed.push_back(job);
+    }
   }
+  for (const std::string& job : failed) MaybeForgetLocked(job);
   return out;
 }
 
