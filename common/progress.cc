@@ -21,13 +21,34 @@ std::string CleanName(const std::string& name) {
   return out.empty() ? "_" : out;
 }
 
+bool NameChars(absl::string_view s) {
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+constexpr char kJobKey[] = "job";
+
+// "job=J " when the job can travel, else nothing.
+std::string JobItem(const std::string& job_id) {
+  return ValidJobTag(job_id) ? absl::StrCat(kJobKey, "=", job_id, " ") : std::string();
+}
+
 }  // namespace
 
+bool ValidJobTag(absl::string_view job_id) {
+  return !job_id.empty() && job_id.size() <= 256 && NameChars(job_id);
+}
+
 std::string EncodeProgress(const ProgressReport& r) {
-  std::string out = absl::StrCat("rank=", r.rank, " step=", r.step);
+  std::string out = absl::StrCat(JobItem(r.job_id), "rank=", r.rank, " step=", r.step);
   size_t n = 0;
   for (const auto& [name, value] : r.metrics) {
     if (n++ == kMaxProgressMetrics || !std::isfinite(value)) continue;
+    if (name == kJobKey) continue;  // would read back as the job
     std::string item = absl::StrCat(" ", CleanName(name), "=", value);
     if (out.size() + item.size() > kMaxProgressBytes) break;
     out += item;
@@ -47,7 +68,10 @@ absl::StatusOr<ProgressReport> DecodeProgress(absl::string_view datagram) {
       return absl::InvalidArgumentError(absl::StrCat("progress report: '", item,
                                                      "' is not name=value"));
     }
-    if (kv[0] == "rank") {
+    if (kv[0] == kJobKey) {
+      if (!ValidJobTag(kv[1])) return absl::InvalidArgumentError("progress report: bad job");
+      r.job_id = std::string(kv[1]);
+    } else if (kv[0] == "rank") {
       has_rank = absl::SimpleAtoi(kv[1], &r.rank) && r.rank >= 0;
       if (!has_rank) return absl::InvalidArgumentError("progress report: bad rank");
     } else if (kv[0] == "step") {
@@ -76,19 +100,15 @@ absl::Status ValidateBarrierName(absl::string_view name) {
   if (name.empty() || name.size() > 256) {
     return absl::InvalidArgumentError("barrier name: 1 to 256 characters");
   }
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("barrier name '", name, "': only letters, digits, '_', '.', '-'"));
-    }
+  if (!NameChars(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("barrier name '", name, "': only letters, digits, '_', '.', '-'"));
   }
   return absl::OkStatus();
 }
 
 std::string EncodeBarrier(const BarrierArrival& a) {
-  return absl::StrCat(kBarrierPrefix, "rank=", a.rank, " local_world_size=",
+  return absl::StrCat(kBarrierPrefix, JobItem(a.job_id), "rank=", a.rank, " local_world_size=",
                       a.local_world_size, " name=", a.name);
 }
 
@@ -106,7 +126,10 @@ absl::StatusOr<BarrierArrival> DecodeBarrier(absl::string_view datagram) {
   for (absl::string_view item : absl::StrSplit(datagram, ' ', absl::SkipEmpty())) {
     std::vector<absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     if (kv.size() != 2) return absl::InvalidArgumentError("barrier arrival: bad item");
-    if (kv[0] == "rank") {
+    if (kv[0] == kJobKey) {
+      if (!ValidJobTag(kv[1])) return absl::InvalidArgumentError("barrier arrival: bad job");
+      a.job_id = std::string(kv[1]);
+    } else if (kv[0] == "rank") {
       rank = absl::SimpleAtoi(kv[1], &a.rank) && a.rank >= 0;
     } else if (kv[0] == "local_world_size") {
       lws = absl::SimpleAtoi(kv[1], &a.local_world_size) && a.local_world_size >= 1;

@@ -48,5 +48,42 @@ TEST(BarrierArrivalTest, RoundTripAndErrors) {
   EXPECT_TRUE(ValidateBarrierName("epoch-3_end.x").ok());
 }
 
+TEST(ProgressTest, JobTravelsAndOldFormHasNone) {
+  ProgressReport r;
+  r.job_id = "train-3";
+  r.rank = 1;
+  r.step = 7;
+  r.metrics = {{"job", 5}, {"loss", 1}};  // a metric named "job" cannot travel
+  auto back = DecodeProgress(EncodeProgress(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->job_id, "train-3");
+  EXPECT_EQ(back->metrics.count("job"), 0u);
+  EXPECT_EQ(back->metrics.count("loss"), 1u);
+  // A job that cannot travel is left out rather than garbling the report.
+  r.job_id = "a b";
+  back = DecodeProgress(EncodeProgress(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->job_id, "");
+  // The form without a job (older workers) still decodes.
+  back = DecodeProgress("rank=0 step=3");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->job_id, "");
+  EXPECT_FALSE(DecodeProgress("job=a/b rank=0 step=3").ok());
+}
+
+TEST(BarrierArrivalTest, JobTravelsAndOldFormHasNone) {
+  BarrierArrival a;
+  a.job_id = "train-3";
+  a.local_world_size = 1;
+  a.name = "x";
+  auto back = DecodeBarrier(EncodeBarrier(a));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->job_id, "train-3");
+  back = DecodeBarrier("barrier rank=0 local_world_size=1 name=x");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->job_id, "");
+  EXPECT_FALSE(DecodeBarrier("barrier job= rank=0 local_world_size=1 name=x").ok());
+}
+
 }  // namespace
 }  // namespace elastrun

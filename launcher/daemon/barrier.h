@@ -1,7 +1,8 @@
 // Named barriers for workers, relayed by their node daemon: the local
-// workers of an attempt meet here (they arrive through the agent's socket),
-// then this node meets the other nodes of the round through the service's
-// Barrier RPC, and every local worker gets the answer.
+// workers of an attempt meet here (they arrive through the agent's socket,
+// routed to their attempt by the Daemon), then this node meets the other
+// nodes of the round through the service's Barrier RPC, and every local
+// worker gets the answer. Attempts of several jobs meet independently.
 #ifndef ELASTRUN_LAUNCHER_DAEMON_BARRIER_H_
 #define ELASTRUN_LAUNCHER_DAEMON_BARRIER_H_
 
@@ -9,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -28,30 +30,34 @@ class BarrierRelay {
                absl::Duration timeout = absl::Minutes(30));
   ~BarrierRelay();
 
-  // The attempt that arrivals from now on belong to; arrivals of the old
-  // attempt still waiting are answered Aborted.
+  // Attempt `round` of `job_id` starts: the job's arrivals of other rounds
+  // still waiting are answered Aborted. Other jobs' are left alone.
   void SetAttempt(const std::string& job_id, int64_t round);
 
-  // A local worker arrived (the agent's on_barrier hook). Once all
-  // `arrival.local_world_size` local workers arrived at that name, one
-  // service Barrier call is made on a thread of its own; its outcome
-  // answers them all. Never blocks.
-  void OnArrival(const BarrierArrival& arrival, Reply reply);
+  // A local worker of attempt (job_id, round) arrived (the Daemon's
+  // on_barrier hook). Once all `arrival.local_world_size` local workers of
+  // that attempt arrived at that name, one service Barrier call is made on
+  // a thread of its own; its outcome answers them all. Never blocks.
+  void OnArrival(const std::string& job_id, int64_t round, const BarrierArrival& arrival,
+                 Reply reply);
 
  private:
   struct Waiting {
+    int64_t round = 0;
     int local_world_size = 1;
     std::map<int, Reply> replies;  // by rank: a repeated arrival replaces
   };
-  void AbortAllLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers Aborted the waiting arrivals of `job_id` (every job's when
+  // empty) except those of round `keep`.
+  void AbortLocked(const std::string& job_id, int64_t keep, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   RendezvousClient* const client_;
   const std::string node_id_;
   const absl::Duration timeout_;
   absl::Mutex mu_;
-  std::string job_id_ ABSL_GUARDED_BY(mu_);
-  int64_t round_ ABSL_GUARDED_BY(mu_) = -1;
-  std::map<std::string, Waiting> waiting_ ABSL_GUARDED_BY(mu_);  // by name
+  // By (job, barrier name).
+  std::map<std::pair<std::string, std::string>, Waiting> waiting_ ABSL_GUARDED_BY(mu_);
   // Service calls not yet answered. Shared with their threads (which may
   // still be unlocking it when the destructor's wait ends).
   struct InFlight {

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -42,6 +44,14 @@ v1::ReportExitRequest FailureReport(const std::string& node, const std::string& 
   return r;
 }
 
+// The workers `start` runs on `node` (0: it does not name the node).
+int LocalNproc(const v1::StartAttempt& start, const std::string& node) {
+  for (const v1::NodeAssignment& n : start.assignment().nodes()) {
+    if (n.node_id() == node) return n.local_world_size();
+  }
+  return 0;
+}
+
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options, RendezvousClient* client, AttemptRunner* runner)
@@ -63,12 +73,14 @@ void Daemon::OnCommand(const v1::Command& command) {
                 << command.end_job().reason();
       {
         absl::MutexLock lock(&mu_);
+        const std::string& job = command.end_job().job_id();
         // Reports for a job this node left would only be refused. The job
         // is not blacklisted: the service may place this node on it again
         // (after a network blip made it lose the node), with a new round.
         for (auto it = reports_.begin(); it != reports_.end();) {
-          it = it->job_id() == command.end_job().job_id() ? reports_.erase(it) : it + 1;
+          it = it->job_id() == job ? reports_.erase(it) : it + 1;
         }
+        if (auto it = jobs_.find(job); it != jobs_.end()) it->second.joined_nproc = 0;
       }
       HandleStop(command.end_job().job_id(), std::nullopt);
       break;
@@ -80,33 +92,41 @@ void Daemon::OnCommand(const v1::Command& command) {
 }
 
 void Daemon::HandleJoin(const v1::JoinRoundCommand& join) {
+  const std::string& job = join.job_id();
+  const int nproc = std::max(1, join.spec().nproc_per_node());
   int port = 0;
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
-    if (current_ && current_->job_id != join.job_id() && !current_->stop_requested) {
-      // Placement never does this (a busy node is full); joining anyway
-      // would leave a round waiting for an attempt that cannot start here.
-      LOG(ERROR) << "asked to join job " << join.job_id() << " while job "
-                 << current_->job_id << " runs; not joining";
+    const int others = SlotsOfOthersLocked(job, /*live_only=*/true);
+    if (others + nproc > options_.slots) {
+      // Placement never does this (the node is full); joining anyway would
+      // leave a round waiting for an attempt that cannot start here.
+      LOG(ERROR) << "asked to join job " << job << " round " << join.round() << " with "
+                 << nproc << " workers, but " << others << " of this node's "
+                 << options_.slots << " slots are taken by " << HoldersLocked(job)
+                 << "; not joining";
       return;
     }
     std::set<int> avoid(recent_ports_.begin(), recent_ports_.end());
     absl::StatusOr<int> picked = PickFreePort(avoid);
     if (!picked.ok()) {
-      LOG(ERROR) << "job " << join.job_id() << " round " << join.round()
+      LOG(ERROR) << "job " << job << " round " << join.round()
                  << ": no free port for MASTER_PORT: " << picked.status();
       return;
     }
     port = *picked;
     recent_ports_.push_back(port);
     if (recent_ports_.size() > kRecentPorts) recent_ports_.pop_front();
+    JobState& j = jobs_[job];
+    j.joined_nproc = nproc;
+    j.joined_round = join.round();
   }
   // An older attempt of this job that still runs is stale now.
-  HandleStop(join.job_id(), join.round() - 1);
+  HandleStop(job, join.round() - 1);
 
   v1::JoinRoundRequest r;
-  r.set_job_id(join.job_id());
+  r.set_job_id(job);
   r.set_round(join.round());
   r.set_node_id(options_.node_id);
   r.set_master_port(port);
@@ -126,44 +146,74 @@ void Daemon::HandleJoin(const v1::JoinRoundCommand& join) {
     resp = client_->JoinRound(r);
   }
   if (!resp.ok()) {
-    LOG(WARNING) << "JoinRound job " << join.job_id() << " round " << join.round() << ": "
+    LOG(WARNING) << "JoinRound job " << job << " round " << join.round() << ": "
                  << resp.status();
+    absl::MutexLock lock(&mu_);
+    if (auto it = jobs_.find(job); it != jobs_.end() && it->second.joined_round == join.round()) {
+      it->second.joined_nproc = 0;  // not joined: the slots are free again
+      MaybeForgetLocked(job);
+    }
     return;
   }
-  LOG(INFO) << "joined job " << join.job_id() << " round " << resp->round()
+  LOG(INFO) << "joined job " << job << " round " << resp->round()
             << (resp->spare() ? " as a spare" : "") << " (port " << port << ")";
 }
 
 void Daemon::HandleStart(const v1::StartAttempt& start) {
+  const std::string& job = start.job_id();
   const int64_t round = start.assignment().round();
-  std::optional<Launched> launch;
+  const int nproc = LocalNproc(start, options_.node_id);
+  std::vector<Launched> launches;
   uint64_t stop_id = 0;
+  bool refused = false;
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
-    if (ran_.count({start.job_id(), round})) return;  // already ran: never twice
-    if (current_ && current_->job_id == start.job_id() && current_->round == round) {
-      return;  // the attempt already running: a no-op
-    }
-    if (next_ && next_->job_id() == start.job_id() &&
-        next_->assignment().round() == round) {
-      return;
-    }
-    if (current_) {
-      // Still stopping (or stale): this one starts when it has ended.
-      next_ = start;
-      if (!current_->stop_requested) {
-        LOG(WARNING) << "attempt " << current_->job_id << "/" << current_->round
-                     << " still runs; stopping it for " << start.job_id() << "/" << round;
-        current_->stop_requested = true;
-        stop_id = current_->id;
+    if (ran_.count({job, round})) return;  // already ran: never twice
+    JobState& j = jobs_[job];
+    if (j.current && j.current->round >= round) return;  // it runs, or a newer one
+    if (j.next && j.next->assignment().round() >= round) return;
+    const int others = SlotsOfOthersLocked(job, /*live_only=*/true);
+    j.joined_nproc = 0;  // the attempt takes the join's slots over
+    if (others + nproc > options_.slots) {
+      LOG(ERROR) << "cannot start job " << job << " round " << round << " with " << nproc
+                 << " workers: " << others << " of this node's " << options_.slots
+                 << " slots are taken by " << HoldersLocked(job);
+      ran_.insert({job, round});
+      rendezvous::Failure f;
+      f.node_id = options_.node_id;
+      f.round = round;
+      f.exit_code = kCannotStart;
+      f.time = absl::Now();
+      f.message = absl::StrCat("elastrund on ", options_.node_id, ": ", options_.slots,
+                               " slots, ", others, " taken by ", HoldersLocked(job),
+                               "; no room for ", nproc, " workers");
+      reports_.push_back(FailureReport(options_.node_id, job, round, f));
+      MaybeForgetLocked(job);
+      refused = true;
+    } else if (j.current) {
+      // An older attempt still stopping (or stale): this one starts when
+      // it has ended.
+      j.next = start;
+      if (!j.current->stop_requested) {
+        LOG(WARNING) << "attempt " << job << "/" << j.current->round
+                     << " still runs; stopping it for round " << round;
+        j.current->stop_requested = true;
+        stop_id = j.current->id;
       }
+    } else if (SlotsOfOthersLocked(job, /*live_only=*/false) + nproc > options_.slots) {
+      LOG(INFO) << "job " << job << " round " << round << " waits for "
+                << HoldersLocked(job) << " to end";
+      j.next = start;
+    } else if (std::optional<Launched> l = Launch(start)) {
+      launches.push_back(*std::move(l));
     } else {
-      launch = Launch(start);
+      MaybeForgetLocked(job);  // nothing runs: its report is queued
     }
   }
   if (stop_id != 0) runner_->Stop(stop_id, SIGTERM);
-  StartOnRunner(std::move(launch));
+  if (refused) FlushReports();
+  StartOnRunner(std::move(launches));
 }
 
 std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
@@ -209,13 +259,19 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
   const std::string cwd =
       start.spec().working_dir().empty() ? options_.working_dir : start.spec().working_dir();
   for (WorkerSpec& w : spec.workers) w.process.cwd = cwd;
+  if (options_.on_output_line) {
+    // Tagged here, per attempt: lines of several jobs interleave.
+    spec.on_output_line = [hook = options_.on_output_line, job = start.job_id(),
+                           r = a.round()](const OutputLine& line) { hook(job, r, line); };
+  }
 
   Attempt attempt;
   attempt.id = next_id_++;
   attempt.job_id = start.job_id();
   attempt.round = a.round();
+  attempt.nproc = group.nproc_per_node;
   attempt.attempt_dir = attempt_dir;
-  current_ = attempt;
+  jobs_[start.job_id()].current = attempt;
   LOG(INFO) << "starting job " << start.job_id() << " round " << a.round() << ": group rank "
             << me->group_rank() << " of " << a.group_world_size() << ", ranks "
             << me->rank_offset() << ".." << me->rank_offset() + me->local_world_size() - 1
@@ -224,88 +280,111 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
   return Launched{attempt.id, attempt.job_id, attempt.round, std::move(spec)};
 }
 
-void Daemon::StartOnRunner(std::optional<Launched> launch) {
-  if (!launch) {
-    FlushReports();  // a launch that failed queued its report
-    return;
+std::vector<Daemon::Launched> Daemon::LaunchQueuedLocked() {
+  std::vector<Launched> out;
+  if (shutting_down_) return out;
+  std::vector<std::string> failed;
+  for (auto& [job, j] : jobs_) {
+    if (!j.next || j.current) continue;
+    const int nproc = LocalNproc(*j.next, options_.node_id);
+    if (SlotsOfOthersLocked(job, /*live_only=*/false) + nproc > options_.slots) continue;
+    const v1::StartAttempt start = *std::move(j.next);
+    j.next.reset();
+    if (std::optional<Launched> l = Launch(start)) {
+      out.push_back(*std::move(l));
+    } else {
+      failed.push_back(job);
+    }
   }
-  if (options_.on_attempt_start) options_.on_attempt_start(launch->job_id, launch->round);
-  const uint64_t id = launch->id;
-  runner_->Start(id, std::move(launch->spec),
-                 [this, id](const AttemptOutcome& outcome) { OnAttemptEnded(id, outcome); });
+  for (const std::string& job : failed) MaybeForgetLocked(job);
+  return out;
+}
+
+void Daemon::StartOnRunner(std::vector<Launched> launches) {
+  for (Launched& launch : launches) {
+    if (options_.on_attempt_start) options_.on_attempt_start(launch.job_id, launch.round);
+    const uint64_t id = launch.id;
+    runner_->Start(id, std::move(launch.spec),
+                   [this, id](const AttemptOutcome& outcome) { OnAttemptEnded(id, outcome); });
+  }
+  FlushReports();  // a launch that failed queued its report
 }
 
 void Daemon::HandleStop(const std::string& job_id, std::optional<int64_t> round) {
   uint64_t stop_id = 0;
   {
     absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    JobState& j = it->second;
     // A stop for round g also covers older rounds: they are stale too.
-    if (next_ && next_->job_id() == job_id &&
-        (!round || next_->assignment().round() <= *round)) {
-      next_.reset();
+    if (j.next && (!round || j.next->assignment().round() <= *round)) j.next.reset();
+    if (j.joined_nproc > 0 && (!round || j.joined_round <= *round)) j.joined_nproc = 0;
+    if (j.current && (!round || j.current->round <= *round) && !j.current->stop_requested) {
+      j.current->stop_requested = true;
+      stop_id = j.current->id;
+      LOG(INFO) << "stopping job " << job_id << " round " << j.current->round;
     }
-    if (current_ && current_->job_id == job_id && (!round || current_->round <= *round) &&
-        !current_->stop_requested) {
-      current_->stop_requested = true;
-      stop_id = current_->id;
-      LOG(INFO) << "stopping job " << job_id << " round " << current_->round;
-    }
+    MaybeForgetLocked(job_id);
   }
   if (stop_id != 0) runner_->Stop(stop_id, SIGTERM);
 }
 
 void Daemon::OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome) {
-  std::optional<Launched> launch;
+  std::vector<Launched> launches;
   {
     absl::MutexLock lock(&mu_);
-    if (!current_ || current_->id != id) {
+    auto it = jobs_.begin();
+    while (it != jobs_.end() && !(it->second.current && it->second.current->id == id)) ++it;
+    if (it == jobs_.end()) {
       LOG(ERROR) << "end of unknown attempt " << id << " ignored";
       return;
     }
-    const Attempt a = *current_;
-    current_.reset();
-    if (outcome.leftovers) {
-      LOG(WARNING) << "job " << a.job_id << " round " << a.round
-                   << ": some processes could not be reaped after SIGKILL";
-    }
-    using Kind = AttemptOutcome::Kind;
-    // A worker that failed before any stop was asked is a root cause even
-    // when a stop followed; exits caused by the stop are not failures.
-    if (outcome.kind == Kind::kFailed && !outcome.spawn_error.ok()) {
-      rendezvous::Failure f;
-      f.node_id = options_.node_id;
-      f.round = a.round;
-      f.exit_code = kCannotStart;
-      f.cannot_start = true;
-      f.time = absl::Now();
-      f.message = std::string(outcome.spawn_error.message());
-      reports_.push_back(FailureReport(options_.node_id, a.job_id, a.round, f));
-    } else if (outcome.kind == Kind::kFailed && outcome.first_failure) {
-      const WorkerExit& e = *outcome.first_failure;
-      LOG(INFO) << "job " << a.job_id << " round " << a.round << ": rank " << e.rank
-                << " failed with " << DescribeExit(e);
-      reports_.push_back(FailureReport(options_.node_id, a.job_id, a.round,
-                                       MakeFailure(options_.node_id, a.round, e,
-                                                   a.attempt_dir)));
-    } else if (outcome.kind == Kind::kSucceeded && !a.stop_requested) {
-      LOG(INFO) << "job " << a.job_id << " round " << a.round << ": every worker exited 0";
-      v1::ReportExitRequest r;
-      r.set_job_id(a.job_id);
-      r.set_round(a.round);
-      r.set_node_id(options_.node_id);
-      r.set_succeeded(true);
-      reports_.push_back(std::move(r));
-    } else {
-      LOG(INFO) << "job " << a.job_id << " round " << a.round << " stopped";
-    }
-    if (next_ && !shutting_down_) {
-      v1::StartAttempt start = *std::move(next_);
-      next_.reset();
-      launch = Launch(start);
-    }
+    const Attempt a = *it->second.current;
+    it->second.current.reset();
+    QueueEndReport(a, outcome);
+    MaybeForgetLocked(a.job_id);
+    // Its slots are free: queued attempts of any job may fit now.
+    launches = LaunchQueuedLocked();
   }
-  if (launch) StartOnRunner(std::move(launch));
-  FlushReports();
+  StartOnRunner(std::move(launches));
+}
+
+void Daemon::QueueEndReport(const Attempt& a, const AttemptOutcome& outcome) {
+  if (outcome.leftovers) {
+    LOG(WARNING) << "job " << a.job_id << " round " << a.round
+                 << ": some processes could not be reaped after SIGKILL";
+  }
+  using Kind = AttemptOutcome::Kind;
+  // A worker that failed before any stop was asked is a root cause even
+  // when a stop followed; exits caused by the stop are not failures.
+  if (outcome.kind == Kind::kFailed && !outcome.spawn_error.ok()) {
+    rendezvous::Failure f;
+    f.node_id = options_.node_id;
+    f.round = a.round;
+    f.exit_code = kCannotStart;
+    f.cannot_start = true;
+    f.time = absl::Now();
+    f.message = std::string(outcome.spawn_error.message());
+    reports_.push_back(FailureReport(options_.node_id, a.job_id, a.round, f));
+  } else if (outcome.kind == Kind::kFailed && outcome.first_failure) {
+    const WorkerExit& e = *outcome.first_failure;
+    LOG(INFO) << "job " << a.job_id << " round " << a.round << ": rank " << e.rank
+              << " failed with " << DescribeExit(e);
+    reports_.push_back(FailureReport(options_.node_id, a.job_id, a.round,
+                                     MakeFailure(options_.node_id, a.round, e,
+                                                 a.attempt_dir)));
+  } else if (outcome.kind == Kind::kSucceeded && !a.stop_requested) {
+    LOG(INFO) << "job " << a.job_id << " round " << a.round << ": every worker exited 0";
+    v1::ReportExitRequest r;
+    r.set_job_id(a.job_id);
+    r.set_round(a.round);
+    r.set_node_id(options_.node_id);
+    r.set_succeeded(true);
+    reports_.push_back(std::move(r));
+  } else {
+    LOG(INFO) << "job " << a.job_id << " round " << a.round << " stopped";
+  }
 }
 
 void Daemon::FlushReports() {
@@ -348,33 +427,50 @@ void Daemon::FlushReports() {
 std::vector<v1::RunningAttempt> Daemon::Running() const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::RunningAttempt> out;
-  if (current_ && !current_->stop_requested) {
+  for (const auto& [job, j] : jobs_) {
+    if (!j.current || j.current->stop_requested) continue;
     v1::RunningAttempt a;
-    a.set_job_id(current_->job_id);
-    a.set_round(current_->round);
+    a.set_job_id(job);
+    a.set_round(j.current->round);
     out.push_back(a);
   }
   return out;
 }
 
+void Daemon::ForgetJoins() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> jobs;
+  for (auto& [job, j] : jobs_) {
+    j.joined_nproc = 0;
+    jobs.push_back(job);
+  }
+  for (const std::string& job : jobs) MaybeForgetLocked(job);
+}
+
 void Daemon::Shutdown(int sig) {
-  uint64_t stop_id = 0;
+  std::vector<uint64_t> stop_ids;
   {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
-    next_.reset();
-    if (current_ && !current_->stop_requested) {
-      current_->stop_requested = true;
-      stop_id = current_->id;
+    for (auto& [job, j] : jobs_) {
+      j.next.reset();
+      j.joined_nproc = 0;
+      if (j.current && !j.current->stop_requested) {
+        j.current->stop_requested = true;
+        stop_ids.push_back(j.current->id);
+      }
     }
   }
-  if (stop_id != 0) runner_->Stop(stop_id, sig);
+  for (uint64_t id : stop_ids) runner_->Stop(id, sig);
 }
 
 bool Daemon::WaitIdle(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !current_.has_value() && !next_.has_value();
+    for (const auto& [job, j] : jobs_) {
+      if (j.current || j.next) return false;
+    }
+    return true;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
@@ -382,6 +478,97 @@ bool Daemon::WaitIdle(absl::Duration timeout) {
 size_t Daemon::pending_reports() const {
   absl::MutexLock lock(&mu_);
   return reports_.size();
+}
+
+void Daemon::OnProgress(const ProgressReport& report) {
+  std::optional<std::pair<std::string, int64_t>> to;
+  {
+    absl::MutexLock lock(&mu_);
+    to = RouteLocked(report.job_id);
+  }
+  if (!to) {
+    LOG_EVERY_N(WARNING, 100) << "progress report of job '" << report.job_id << "' rank "
+                              << report.rank << " fits no attempt on this node; dropped";
+    return;
+  }
+  if (options_.on_progress) options_.on_progress(to->first, to->second, report);
+}
+
+void Daemon::OnBarrier(const BarrierArrival& arrival,
+                       std::function<void(const absl::Status&)> reply) {
+  std::optional<std::pair<std::string, int64_t>> to;
+  {
+    absl::MutexLock lock(&mu_);
+    to = RouteLocked(arrival.job_id);
+  }
+  if (!to) {
+    reply(absl::FailedPreconditionError(
+        arrival.job_id.empty()
+            ? absl::StrCat("barrier '", arrival.name, "': the worker names no job and ",
+                           "node ", options_.node_id, " does not run exactly one")
+            : absl::StrCat("barrier '", arrival.name, "': job ", arrival.job_id,
+                           " does not run on node ", options_.node_id)));
+    return;
+  }
+  if (!options_.on_barrier) {
+    reply(absl::UnimplementedError("this node daemon relays no barriers"));
+    return;
+  }
+  options_.on_barrier(to->first, to->second, arrival, std::move(reply));
+}
+
+std::optional<std::pair<std::string, int64_t>> Daemon::RouteLocked(
+    const std::string& job_id) const {
+  if (!job_id.empty()) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end() || !it->second.current) return std::nullopt;
+    return std::make_pair(job_id, it->second.current->round);
+  }
+  // No job named (an older worker): unambiguous only with one attempt.
+  std::optional<std::pair<std::string, int64_t>> only;
+  for (const auto& [job, j] : jobs_) {
+    if (!j.current) continue;
+    if (only) return std::nullopt;
+    only = std::make_pair(job, j.current->round);
+  }
+  return only;
+}
+
+int Daemon::SlotsOfOthersLocked(const std::string& except, bool live_only) const {
+  int total = 0;
+  for (const auto& [job, j] : jobs_) {
+    if (job == except) continue;
+    int held = 0;
+    if (j.current && (!live_only || !j.current->stop_requested)) held = j.current->nproc;
+    if (live_only) {
+      if (j.next) held = std::max(held, LocalNproc(*j.next, options_.node_id));
+      held = std::max(held, j.joined_nproc);
+    }
+    total += held;
+  }
+  return total;
+}
+
+std::string Daemon::HoldersLocked(const std::string& except) const {
+  std::string out;
+  for (const auto& [job, j] : jobs_) {
+    if (job == except) continue;
+    int held = j.current ? j.current->nproc : 0;
+    if (j.next) held = std::max(held, LocalNproc(*j.next, options_.node_id));
+    held = std::max(held, j.joined_nproc);
+    if (held == 0) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", "job ", job, " (", held,
+                    held == 1 ? " slot" : " slots",
+                    j.current && j.current->stop_requested ? ", stopping" : "", ")");
+  }
+  return out.empty() ? "nothing" : out;
+}
+
+void Daemon::MaybeForgetLocked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  const JobState& j = it->second;
+  if (!j.current && !j.next && j.joined_nproc == 0) jobs_.erase(it);
 }
 
 }  // namespace elastrun::launcher

@@ -1,18 +1,26 @@
 // The node daemon's logic (elastrund): turns the rendezvous service's Watch
-// commands into attempts of this node's worker group and reports how they
+// commands into attempts of worker groups on this node and reports how they
 // end. Free of gRPC and of processes: RPCs go through RendezvousClient
-// (daemon_client.h) and attempts through AttemptRunner (daemon_runner.h), so
+// (client.h) and attempts through AttemptRunner (runner.h), so
 // tests drive it with fakes. The connection (register, heartbeat, Watch,
-// reconnect) lives in DaemonSession (daemon_session.h).
+// reconnect) lives in DaemonSession (session.h).
 //
-// One job at a time: the agent reaps with waitpid(-1), so a node runs one
-// attempt at a time, and the service's placement never sends a second job to
-// a busy node. Commands are idempotent and keyed by (job, round):
-//   JoinRound{job, g}   reserve a MASTER_PORT, call JoinRound (stopping an
-//                       older attempt of the job still running, if any).
+// Several jobs at once, one attempt per job, within the node's slots: the
+// nproc of the attempts that run here never adds up to more than
+// DaemonOptions::slots. Commands are idempotent and keyed by (job, round),
+// and a command for one job never touches another job's attempt:
+//   JoinRound{job, g}   reserve a MASTER_PORT and the job's slots, call
+//                       JoinRound (stopping an older attempt of the job
+//                       still running, if any). Refused (not joined, so the
+//                       service's round does not wait on this node) when the
+//                       slots that other jobs hold leave too few.
 //   StartAttempt{job,a} run attempt (job, a.round) unless it runs or ran
-//                       already; if another attempt still runs, it is stopped
-//                       and this one starts when it has ended.
+//                       already; if an older attempt of the job still runs,
+//                       it is stopped and this one starts when it has ended,
+//                       as it does when other jobs' attempts that are being
+//                       stopped still hold the slots it needs. One that does
+//                       not fit beside the other jobs' live attempts is
+//                       refused and reported as a failure of its round.
 //   StopAttempt{job, g} stop attempt (job, g) if it runs: SIGTERM, grace,
 //                       SIGKILL (the agent's job); its end is not reported.
 //   EndJob{job}         stop anything of the job and drop its unsent
@@ -30,6 +38,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -39,23 +48,24 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "elastrun/v1/rendezvous.pb.h"
+#include "common/progress.h"
 #include "launcher/agent/agent.h"
 #include "launcher/daemon/client.h"
 
 namespace elastrun::launcher {
 
-// Runs one attempt at a time, asynchronously. Implementations are
-// thread-safe.
+// Runs attempts asynchronously, several at once, each in its own process
+// groups. Implementations are thread-safe.
 class AttemptRunner {
  public:
   virtual ~AttemptRunner() = default;
-  // Starts attempt `id` (> 0) running `spec`. At most one attempt is active:
-  // the caller starts the next only after the previous one's `done` ran.
-  // `done` runs exactly once, on a runner thread, when the attempt ended.
+  // Starts attempt `id` (> 0, never reused) running `spec`, beside any
+  // other active attempts. `done` runs exactly once, on a runner thread,
+  // when the attempt ended.
   virtual void Start(uint64_t id, AttemptSpec spec,
                      std::function<void(const AttemptOutcome&)> done) = 0;
   // Asks attempt `id` to stop with `sig` (the agent then waits its grace
-  // and SIGKILLs). No-op unless `id` is the active attempt.
+  // and SIGKILLs); other attempts go on. No-op unless `id` is active.
   virtual void Stop(uint64_t id, int sig) = 0;
 };
 
@@ -72,9 +82,27 @@ struct DaemonOptions {
   // The agent's progress socket, exported to workers as
   // ELASTRUN_AGENT_SOCKET; empty: none.
   std::string agent_socket;
+  // Worker slots this node offers (--slots, as registered): the nproc of
+  // the attempts running at once never adds up to more.
+  int slots = 1;
   // Called (outside any lock) just before an attempt is handed to the
-  // runner, e.g. to tag forwarded log lines. May be empty.
+  // runner, e.g. to abort barriers of the job's older rounds. May be empty.
   std::function<void(const std::string& job_id, int64_t round)> on_attempt_start;
+  // Called on the agent's thread with every output line of an attempt,
+  // tagged with the attempt's job and round (e.g. to forward it); must not
+  // block for long. May be empty.
+  std::function<void(const std::string& job_id, int64_t round, const OutputLine& line)>
+      on_output_line;
+  // Called by OnProgress (outside any lock) with a report routed to the
+  // attempt it belongs to. May be empty.
+  std::function<void(const std::string& job_id, int64_t round, const ProgressReport& report)>
+      on_progress;
+  // Called by OnBarrier (outside any lock) with an arrival routed to the
+  // attempt it belongs to; `reply` answers the worker. Empty: every barrier
+  // fails.
+  std::function<void(const std::string& job_id, int64_t round, const BarrierArrival& arrival,
+                     std::function<void(const absl::Status&)> reply)>
+      on_barrier;
   // Called (outside any lock) before exit reports are sent, e.g. to flush
   // forwarded worker output first, so that once the service knows a job
   // ended it also holds the job's last lines.
@@ -91,39 +119,62 @@ class Daemon {
   // attempt's end is not awaited).
   void OnCommand(const v1::Command& command);
 
-  // Attempts this node runs now, for RegisterNode: the service re-sends what
-  // is still wanted and stops what is not.
+  // Attempts this node runs now, every job's, for RegisterNode: the service
+  // re-sends what is still wanted and stops what is not.
   std::vector<v1::RunningAttempt> Running() const;
+
+  // Releases the slots held by JoinRounds not yet followed by their
+  // StartAttempt. Called before (re-)registering: the service then re-sends
+  // the joins it still wants, and an EndJob lost while it was away would
+  // otherwise hold them for good.
+  void ForgetJoins();
+
+  // Routes a worker's progress report to its attempt: the one of
+  // report.job_id, or, for a report without a job (an older worker), the
+  // only attempt running. A report that fits no attempt here is dropped.
+  void OnProgress(const ProgressReport& report);
+
+  // Routes a worker's barrier arrival like OnProgress; one that fits no
+  // attempt here is answered FailedPrecondition at once.
+  void OnBarrier(const BarrierArrival& arrival, std::function<void(const absl::Status&)> reply);
 
   // Sends the reports kept while the service was away, in order. A report
   // refused for good (stale round, finished job) is dropped; one that fails
   // with UNAVAILABLE or a deadline is kept for the next call.
   void FlushReports();
 
-  // Stops the running attempt, if any, with `sig`, and starts no other one.
-  // Its end is not reported: the service learns of the node's loss from its
+  // Stops every running attempt with `sig`, and starts no other one.
+  // Their ends are not reported: the service learns of the node's loss from its
   // Watch stream. Returns at once; see WaitIdle.
   void Shutdown(int sig);
 
-  // Waits until no attempt runs, at most `timeout`; returns whether idle.
+  // Waits until no attempt of any job runs or waits to start, at most
+  // `timeout`; returns whether idle.
   bool WaitIdle(absl::Duration timeout);
 
   // How many reports wait to be sent (for tests and logs).
   size_t pending_reports() const;
 
  private:
-  // The attempt the runner runs (or is about to run).
+  // An attempt the runner runs (or is about to run).
   struct Attempt {
     uint64_t id = 0;
     std::string job_id;
     int64_t round = 0;
+    int nproc = 0;  // slots it takes
     std::string attempt_dir;
     bool stop_requested = false;  // by a command or Shutdown: no report
   };
-
-  void HandleJoin(const v1::JoinRoundCommand& join);
-  void HandleStart(const v1::StartAttempt& start);
-  void HandleStop(const std::string& job_id, std::optional<int64_t> round);
+  // What this node does for one job.
+  struct JobState {
+    std::optional<Attempt> current;
+    // A StartAttempt waiting for `current` to end, or for slots that other
+    // jobs' attempts being stopped still take.
+    std::optional<v1::StartAttempt> next;
+    // Slots held by a JoinRound until its StartAttempt (0: none), and its round.
+    int joined_nproc = 0;
+    int64_t joined_round = -1;
+  };
   // An attempt built and made current, to hand to the runner.
   struct Launched {
     uint64_t id = 0;
@@ -131,21 +182,39 @@ class Daemon {
     int64_t round = 0;
     AttemptSpec spec;
   };
-  // Builds attempt `start` and makes it current; nullopt when its log
-  // folders cannot be made (then a failure report is queued instead).
+
+  void HandleJoin(const v1::JoinRoundCommand& join);
+  void HandleStart(const v1::StartAttempt& start);
+  void HandleStop(const std::string& job_id, std::optional<int64_t> round);
+  // Builds attempt `start` and makes it the job's current one; nullopt when
+  // its log folders cannot be made (then a failure report is queued instead).
   std::optional<Launched> Launch(const v1::StartAttempt& start)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartOnRunner(std::optional<Launched> launch);
+  // Launches the queued StartAttempts that fit now.
+  std::vector<Launched> LaunchQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartOnRunner(std::vector<Launched> launches);
   void OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome);
+  void QueueEndReport(const Attempt& a, const AttemptOutcome& outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Slots that jobs other than `except` hold. `live_only`: leave out
+  // attempts being stopped (they free theirs soon), count joins and queued
+  // starts; otherwise: only the attempts whose processes exist now.
+  int SlotsOfOthersLocked(const std::string& except, bool live_only) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "job a (2 slots), job b (1 slot)": who holds the slots, for errors.
+  std::string HoldersLocked(const std::string& except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The attempt a worker's datagram of `job_id` belongs to, if it runs here.
+  std::optional<std::pair<std::string, int64_t>> RouteLocked(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the job's entry once nothing of it is left.
+  void MaybeForgetLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DaemonOptions options_;
   RendezvousClient* const client_;
   AttemptRunner* const runner_;
 
   mutable absl::Mutex mu_;
-  std::optional<Attempt> current_ ABSL_GUARDED_BY(mu_);
-  // A StartAttempt waiting for the current attempt to end.
-  std::optional<v1::StartAttempt> next_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Attempts that ran: a re-sent StartAttempt never runs one twice.
   std::set<std::pair<std::string, int64_t>> ran_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <string>
 #include <vector>
 
@@ -216,6 +218,94 @@ TEST_F(DaemonE2eTest, FourthNodeJoiningMidJobScalesUp) {
   for (int rank = 0; rank < 8; ++rank) {
     EXPECT_THAT(logs, HasSubstr(absl::StrCat("rank ", rank, "/8 ok")));
   }
+}
+
+// One daemon with --slots 2 (Cluster's) running two 1x1 jobs at once.
+class OneNodeTwoJobsE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir("daemon_e2e_jobs");
+    cluster_ = std::make_unique<Cluster>(
+        dir_, absl::StrCat("ELASTRUN_TEST_MARKER=daemon-jobs-", getpid(), "-", dir_));
+    ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
+    ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+    ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
+        << "the daemon did not register" << cluster_->DaemonOutput();
+  }
+  void TearDown() override { cluster_->StopAll(); }
+
+  // A 1x1 job of the test worker; its worker carries ELASTRUN_TEST_JOB=marker.
+  std::string Submit(const std::string& name, const std::vector<std::string>& args,
+                     int max_restarts, const std::string& marker) {
+    v1::JobSpec spec = Spec(name, 1, 1, 1, max_restarts);
+    (*spec.mutable_env())["ELASTRUN_TEST_JOB"] = marker;
+    return cluster_->Submit(spec, args);
+  }
+
+  std::string dir_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(OneNodeTwoJobsE2eTest, BothRunAtOnceAndEachRestartsAndEndsOnItsOwn) {
+  const std::string marker_a = absl::StrCat("jobs-a-", getpid(), "-", dir_);
+  const std::string marker_b = absl::StrCat("jobs-b-", getpid(), "-", dir_);
+  const std::string ready_a = testing::MakeTempDir("daemon_e2e_ready_a");
+  const std::string ready_b = testing::MakeTempDir("daemon_e2e_ready_b");
+  // "a" hangs until stopped; "b" trains for about 20 s, long enough to
+  // outlive a's restart and cancellation.
+  constexpr int kSteps = 200;
+  const std::string a = Submit("hang", {"--hang", "--ready-dir", ready_a}, 2, marker_a);
+  const std::string b = Submit("train",
+                               {"--steps", absl::StrCat(kSteps), "--step-ms", "100",
+                                "--ready-dir", ready_b},
+                               0, marker_b);
+  // Both workers passed their first barrier: both run at once on the node.
+  ASSERT_TRUE(testing::WaitForFiles(ready_a, "ready.0.", 1, kDeadline).ok())
+      << cluster_->Get(a).DebugString() << cluster_->DaemonOutput();
+  ASSERT_TRUE(testing::WaitForFiles(ready_b, "ready.0.", 1, kDeadline).ok())
+      << cluster_->Get(b).DebugString() << cluster_->DaemonOutput();
+  EXPECT_EQ(cluster_->Get(a).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(cluster_->Get(b).state(), v1::JOB_STATE_RUNNING);
+  const std::vector<pid_t> b_workers = ProcessesWithEnv("ELASTRUN_TEST_JOB=" + marker_b);
+  ASSERT_EQ(b_workers.size(), 1u);
+
+  // Killing a's worker restarts a only.
+  const std::vector<pid_t> a_workers = ProcessesWithEnv("ELASTRUN_TEST_JOB=" + marker_a);
+  ASSERT_EQ(a_workers.size(), 1u);
+  ASSERT_EQ(kill(a_workers[0], SIGKILL), 0);
+  ASSERT_TRUE(testing::WaitForFiles(ready_a, "ready.1.", 1, kDeadline).ok())
+      << cluster_->Get(a).DebugString() << cluster_->DaemonOutput();
+  v1::JobStatus sa = cluster_->Get(a);
+  EXPECT_EQ(sa.restarts(), 1);
+  ASSERT_GE(sa.history_size(), 1);
+  ASSERT_GE(sa.history(0).failures_size(), 1);
+  EXPECT_EQ(sa.history(0).failures(0).signal(), SIGKILL);
+  v1::JobStatus sb = cluster_->Get(b);
+  ASSERT_EQ(sb.state(), v1::JOB_STATE_RUNNING) << "b ended before the test was done with a";
+  EXPECT_EQ(sb.round(), 0);
+  EXPECT_EQ(sb.restarts(), 0);
+  EXPECT_EQ(ProcessesWithEnv("ELASTRUN_TEST_JOB=" + marker_b), b_workers);
+
+  // Cancelling a leaves b running, to success.
+  ASSERT_TRUE(cluster_->Cancel(a));
+  EXPECT_EQ(cluster_->WaitFinished(a).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(PollUntil([&] { return ProcessesWithEnv("ELASTRUN_TEST_JOB=" + marker_a).empty(); }))
+      << "a's worker left behind" << cluster_->DaemonOutput();
+  EXPECT_EQ(cluster_->Get(b).state(), v1::JOB_STATE_RUNNING)
+      << "b ended before a was cancelled; the test proves less";
+  EXPECT_EQ(ProcessesWithEnv("ELASTRUN_TEST_JOB=" + marker_b), b_workers);
+  sb = cluster_->WaitFinished(b);
+  ASSERT_EQ(sb.state(), v1::JOB_STATE_SUCCEEDED) << sb.DebugString() << cluster_->DaemonOutput();
+  EXPECT_EQ(sb.restarts(), 0);
+  EXPECT_EQ(sb.history_size(), 1);
+  // b's progress and output reached b, not a.
+  EXPECT_EQ(sb.last_progress().step(), kSteps) << sb.last_progress().DebugString();
+  std::string forwarded;
+  EXPECT_TRUE(PollUntil([&] {
+    forwarded = cluster_->ServiceLogs(b);
+    return absl::StrContains(forwarded, "rank 0/1 ok restart=0");
+  })) << forwarded;
+  EXPECT_THAT(cluster_->ServiceLogs(a), ::testing::Not(HasSubstr("rank 0/1 ok")));
 }
 
 }  // namespace

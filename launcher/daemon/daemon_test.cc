@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/daemon/barrier.h"
+#include "launcher/daemon/daemon_fakes.h"
 #include "launcher/daemon/logs.h"
 #include "launcher/daemon/session.h"
 #include "tests/testing/subprocess.h"
@@ -24,108 +25,6 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-class FakeClient : public RendezvousClient {
- public:
-  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
-      const v1::RegisterNodeRequest& request) override {
-    absl::MutexLock lock(&mu_);
-    registers.push_back(request);
-    return v1::RegisterNodeResponse();
-  }
-  absl::Status Heartbeat(const v1::HeartbeatRequest&) override { return absl::OkStatus(); }
-  absl::StatusOr<v1::JoinRoundResponse> JoinRound(
-      const v1::JoinRoundRequest& request) override {
-    absl::MutexLock lock(&mu_);
-    joins.push_back(request);
-    v1::JoinRoundResponse resp;
-    resp.set_round(request.round());
-    return resp;
-  }
-  absl::Status ReportExit(const v1::ReportExitRequest& request) override {
-    absl::MutexLock lock(&mu_);
-    if (!report_status.ok()) return report_status;
-    reports.push_back(request);
-    return absl::OkStatus();
-  }
-  absl::Status PushLogs(const v1::PushLogsRequest& request) override {
-    absl::MutexLock lock(&mu_);
-    if (!push_status.ok()) return push_status;
-    pushes.push_back(request);
-    return absl::OkStatus();
-  }
-  absl::Status Barrier(const v1::BarrierRequest& request, absl::Duration) override {
-    absl::MutexLock lock(&mu_);
-    barriers.push_back(request);
-    return barrier_status;
-  }
-  absl::Status ReportProgress(const v1::ReportProgressRequest& request) override {
-    absl::MutexLock lock(&mu_);
-    progress.push_back(request);
-    return absl::OkStatus();
-  }
-  std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override { return nullptr; }
-
-  absl::Mutex mu_;
-  std::vector<v1::RegisterNodeRequest> registers;
-  std::vector<v1::JoinRoundRequest> joins;
-  std::vector<v1::ReportExitRequest> reports;
-  std::vector<v1::PushLogsRequest> pushes;
-  std::vector<v1::ReportProgressRequest> progress;
-  std::vector<v1::BarrierRequest> barriers;
-  absl::Status barrier_status;
-  absl::Status report_status;
-  absl::Status push_status;
-};
-
-class FakeRunner : public AttemptRunner {
- public:
-  struct Started {
-    uint64_t id;
-    AttemptSpec spec;
-    std::function<void(const AttemptOutcome&)> done;
-  };
-  void Start(uint64_t id, AttemptSpec spec,
-             std::function<void(const AttemptOutcome&)> done) override {
-    ASSERT_EQ(active, 0u) << "two attempts at once";
-    active = id;
-    started.push_back({id, std::move(spec), std::move(done)});
-  }
-  void Stop(uint64_t id, int sig) override { stops.emplace_back(id, sig); }
-  // Ends the active attempt with `outcome`.
-  void Finish(AttemptOutcome outcome) {
-    ASSERT_NE(active, 0u);
-    auto done = started.back().done;
-    active = 0;
-    done(outcome);
-  }
-
-  uint64_t active = 0;
-  std::vector<Started> started;
-  std::vector<std::pair<uint64_t, int>> stops;
-};
-
-AttemptOutcome Succeeded() {
-  AttemptOutcome o;
-  o.kind = AttemptOutcome::Kind::kSucceeded;
-  return o;
-}
-AttemptOutcome Stopped() {
-  AttemptOutcome o;
-  o.kind = AttemptOutcome::Kind::kStopped;
-  o.stop_signal = SIGTERM;
-  return o;
-}
-AttemptOutcome Killed(int rank, int sig) {
-  AttemptOutcome o;
-  o.kind = AttemptOutcome::Kind::kFailed;
-  WorkerExit e;
-  e.rank = rank;
-  e.local_rank = rank % 2;
-  e.signal = sig;
-  o.first_failure = e;
-  return o;
-}
-
 class DaemonTest : public ::testing::Test {
  protected:
   DaemonTest() {
@@ -133,53 +32,9 @@ class DaemonTest : public ::testing::Test {
     o.node_id = "b";
     o.log_dir = testing::MakeTempDir("daemon_test");
     o.base_env = {"PATH=/usr/bin", "RANK=99"};
+    o.slots = 2;
     log_dir_ = o.log_dir;
     daemon_ = std::make_unique<Daemon>(o, &client_, &runner_);
-  }
-
-  static v1::Command Join(const std::string& job, int64_t round) {
-    v1::Command c;
-    c.mutable_join_round()->set_job_id(job);
-    c.mutable_join_round()->set_round(round);
-    c.mutable_join_round()->mutable_spec()->set_nproc_per_node(2);
-    return c;
-  }
-  // Node "a" is group rank 0 (ranks 0-1), "b" group rank 1 (ranks 2-3).
-  static v1::Command Start(const std::string& job, int64_t round) {
-    v1::Command c;
-    v1::StartAttempt* s = c.mutable_start();
-    s->set_job_id(job);
-    s->mutable_spec()->add_argv("worker");
-    s->mutable_spec()->add_argv("--flag");
-    s->mutable_spec()->set_nproc_per_node(2);
-    (*s->mutable_spec()->mutable_env())["EXTRA"] = "1";
-    s->set_max_restarts(3);
-    v1::Assignment* a = s->mutable_assignment();
-    a->set_round(round);
-    a->set_restart_count(static_cast<int>(round));
-    a->set_master_addr("10.0.0.1");
-    a->set_master_port(29500);
-    a->set_world_size(4);
-    a->set_group_world_size(2);
-    for (int g = 0; g < 2; ++g) {
-      v1::NodeAssignment* n = a->add_nodes();
-      n->set_node_id(g == 0 ? "a" : "b");
-      n->set_group_rank(g);
-      n->set_local_world_size(2);
-      n->set_rank_offset(2 * g);
-    }
-    return c;
-  }
-  static v1::Command Stop(const std::string& job, int64_t round) {
-    v1::Command c;
-    c.mutable_stop()->set_job_id(job);
-    c.mutable_stop()->set_round(round);
-    return c;
-  }
-  static v1::Command End(const std::string& job) {
-    v1::Command c;
-    c.mutable_end_job()->set_job_id(job);
-    return c;
   }
 
   FakeClient client_;
@@ -329,6 +184,7 @@ TEST_F(DaemonTest, LogFolderThatCannotBeMadeIsReportedAsAFailure) {
   DaemonOptions o;
   o.node_id = "b";
   o.log_dir = "/proc/no-such-place";
+  o.slots = 2;
   Daemon d(o, &client_, &runner_);
   d.OnCommand(Start("j-1", 0));
   EXPECT_THAT(runner_.started, IsEmpty());
@@ -341,6 +197,7 @@ TEST_F(DaemonTest, AttemptStartIsAnnouncedWithJobAndRound) {
   DaemonOptions o;
   o.node_id = "b";
   o.log_dir = log_dir_;
+  o.slots = 2;
   std::vector<std::pair<std::string, int64_t>> announced;
   o.on_attempt_start = [&](const std::string& job, int64_t round) {
     announced.emplace_back(job, round);
@@ -365,11 +222,9 @@ TEST(LogForwarderTest, LinesAreBatchedPerRankAndStream) {
   o.node_id = "b";
   o.thread = false;
   LogForwarder f(o, &client);
-  f.OnLine(Line(0, false, "before any attempt"));  // dropped: no job yet
-  f.SetAttempt("j-1", 2);
-  f.OnLine(Line(2, false, "a"));
-  f.OnLine(Line(2, false, "b"));
-  f.OnLine(Line(3, true, "c"));
+  f.OnLine("j-1", 2, Line(2, false, "a"));
+  f.OnLine("j-1", 2, Line(2, false, "b"));
+  f.OnLine("j-1", 2, Line(3, true, "c"));
   f.Flush();
   ASSERT_EQ(client.pushes.size(), 1u);
   const v1::PushLogsRequest& r = client.pushes[0];
@@ -400,22 +255,15 @@ TEST(BarrierRelayTest, LocalWorkersMeetThenTheNodeArrivesOnce) {
   BarrierArrival a;
   a.local_world_size = 2;
   a.name = "sync";
-  relay.OnArrival(a, reply);  // no attempt yet: refused at once
-  {
-    absl::MutexLock lock(&mu);
-    ASSERT_EQ(answers.size(), 1u);
-    EXPECT_TRUE(absl::IsFailedPrecondition(answers[0]));
-    answers.clear();
-  }
   relay.SetAttempt("job-1", 3);
   a.rank = 0;
-  relay.OnArrival(a, reply);
+  relay.OnArrival("job-1", 3, a, reply);
   {
     absl::MutexLock lock(&client.mu_);
     EXPECT_TRUE(client.barriers.empty());  // one local worker is still missing
   }
   a.rank = 1;
-  relay.OnArrival(a, reply);
+  relay.OnArrival("job-1", 3, a, reply);
   ASSERT_TRUE(both_answered.WaitForNotificationWithTimeout(absl::Seconds(60)));
   absl::MutexLock lock(&client.mu_);
   ASSERT_EQ(client.barriers.size(), 1u);
@@ -427,17 +275,21 @@ TEST(BarrierRelayTest, LocalWorkersMeetThenTheNodeArrivesOnce) {
   EXPECT_TRUE(answers[0].ok() && answers[1].ok());
 }
 
-TEST(BarrierRelayTest, ANewAttemptAbortsWaitingWorkers) {
+TEST(BarrierRelayTest, ANewAttemptAbortsWaitingWorkersOfItsJobOnly) {
   FakeClient client;
+  // Declared before the relay: its destructor answers what still waits.
+  absl::Status answer;
+  absl::Status other_job;
   BarrierRelay relay(&client, "n1");
   relay.SetAttempt("job-1", 0);
-  absl::Status answer;
   BarrierArrival a;
   a.local_world_size = 2;
   a.name = "sync";
-  relay.OnArrival(a, [&](const absl::Status& st) { answer = st; });
+  relay.OnArrival("job-1", 0, a, [&](const absl::Status& st) { answer = st; });
+  relay.OnArrival("job-2", 4, a, [&](const absl::Status& st) { other_job = st; });
   relay.SetAttempt("job-1", 1);
   EXPECT_TRUE(absl::IsAborted(answer)) << answer;
+  EXPECT_TRUE(other_job.ok()) << "another job's waiting worker was answered: " << other_job;
 }
 
 TEST(LogForwarderTest, NewestProgressIsRelayedWithItsAttempt) {
@@ -446,18 +298,14 @@ TEST(LogForwarderTest, NewestProgressIsRelayedWithItsAttempt) {
   o.node_id = "n1";
   o.thread = false;
   LogForwarder f(o, &client);
-  ProgressReport early;
-  early.step = 1;
-  f.OnProgress(early);  // before any attempt: nothing to relay
-  f.Flush();
+  f.Flush();  // nothing came: nothing sent
   EXPECT_TRUE(client.progress.empty());
-  f.SetAttempt("job-1", 2);
   for (int64_t step : {10, 11, 12}) {
     ProgressReport r;
     r.rank = 0;
     r.step = step;
     r.metrics = {{"loss", 0.5}};
-    f.OnProgress(r);
+    f.OnProgress("job-1", 2, r);
   }
   f.Flush();
   ASSERT_EQ(client.progress.size(), 1u);  // only the newest travels
@@ -478,10 +326,9 @@ TEST(LogForwarderTest, KeptWhileAwayBoundedOldestDropped) {
   o.thread = false;
   o.max_buffered_bytes = 64;
   LogForwarder f(o, &client);
-  f.SetAttempt("j-1", 0);
   client.push_status = absl::UnavailableError("away");
   for (int i = 0; i < 20; ++i) {
-    f.OnLine(Line(i % 2, false, absl::StrCat("line ", i)));
+    f.OnLine("j-1", 0, Line(i % 2, false, absl::StrCat("line ", i)));
     f.Flush();
   }
   EXPECT_TRUE(client.pushes.empty());

@@ -20,23 +20,16 @@ LogForwarder::~LogForwarder() {
   if (thread_.joinable()) thread_.join();
 }
 
-void LogForwarder::SetAttempt(const std::string& job_id, int64_t round) {
+void LogForwarder::OnLine(const std::string& job_id, int64_t round, const OutputLine& line) {
   absl::MutexLock lock(&mu_);
-  job_id_ = job_id;
-  round_ = round;
-}
-
-void LogForwarder::OnLine(const OutputLine& line) {
-  absl::MutexLock lock(&mu_);
-  if (job_id_.empty()) return;
   const char* stream = line.is_stderr ? "stderr" : "stdout";
   // Consecutive lines of one stream of one rank share a chunk.
-  if (pending_.empty() || pending_.back().job_id != job_id_ ||
-      pending_.back().chunk.round() != round_ || pending_.back().chunk.rank() != line.rank ||
+  if (pending_.empty() || pending_.back().job_id != job_id ||
+      pending_.back().chunk.round() != round || pending_.back().chunk.rank() != line.rank ||
       pending_.back().chunk.stream() != stream) {
     Pending p;
-    p.job_id = job_id_;
-    p.chunk.set_round(round_);
+    p.job_id = job_id;
+    p.chunk.set_round(round);
     p.chunk.set_rank(line.rank);
     p.chunk.set_stream(stream);
     pending_.push_back(std::move(p));
@@ -54,38 +47,48 @@ void LogForwarder::OnLine(const OutputLine& line) {
   }
 }
 
-void LogForwarder::OnProgress(const ProgressReport& report) {
+void LogForwarder::OnProgress(const std::string& job_id, int64_t round,
+                              const ProgressReport& report) {
   absl::MutexLock lock(&mu_);
-  if (job_id_.empty()) return;
   v1::ReportProgressRequest r;
-  r.set_job_id(job_id_);
+  r.set_job_id(job_id);
   v1::Progress* p = r.mutable_progress();
   p->set_node_id(options_.node_id);
-  p->set_round(round_);
+  p->set_round(round);
   p->set_rank(report.rank);
   p->set_step(report.step);
   for (const auto& [name, value] : report.metrics) (*p->mutable_metrics())[name] = value;
-  progress_ = std::move(r);  // the service stamps the time it arrives
+  progress_[job_id].newest = std::move(r);  // the service stamps the time it arrives
 }
 
 void LogForwarder::Send(bool progress_now) {
-  std::optional<v1::ReportProgressRequest> progress;
+  std::vector<v1::ReportProgressRequest> due;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
-    if (progress_ && (progress_now || now - progress_sent_ >= options_.progress_interval)) {
-      progress = std::move(progress_);
-      progress_.reset();
-      progress_sent_ = now;
+    for (auto it = progress_.begin(); it != progress_.end();) {
+      JobProgress& jp = it->second;
+      if (jp.newest && (progress_now || now - jp.sent >= options_.progress_interval)) {
+        due.push_back(*std::move(jp.newest));
+        jp.newest.reset();
+        jp.sent = now;
+      }
+      // A job quiet for a while is forgotten (it may have ended here).
+      if (!jp.newest && now - jp.sent >= 10 * options_.progress_interval) {
+        it = progress_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
-  if (progress) {
-    absl::Status st = client_->ReportProgress(*progress);
+  for (v1::ReportProgressRequest& r : due) {
+    absl::Status st = client_->ReportProgress(r);
     if (absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) {
       absl::MutexLock lock(&mu_);
-      if (!progress_) progress_ = std::move(progress);  // unless a newer one came
+      JobProgress& jp = progress_[r.job_id()];
+      if (!jp.newest) jp.newest = std::move(r);  // unless a newer one came
     } else if (!st.ok()) {
-      LOG_EVERY_N(WARNING, 100) << "ReportProgress for job " << progress->job_id()
+      LOG_EVERY_N(WARNING, 100) << "ReportProgress for job " << r.job_id()
                                 << " refused: " << st;
     }
   }

@@ -1,5 +1,6 @@
 // Forwarding worker output to the service (PushLogs) for `elastrun logs`.
-// The agent hands every whole line to OnLine on its thread; lines are copied
+// The agent hands every whole line, tagged with its attempt's job and round
+// (the node may run several jobs at once), to OnLine; lines are copied
 // into a bounded buffer and a dedicated thread sends them in batches, so a
 // slow or absent service never stalls the workers' output. When the buffer
 // is full the oldest lines are dropped: the per-rank log files on the node
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -44,19 +46,16 @@ class LogForwarder {
   LogForwarder(LogForwarderOptions options, RendezvousClient* client);
   ~LogForwarder();
 
-  // The attempt that the lines from now on belong to.
-  void SetAttempt(const std::string& job_id, int64_t round);
+  // Buffers one line of attempt (job_id, round) (the Daemon's
+  // on_output_line hook). Never blocks on the network.
+  void OnLine(const std::string& job_id, int64_t round, const OutputLine& line);
 
-  // Buffers one line (the agent's on_output_line hook). Never blocks on the
-  // network. Lines before the first SetAttempt are dropped.
-  void OnLine(const OutputLine& line);
+  // Keeps `report` as the newest progress of job_id's attempt `round` (the
+  // Daemon's on_progress hook). Never blocks on the network.
+  void OnProgress(const std::string& job_id, int64_t round, const ProgressReport& report);
 
-  // Keeps `report` as the newest progress of the current attempt (the
-  // agent's on_progress hook). Never blocks on the network.
-  void OnProgress(const ProgressReport& report);
-
-  // Sends the newest progress report, if a new one came, and the buffered
-  // lines, one PushLogs per job. What the service could not take stays
+  // Sends each job's newest progress report, if a new one came, and the
+  // buffered lines, one PushLogs per run of one job's lines. What the service could not take stays
   // buffered (bounded) for the next call.
   void Flush() { Send(/*progress_now=*/true); }
 
@@ -77,14 +76,16 @@ class LogForwarder {
   RendezvousClient* const client_;
 
   mutable absl::Mutex mu_;
-  std::string job_id_ ABSL_GUARDED_BY(mu_);
-  int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   size_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_lines_ ABSL_GUARDED_BY(mu_) = 0;
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<v1::ReportProgressRequest> progress_ ABSL_GUARDED_BY(mu_);
-  absl::Time progress_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Per job: its newest report not sent yet, and when one was last sent.
+  struct JobProgress {
+    std::optional<v1::ReportProgressRequest> newest;
+    absl::Time sent = absl::InfinitePast();
+  };
+  std::map<std::string, JobProgress> progress_ ABSL_GUARDED_BY(mu_);
   bool quit_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

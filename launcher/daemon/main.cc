@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -264,27 +265,24 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // Set once the forwarder exists; the hook runs only during attempts, which
-  // start after that (through the runner's mutex).
-  LogForwarder* forwarder = nullptr;
+  // Set once the Daemon exists (atomic: the agent's thread may read it
+  // early). Workers' progress reports and barrier arrivals name their job;
+  // the Daemon routes them to that job's attempt.
+  std::atomic<Daemon*> router{nullptr};
   // Workers report progress on a socket in the log folder (owner-only).
   agent_options.progress_socket = log_dir + "/agent.sock";
-  agent_options.on_progress = [&forwarder](const elastrun::ProgressReport& report) {
-    if (forwarder != nullptr) forwarder->OnProgress(report);
+  agent_options.on_progress = [&router](const elastrun::ProgressReport& report) {
+    if (Daemon* d = router.load()) d->OnProgress(report);
   };
-  // Workers' named barriers meet here, then at the service (set like the
-  // forwarder, before any attempt starts).
-  BarrierRelay* barriers = nullptr;
-  agent_options.on_barrier = [&barriers](const elastrun::BarrierArrival& arrival,
-                                         std::function<void(const absl::Status&)> reply) {
-    if (barriers == nullptr) {
+  // Workers' named barriers meet here, then at the service.
+  agent_options.on_barrier = [&router](const elastrun::BarrierArrival& arrival,
+                                       std::function<void(const absl::Status&)> reply) {
+    Daemon* d = router.load();
+    if (d == nullptr) {
       reply(absl::UnavailableError("the node daemon is starting"));
       return;
     }
-    barriers->OnArrival(arrival, std::move(reply));
-  };
-  agent_options.on_output_line = [&forwarder](const OutputLine& line) {
-    if (forwarder != nullptr) forwarder->OnLine(line);
+    d->OnBarrier(arrival, std::move(reply));
   };
   // Before any thread: blocks the stop signals and SIGCHLD for all threads.
   absl::StatusOr<std::unique_ptr<Agent>> agent = Agent::Create(agent_options);
@@ -309,14 +307,26 @@ int main(int argc, char** argv) {
   LogForwarderOptions log_options;
   log_options.node_id = node_id;
   LogForwarder log_forwarder(log_options, client.get());
-  forwarder = &log_forwarder;
   BarrierRelay barrier_relay(client.get(), node_id);
-  barriers = &barrier_relay;
-  daemon_options.on_attempt_start = [&log_forwarder, &barrier_relay](const std::string& job,
-                                                                     int64_t round) {
-    log_forwarder.SetAttempt(job, round);
+  // Output lines come tagged with their attempt's job and round (several
+  // jobs may run at once), as do routed progress reports and barriers.
+  daemon_options.on_output_line = [&log_forwarder](const std::string& job, int64_t round,
+                                                   const OutputLine& line) {
+    log_forwarder.OnLine(job, round, line);
+  };
+  daemon_options.on_progress = [&log_forwarder](const std::string& job, int64_t round,
+                                                const elastrun::ProgressReport& report) {
+    log_forwarder.OnProgress(job, round, report);
+  };
+  daemon_options.on_barrier = [&barrier_relay](const std::string& job, int64_t round,
+                                               const elastrun::BarrierArrival& arrival,
+                                               std::function<void(const absl::Status&)> reply) {
+    barrier_relay.OnArrival(job, round, arrival, std::move(reply));
+  };
+  daemon_options.on_attempt_start = [&barrier_relay](const std::string& job, int64_t round) {
     barrier_relay.SetAttempt(job, round);
   };
+  daemon_options.slots = slots > 0 ? slots : DefaultSlots();
   daemon_options.before_reports = [&log_forwarder] { log_forwarder.Flush(); };
 
   absl::Mutex mu;
@@ -328,11 +338,12 @@ int main(int argc, char** argv) {
   AgentRunner agent_runner(agent->get());
   SignalAwareRunner runner(&agent_runner, agent->get(), request_stop);
   Daemon daemon(daemon_options, client.get(), &runner);
+  router.store(&daemon);
 
   session_options.node_id = node_id;
   session_options.incarnation = RandomIncarnation();
   session_options.addr = advertise;
-  session_options.slots = slots > 0 ? slots : DefaultSlots();
+  session_options.slots = daemon_options.slots;
   DaemonSession session(session_options, client.get(), &daemon);
   LOG(INFO) << "elastrund " << node_id << ": service " << target << ", advertising "
             << advertise << ", " << session_options.slots << " slots, logs in " << log_dir;
@@ -378,6 +389,7 @@ int main(int argc, char** argv) {
     google::FlushLogFiles(google::GLOG_INFO);
     std::_Exit(exit_code);
   }
+  router.store(nullptr);  // the Daemon goes first; the agent's hooks see none
   LOG(INFO) << "elastrund " << node_id << " exits";
   return exit_code;
 }

@@ -52,6 +52,9 @@ absl::Status DaemonSession::Run() {
     reg.set_slots(options_.slots);
     for (const auto& [k, v] : options_.labels) (*reg.mutable_labels())[k] = v;
     for (const v1::RunningAttempt& a : daemon_->Running()) *reg.add_running() = a;
+    // The service re-sends the joins it still wants; one whose EndJob was
+    // lost while it was away must not hold this node's slots for good.
+    daemon_->ForgetJoins();
     absl::StatusOr<v1::RegisterNodeResponse> registered = client_->RegisterNode(reg);
     if (!registered.ok()) {
       if (absl::IsInvalidArgument(registered.status()) ||

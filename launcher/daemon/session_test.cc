@@ -135,6 +135,7 @@ class SessionTest : public ::testing::Test {
     DaemonOptions d;
     d.node_id = "n1";
     d.log_dir = testing::MakeTempDir("session_test");
+    d.slots = 2;
     daemon_ = std::make_unique<Daemon>(d, &service_, &runner_);
     SessionOptions s;
     s.node_id = "n1";
