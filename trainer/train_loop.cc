@@ -168,8 +168,9 @@ absl::Status TrainLoop::RestorePosition() {
   pos_.world_size = world_;
   if (cfg_.train.amp) {
     scaler_.emplace();
-    if (resumed_ && pos_.amp_scale > 0)
+    if (resumed_ && pos_.amp_scale > 0) {
       scaler_->Restore(pos_.amp_scale, pos_.amp_growth_tracker);
+    }
     if (leader_) {
       std::fprintf(run_.out,
                    "amp: CPU build, so no autocast; the loss scaler runs in fp32\n");
