@@ -1,0 +1,418 @@
+#include "trainer/train_loop.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/config/config.h"
+#include "common/status_macros.h"
+#include "trainer/checkpoint_file.h"
+#include "trainer/digest.h"
+#include "trainer/plot.h"
+#include "trainer/resume.h"
+#include "worker/process_group.h"
+#include "worker/progress.h"
+
+namespace elastrun::trainer {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The objects a config describes, instantiated.
+struct Components {
+  Model model;
+  OptimizerSpec optimizer;
+  ScheduleOptions schedule;
+};
+
+absl::StatusOr<Components> Instantiate(const config::Node& cfg) {
+  Components c;
+  ASSIGN_OR_RETURN(config::Object model, config::InstantiateAt(cfg, "model"));
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> m, model.Get<Model>());
+  c.model = *m;
+  ASSIGN_OR_RETURN(config::Object opt, config::InstantiateAt(cfg, "optimizer"));
+  ASSIGN_OR_RETURN(std::shared_ptr<OptimizerSpec> o, opt.Get<OptimizerSpec>());
+  c.optimizer = *o;
+  ASSIGN_OR_RETURN(config::Object sched, config::InstantiateAt(cfg, "scheduler"));
+  ASSIGN_OR_RETURN(std::shared_ptr<ScheduleOptions> s, sched.Get<ScheduleOptions>());
+  c.schedule = *s;
+  return c;
+}
+
+std::string ParamsSha256(torch::nn::Module& model) {
+  Sha256 h;
+  for (const at::Tensor& p : model.parameters()) {
+    at::Tensor c = p.detach().contiguous();
+    h.Update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
+  }
+  return h.HexDigest();
+}
+
+struct EvalResult {
+  double loss = 0;
+  double acc = 0;
+};
+
+// Each rank scores its unpadded shard; correct, loss and count are summed.
+absl::StatusOr<EvalResult> Evaluate(Model& model, const Dataset& test, int world,
+                                    int rank, worker::ProcessGroup* group) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const std::vector<int64_t> shard = EvalShard(test.size(), world, rank);
+  constexpr size_t kBatch = 1000;
+  std::vector<double> sums = {0, 0, 0};  // correct, loss sum, count
+  for (size_t b = 0; b < shard.size(); b += kBatch) {
+    const size_t e = std::min(shard.size(), b + kBatch);
+    Batch batch = MakeBatch(test, shard, b, e);
+    at::Tensor logits = model->forward(batch.x);
+    sums[0] += logits.argmax(1).eq(batch.y).sum().item<double>();
+    sums[1] +=
+        torch::nn::functional::cross_entropy(
+            logits, batch.y,
+            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
+    sums[2] += static_cast<double>(e - b);
+  }
+  RETURN_IF_ERROR(SumOverRanks(group, sums));
+  model->train();
+  return EvalResult{sums[1] / sums[2], sums[0] / sums[2]};
+}
+
+}  // namespace
+
+TrainLoop::TrainLoop(const TrainerConfig& cfg, const RunOptions& run,
+                     worker::ProcessGroup* group)
+    : cfg_(cfg),
+      run_(run),
+      group_(group),
+      world_(group ? group->world_size() : 1),
+      rank_(group ? group->rank() : 0),
+      leader_(rank_ == 0),
+      start_(Clock::now()),
+      progress_(run.out, run.tty, cfg.train.log_period) {}
+
+TrainLoop::~TrainLoop() {
+  if (sample_log_ >= 0) ::close(sample_log_);
+}
+
+absl::StatusOr<std::unique_ptr<TrainLoop>> TrainLoop::Create(
+    const TrainerConfig& cfg, const RunOptions& run, worker::ProcessGroup* group) {
+  std::unique_ptr<TrainLoop> loop(new TrainLoop(cfg, run, group));
+  if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
+  RETURN_IF_ERROR(loop->Build());
+  RETURN_IF_ERROR(loop->RestorePosition());
+  if (group != nullptr) {
+    ASSIGN_OR_RETURN(loop->ddp_,
+                     DistributedDataParallel::Create(loop->model_.ptr(), group->gloo()));
+  }
+  loop->checkpoint_dir_ = CheckpointDir(cfg.train.output_dir);
+  loop->config_yaml_ = config::ToYaml(cfg.resolved);
+  if (loop->leader_) RETURN_IF_ERROR(loop->PrepareRunFolder());
+  RETURN_IF_ERROR(loop->OpenSampleLog());
+  return loop;
+}
+
+// Model, data, sampler, schedule and optimizer, in the order that keeps
+// the default generator's draws (initial weights) as they always were.
+absl::Status TrainLoop::Build() {
+  const DataOptions& data = cfg_.data;
+  const uint64_t seed = static_cast<uint64_t>(cfg_.train.seed);
+  // The same initial weights everywhere (rank 0's are broadcast anyway).
+  torch::manual_seed(seed);
+  ASSIGN_OR_RETURN(Components c, Instantiate(cfg_.resolved));
+  model_ = c.model;
+  ASSIGN_OR_RETURN(train_set_, LoadDataset(data, /*train=*/true, seed));
+  ASSIGN_OR_RETURN(test_set_, LoadDataset(data, /*train=*/false, seed));
+  SamplerOptions sampler_options;
+  sampler_options.seed = seed;
+  sampler_options.drop_last = data.drop_last;
+  ASSIGN_OR_RETURN(sampler_,
+                   DistributedSampler::Create(train_set_.size(), world_, rank_,
+                                              sampler_options, TorchPermutation));
+  batches_per_epoch_ = (sampler_->num_samples() + data.batch_size - 1) / data.batch_size;
+  const int64_t global_batch = data.batch_size * world_;
+  ASSIGN_OR_RETURN(schedule_,
+                   YoloV5Schedule::Create(c.schedule, c.optimizer.lr0, batches_per_epoch_,
+                                          c.optimizer.nbs, global_batch));
+  ASSIGN_OR_RETURN(
+      optimizer_,
+      Optimizer::Create(c.optimizer, *model_,
+                        schedule_->ScaledWeightDecay(c.optimizer.weight_decay)));
+  return absl::OkStatus();
+}
+
+// Resumes (when asked) and fits the position and the loss scaler to this
+// world.
+absl::Status TrainLoop::RestorePosition() {
+  if (run_.resume.has_value()) {
+    ASSIGN_OR_RETURN(resumed_, Resume(run_, cfg_, world_, rank_, group_, *model_,
+                                      optimizer_->torch_optimizer(), &pos_));
+  }
+  if (resumed_ && pos_.world_size != world_) {
+    // Iterations per epoch depend on the world size, so the schedule's step
+    // counter restarts here, and gradients accumulated for the old group
+    // are dropped.
+    pos_.last_opt_step = pos_.epoch * batches_per_epoch_ + pos_.iteration - 1;
+    pos_.micro_batches = 0;
+    optimizer_->ZeroGrad();
+  }
+  pos_.world_size = world_;
+  if (cfg_.train.amp) {
+    scaler_.emplace();
+    if (resumed_ && pos_.amp_scale > 0) {
+      scaler_->Restore(pos_.amp_scale, pos_.amp_growth_tracker);
+    }
+    if (leader_) {
+      std::fprintf(run_.out,
+                   "amp: CPU build, so no autocast; the loss scaler runs in fp32\n");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0's run folder: config.yaml, metrics.csv (appended to when
+// resumed), and the banner.
+absl::Status TrainLoop::PrepareRunFolder() {
+  const TrainOptions& train = cfg_.train;
+  RETURN_IF_ERROR(MakeDirs(train.output_dir));
+  if (!resumed_) {
+    ASSIGN_OR_RETURN(bool moved, SetAsideOldCheckpoints(checkpoint_dir_));
+    if (moved) {
+      std::fprintf(run_.out, "fresh run: moved the folder's old checkpoints to %s.prev\n",
+                   checkpoint_dir_.c_str());
+    }
+  }
+  RETURN_IF_ERROR(WriteFileAtomically(train.output_dir + "/config.yaml", config_yaml_));
+  ASSIGN_OR_RETURN(MetricsWriter w,
+                   MetricsWriter::Open(train.output_dir + "/metrics.csv", resumed_));
+  metrics_.emplace(std::move(w));
+  std::fprintf(
+      run_.out,
+      "elastrun-train: %d rank(s), %lld train / %lld test samples, batch %lld x %d, "
+      "%lld iterations/epoch, warm-up %lld iterations, accumulate %lld\n",
+      world_, static_cast<long long>(train_set_.size()),
+      static_cast<long long>(test_set_.size()),
+      static_cast<long long>(cfg_.data.batch_size), world_,
+      static_cast<long long>(batches_per_epoch_),
+      static_cast<long long>(schedule_->warmup_iters()),
+      static_cast<long long>(schedule_->accumulate()));
+  std::fflush(run_.out);
+  return absl::OkStatus();
+}
+
+absl::Status TrainLoop::OpenSampleLog() {
+  if (run_.sample_log.empty()) return absl::OkStatus();
+  sample_log_ =
+      ::open(run_.sample_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (sample_log_ < 0) {
+    return absl::InternalError(
+        absl::StrCat("opening ", run_.sample_log, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainResult> TrainLoop::Run() {
+  model_->train();
+  for (int64_t epoch = pos_.epoch; epoch < cfg_.train.epochs; ++epoch) {
+    RETURN_IF_ERROR(RunEpoch(epoch));
+  }
+  return Finish();
+}
+
+absl::Status TrainLoop::RunEpoch(int64_t epoch) {
+  const int64_t checkpoint_iters = cfg_.train.checkpoint_iters;
+  StartEpoch(epoch);
+  for (int64_t i = epoch_.first; i < batches_per_epoch_; ++i) {
+    RETURN_IF_ERROR(TrainBatch(epoch, i));
+    // Not after the last batch: the end of the epoch checkpoints that.
+    if (checkpoint_iters > 0 && (i + 1) % checkpoint_iters == 0 &&
+        i + 1 < batches_per_epoch_) {
+      RETURN_IF_ERROR(CheckpointMidEpoch(i + 1));
+    }
+  }
+  return EndEpoch(epoch);
+}
+
+void TrainLoop::StartEpoch(int64_t epoch) {
+  epoch_.start = Clock::now();
+  sampler_->set_epoch(epoch);
+  epoch_.first = epoch == pos_.epoch ? pos_.iteration : 0;
+  pos_.epoch = epoch;
+  epoch_.indices = sampler_->Indices(epoch_.first * cfg_.data.batch_size);
+  const bool resumed_mid_epoch = epoch_.first > 0;
+  // A resumed epoch starts from the sums saved over all ranks (counted
+  // once, on rank 0).
+  epoch_.loss_sum = resumed_mid_epoch && leader_ ? pos_.loss_sum : 0;
+  epoch_.seen = resumed_mid_epoch && leader_ ? pos_.seen : 0;
+  epoch_.seen_at_start = resumed_mid_epoch ? pos_.seen : 0;
+}
+
+absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t i) {
+  const int64_t ni = i + batches_per_epoch_ * epoch;
+  const IterationValues v = schedule_->At(ni, epoch);
+  optimizer_->Apply(v);
+  const bool step = ni - pos_.last_opt_step >= v.accumulate;
+  MaybeInjectFault(ni);
+  const int64_t batch_size = cfg_.data.batch_size;
+  const size_t b = static_cast<size_t>((i - epoch_.first) * batch_size);
+  const size_t e = std::min(epoch_.indices.size(), b + static_cast<size_t>(batch_size));
+  if (sample_log_ >= 0) RETURN_IF_ERROR(LogSamples(epoch, i, b, e));
+  Batch batch = MakeBatch(train_set_, epoch_.indices, b, e);
+  // Without a step the reducer only accumulates (DDP's no_sync()).
+  if (ddp_) ddp_->BeforeForward(step);
+  at::Tensor loss =
+      torch::nn::functional::cross_entropy(model_->forward(batch.x), batch.y);
+  if (ddp_) ddp_->BeforeBackward(loss, step);
+  if (scaler_) {
+    (loss * scaler_->scale()).backward();
+  } else {
+    loss.backward();
+  }
+  ++pos_.micro_batches;
+  if (step) OptimizerStep(ni);
+  const double l = loss.item<double>();
+  epoch_.loss_sum += l * static_cast<double>(e - b);
+  epoch_.seen += static_cast<double>(e - b);
+  if (leader_) {
+    progress_.Update(epoch, cfg_.train.epochs, i, batches_per_epoch_, l, v.lr,
+                     SecondsSince(epoch_.start));
+    // To the launcher or node daemon (`elastrun status`); never blocks.
+    worker::ReportProgress(
+        ni + 1, {{"epoch", static_cast<double>(epoch + 1)}, {"loss", l}, {"lr", v.lr}});
+  }
+  return absl::OkStatus();
+}
+
+void TrainLoop::OptimizerStep(int64_t ni) {
+  const double factor = 1.0 / (static_cast<double>(pos_.micro_batches) *
+                               (scaler_ ? scaler_->scale() : 1.0));
+  const bool found_inf = optimizer_->ScaleGradients(factor, scaler_.has_value());
+  if (!scaler_ || scaler_->Update(found_inf)) {
+    optimizer_->Step();
+  } else {
+    optimizer_->ZeroGrad();
+  }
+  pos_.micro_batches = 0;
+  pos_.last_opt_step = ni;
+}
+
+absl::Status TrainLoop::CheckpointMidEpoch(int64_t done) {
+  pos_.iteration = done;
+  // The epoch's sums so far, so its train_loss survives a resume.
+  std::vector<double> sums = {epoch_.loss_sum, epoch_.seen};
+  RETURN_IF_ERROR(SumOverRanks(group_, sums));
+  pos_.loss_sum = sums[0];
+  pos_.seen = sums[1];
+  return TakeCheckpoint(/*best=*/false);
+}
+
+absl::Status TrainLoop::TakeCheckpoint(bool best) {
+  if (!leader_) return absl::OkStatus();
+  CheckpointBlob blob;
+  blob.key = CheckpointKey(pos_);
+  if (scaler_) {
+    pos_.amp_scale = scaler_->scale();
+    pos_.amp_growth_tracker = scaler_->growth_tracker();
+  }
+  blob.payload =
+      SerializeState(*model_, optimizer_->torch_optimizer(), pos_, config_yaml_);
+  return SaveCheckpoint(checkpoint_dir_, blob, best);
+}
+
+absl::Status TrainLoop::EndEpoch(int64_t epoch) {
+  const TrainOptions& train = cfg_.train;
+  const double train_s = SecondsSince(epoch_.start);
+  std::vector<double> train_sums = {epoch_.loss_sum, epoch_.seen};
+  RETURN_IF_ERROR(SumOverRanks(group_, train_sums));
+  ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_));
+  const double epoch_s = SecondsSince(epoch_.start);
+  result_.epoch = epoch + 1;
+  result_.train_loss = train_sums[0] / train_sums[1];
+  result_.test_acc = eval.acc;
+  result_.test_loss = eval.loss;
+  const bool best = eval.acc > pos_.best_acc;
+  if (best) pos_.best_acc = eval.acc;
+  pos_.epoch = epoch + 1;
+  pos_.iteration = 0;
+  if (train.checkpoint_period > 0 &&
+      ((epoch + 1) % train.checkpoint_period == 0 || epoch + 1 == train.epochs)) {
+    RETURN_IF_ERROR(TakeCheckpoint(best));
+  }
+  if (!leader_) return absl::OkStatus();
+  EpochMetrics m;
+  m.epoch = epoch + 1;
+  m.train_loss = result_.train_loss;
+  m.test_loss = eval.loss;
+  m.test_acc = eval.acc;
+  m.lr = optimizer_->lr();
+  m.seconds = epoch_s;
+  // Training only (this run's part of the epoch when resumed mid-way).
+  m.images_per_sec = (train_sums[1] - epoch_.seen_at_start) / train_s;
+  return ReportEpoch(m);
+}
+
+// Rank 0: metrics.csv, plots and the epoch's line.
+absl::Status TrainLoop::ReportEpoch(const EpochMetrics& m) {
+  const TrainOptions& train = cfg_.train;
+  progress_.Finish();
+  RETURN_IF_ERROR(metrics_->Append(m));
+  RETURN_IF_ERROR(
+      WritePlots(train.output_dir + "/metrics.csv", train.output_dir + "/plots.svg"));
+  std::fprintf(run_.out,
+               "epoch %lld/%lld: train_loss %.4f test_loss %.4f test_acc %.4f lr %.5g "
+               "%.1fs %.0f img/s\n",
+               static_cast<long long>(m.epoch), static_cast<long long>(train.epochs),
+               m.train_loss, m.test_loss, m.test_acc, m.lr, m.seconds, m.images_per_sec);
+  std::fflush(run_.out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainResult> TrainLoop::Finish() {
+  if (result_.epoch == 0) {
+    // Resumed from the last checkpoint of a finished run: nothing to train.
+    ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_));
+    result_.epoch = pos_.epoch;
+    result_.test_acc = eval.acc;
+    result_.test_loss = eval.loss;
+  }
+  result_.params_sha256 = ParamsSha256(*model_);
+  result_.seconds = SecondsSince(start_);
+  if (group_ != nullptr) RETURN_IF_ERROR(group_->Barrier());
+  if (leader_) {
+    std::fprintf(run_.out, "%s\n", FinalLine(result_).c_str());
+    std::fflush(run_.out);
+  }
+  return result_;
+}
+
+absl::Status TrainLoop::LogSamples(int64_t epoch, int64_t i, size_t begin, size_t end) {
+  std::string line = absl::StrCat(run_.attempt, " ", epoch, " ", i);
+  for (size_t k = begin; k < end; ++k) absl::StrAppend(&line, " ", epoch_.indices[k]);
+  line.push_back('\n');
+  // One write per batch, so a killed rank's lines are complete.
+  if (::write(sample_log_, line.data(), line.size()) !=
+      static_cast<ssize_t>(line.size())) {
+    return absl::InternalError(
+        absl::StrCat("writing ", run_.sample_log, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+void TrainLoop::MaybeInjectFault(int64_t ni) const {
+  if (ni != run_.fail_at_iteration || rank_ != run_.fail_rank) return;
+  std::fprintf(stderr, "rank %d: injected SIGKILL at iteration %lld\n", rank_,
+               static_cast<long long>(ni));
+  std::fflush(stderr);
+  ::raise(SIGKILL);
+}
+
+}  // namespace elastrun::trainer

@@ -1,0 +1,130 @@
+// The training loop of elastrun-train on one rank, as one object holding
+// the run's state: set-up (model, data, sampler, schedule, optimizer,
+// resume, DDP, the run folder), then epochs of batches. Its private methods
+// are the seams where training state is taken or changes: one optimizer
+// step, a checkpoint of the position now, the end of an epoch.
+#ifndef ELASTRUN_TRAINER_TRAIN_LOOP_H_
+#define ELASTRUN_TRAINER_TRAIN_LOOP_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainer/checkpoint.h"
+#include "trainer/data.h"
+#include "trainer/ddp.h"
+#include "trainer/loss_scaler.h"
+#include "trainer/metrics.h"
+#include "trainer/models.h"
+#include "trainer/optimizer.h"
+#include "trainer/sampler.h"
+#include "trainer/schedule.h"
+#include "trainer/trainer.h"
+#include "trainer/trainer_pch.h"
+
+namespace elastrun::trainer {
+
+// One run on one rank. Not thread-safe: one thread drives it. `cfg`, `run`
+// and `group` (nullptr: one process) must outlive it. LibTorch's exceptions
+// (c10::Error) pass through; TrainOnGroup turns them into errors.
+class TrainLoop {
+ public:
+  // Builds what the run needs, restores its position (run.resume; a
+  // collective), wraps the model in DDP, and on rank 0 prepares the run
+  // folder (config.yaml, metrics.csv, old checkpoints set aside on a fresh
+  // run) and opens run.sample_log. Errors: as Train's (trainer.h).
+  static absl::StatusOr<std::unique_ptr<TrainLoop>> Create(const TrainerConfig& cfg,
+                                                           const RunOptions& run,
+                                                           worker::ProcessGroup* group);
+  ~TrainLoop();
+  TrainLoop(const TrainLoop&) = delete;
+  TrainLoop& operator=(const TrainLoop&) = delete;
+
+  // Trains the epochs left, then returns what the final line reports; rank
+  // 0 prints it once every rank is done. Call once. Errors: as Train's.
+  absl::StatusOr<TrainResult> Run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  // The epoch in progress.
+  struct EpochState {
+    Clock::time_point start;
+    int64_t first = 0;  // First batch this run trains (> 0: resumed mid-epoch).
+    std::vector<int64_t> indices;  // This rank's samples from batch `first` on.
+    double loss_sum = 0;           // Loss x samples so far (see StartEpoch).
+    double seen = 0;               // Samples so far (see StartEpoch).
+    double seen_at_start = 0;      // Samples over all ranks done before this run.
+  };
+
+  TrainLoop(const TrainerConfig& cfg, const RunOptions& run, worker::ProcessGroup* group);
+
+  // Set-up, in this order (see Create).
+  absl::Status Build();
+  absl::Status RestorePosition();
+  absl::Status PrepareRunFolder();
+  absl::Status OpenSampleLog();
+
+  // One epoch: its batches, mid-epoch checkpoints, then EndEpoch.
+  absl::Status RunEpoch(int64_t epoch);
+  void StartEpoch(int64_t epoch);
+  // Batch `i` of `epoch`: forward, backward, and an optimizer step when
+  // the accumulation is complete.
+  absl::Status TrainBatch(int64_t epoch, int64_t i);
+  // The optimizer step at global iteration `ni`: averages the accumulated
+  // gradients, unscales them, and steps (or skips an inf/nan step).
+  void OptimizerStep(int64_t ni);
+  // Records `done` batches of the epoch and checkpoints that position.
+  absl::Status CheckpointMidEpoch(int64_t done);
+  // Rank 0 saves the position now (every rank holds the same state).
+  absl::Status TakeCheckpoint(bool best);
+  // Sums the epoch's loss, evaluates, advances the position to the next
+  // epoch, checkpoints it when due, and reports the epoch (rank 0).
+  absl::Status EndEpoch(int64_t epoch);
+  absl::Status ReportEpoch(const EpochMetrics& m);
+  // After the last epoch: the result, the barrier and the final line.
+  absl::StatusOr<TrainResult> Finish();
+
+  absl::Status LogSamples(int64_t epoch, int64_t i, size_t begin, size_t end);
+  void MaybeInjectFault(int64_t ni) const;
+
+  const TrainerConfig& cfg_;
+  const RunOptions& run_;
+  worker::ProcessGroup* const group_;
+  const int world_;
+  const int rank_;
+  const bool leader_;  // Rank 0: prints, writes the run folder and checkpoints.
+  const Clock::time_point start_;
+
+  // In the order they are built, so they go in reverse: the DDP wrapper
+  // before the model it holds, the sample log first (the destructor).
+  Model model_;
+  Dataset train_set_;
+  Dataset test_set_;
+  std::optional<DistributedSampler> sampler_;  // Set by Build.
+  int64_t batches_per_epoch_ = 0;              // nb in YOLOv5's terms.
+  std::optional<YoloV5Schedule> schedule_;     // Set by Build.
+  std::unique_ptr<Optimizer> optimizer_;
+  TrainPosition pos_;
+  bool resumed_ = false;
+  std::optional<LossScaler> scaler_;              // train.amp.
+  std::unique_ptr<DistributedDataParallel> ddp_;  // With a group only.
+  std::optional<MetricsWriter> metrics_;          // Rank 0 only.
+  Progress progress_;
+  std::string checkpoint_dir_;
+  std::string config_yaml_;  // The resolved config, saved with every checkpoint.
+  int sample_log_ = -1;      // run.sample_log's descriptor, or -1.
+
+  EpochState epoch_;
+  TrainResult result_;
+};
+
+}  // namespace elastrun::trainer
+
+#endif  // ELASTRUN_TRAINER_TRAIN_LOOP_H_
