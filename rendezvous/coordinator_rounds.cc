@@ -36,10 +36,8 @@ bool InWaiting(const std::map<int64_t, WaitingNode>& m, const std::string& node_
 // joined, and every node placed on the job joined. A node that registers
 // later still gets in, through a scale-up round. Without this, a lost node
 // cost lease + last_call_timeout (3 s + 1 s by default) before the
-// survivors restarted. The core has no "close now" event: it is restored
-// with its last call already over (min_reached_time moved back) and its
-// timer fired at `now`, so the round's closed_time is `now`. Returns the
-// core's events; empty when nothing changed.
+// survivors restarted. Returns the core's events; empty when nothing
+// changed.
 std::vector<Event> CloseIfNobodyElseCanJoin(std::unique_ptr<RendezvousCore>& core,
                                             const std::vector<std::string>& placed,
                                             absl::Time now) {
@@ -49,24 +47,18 @@ std::vector<Event> CloseIfNobodyElseCanJoin(std::unique_ptr<RendezvousCore>& cor
   }
   const RendezvousState& st = core->state_snapshot();
   if (!st.min_reached_time || st.joined.size() != placed.size()) return {};
-  if (now >= *st.min_reached_time + st.config.last_call_timeout) return {};  // Tick's job
   absl::flat_hash_set<std::string> joined;
   for (const auto& [seq, w] : st.joined) joined.insert(w.request.node_id);
   for (const std::string& node : placed) {
     if (!joined.contains(node)) return {};
   }
-  RendezvousState early = st;
-  early.min_reached_time = now - early.config.last_call_timeout;
-  absl::StatusOr<std::unique_ptr<RendezvousCore>> restored =
-      RendezvousCore::Restore(std::move(early));
-  if (!restored.ok()) {
+  absl::StatusOr<std::vector<Event>> events = core->CloseNow(now);
+  if (!events.ok()) {
     LOG(ERROR) << "run " << core->run_id() << ": cannot close round " << core->round()
-               << " early (waiting for the last call): " << restored.status();
+               << " early: " << events.status();
     return {};
   }
-  std::vector<Event> events = (*restored)->Tick(now);
-  core = *std::move(restored);
-  return events;
+  return *std::move(events);
 }
 
 absl::StatusOr<Coordinator::Job*> Coordinator::FindJob(const std::string& job_id) {
