@@ -172,5 +172,46 @@ TEST_F(CoordinatorTest, LosingTheOnlyMissingNodeClosesTheRoundAtOnce) {
   EXPECT_EQ(streams_.at("b")->StartedWorldSize(), 2);
 }
 
+TEST_F(CoordinatorTest, ProgressIsVisibleAtOnceButWritesNoJobRecord) {
+  AddNode("a");
+  const std::string job = Submit(1, 1);
+  Join("a", job, 0);
+  clock_.Advance(absl::Seconds(1));
+  c_->Tick();
+  ASSERT_EQ(Started("a"), 0);
+  const Store::Writes before = c_->store_writes();
+  const absl::Time first = clock_.Now();
+  for (int step = 1; step <= 50; ++step) {
+    v1::ReportProgressRequest r;
+    r.set_job_id(job);
+    r.mutable_progress()->set_node_id("a");
+    r.mutable_progress()->set_step(step);
+    ASSERT_TRUE(c_->ReportProgress(r).ok());
+    clock_.Advance(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(Get(job).last_progress().step(), 50);  // in memory at once
+  EXPECT_EQ(c_->store_writes().jobs, before.jobs);  // the job record is not rewritten
+  EXPECT_EQ(c_->store_writes().progress, before.progress + 1);  // one small row
+  // The newest report is written by the timer once the interval (2 s by
+  // default) since the first one is over; the node keeps its lease.
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  hb.set_incarnation("inc-1");
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  std::optional<absl::Time> next = c_->Tick();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(*next, first + absl::Seconds(2));
+  clock_.Advance(*next - clock_.Now());
+  c_->Tick();
+  EXPECT_EQ(c_->store_writes().progress, before.progress + 2);
+  EXPECT_EQ(c_->store_writes().jobs, before.jobs);
+}
+
+TEST_F(CoordinatorTest, ProgressOfAnUnknownJobIsNotFound) {
+  v1::ReportProgressRequest r;
+  r.set_job_id("nope-1");
+  EXPECT_EQ(c_->ReportProgress(r).code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace elastrun::rendezvous
