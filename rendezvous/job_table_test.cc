@@ -1,5 +1,7 @@
 #include "rendezvous/job_table.h"
 
+#include <sqlite3.h>
+
 #include <memory>
 #include <string>
 
@@ -110,6 +112,48 @@ TEST(JobTableTest, ReloadKeepsTheRecordAndTheNewestProgress) {
   EXPECT_EQ((*again.Find("train-1"))->last_progress->step(), 3);
   // The next submission does not reuse an id.
   EXPECT_EQ((*again.Submit(Spec(), T0()))->id, "train-2");
+}
+
+TEST(JobTableTest, AFailedProgressWriteKeepsTheRecordAndIsRetriedLater) {
+  const std::string path = TempDir() + "/state.db";
+  { ASSERT_TRUE(Store::Open(path).ok()); }
+  // Every progress row write fails from now on (a fault only that table sees).
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TRIGGER no_progress BEFORE INSERT ON progress BEGIN "
+                         "SELECT RAISE(ABORT, 'disk says no'); END",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  std::unique_ptr<Store> store = *Store::Open(path);
+  JobTable jobs(store.get(), JobTableOptions{absl::Seconds(2)});
+  JobRecord* job = *jobs.Submit(Spec(), T0());
+  Outbox out;
+  EXPECT_TRUE(jobs.ReportProgress(out, *job, Step(1, T0()), T0()).ok());  // taken
+  EXPECT_FALSE(out.store_status.ok());
+  EXPECT_NE(out.store_status.message().find("disk says no"), std::string::npos);
+  EXPECT_EQ(job->last_progress->step(), 1);
+  // Retried one interval later, not on every report.
+  ASSERT_TRUE(jobs.NextProgressFlush().has_value());
+  EXPECT_EQ(*jobs.NextProgressFlush(), T0() + absl::Seconds(2));
+  ASSERT_TRUE(jobs.ReportProgress(out, *job, Step(2, T0() + absl::Seconds(1)),
+                                  T0() + absl::Seconds(1))
+                  .ok());
+  EXPECT_EQ(store->writes().progress, 1);
+  // The job record is whole: it reloads with its spec.
+  absl::StatusOr<Store::Contents> contents = store->Load();
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  ASSERT_EQ(contents->jobs.size(), 1u);
+  EXPECT_EQ(contents->jobs[0].job_id(), job->id);
+  EXPECT_EQ(contents->jobs[0].spec().argv(0), "prog");
+  // A record write (a round change, the job's end) still saves the progress.
+  Outbox later;
+  jobs.Persist(later, *job);
+  ASSERT_TRUE(later.store_status.ok()) << later.store_status;
+  contents = store->Load();
+  EXPECT_EQ(contents->jobs[0].last_progress().step(), 2);
+  EXPECT_FALSE(jobs.NextProgressFlush().has_value());
 }
 
 TEST(JobTableTest, FindNamesAMissingJob) {
