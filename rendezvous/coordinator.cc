@@ -1,7 +1,8 @@
-// Coordinator: construction, reload, nodes, Watch streams, timers. Rounds
-// are in coordinator_rounds.cc, the Jobs API in coordinator_jobs.cc.
+// Coordinator: one method per RPC, each under the one mutex, delegating to
+// the part that owns the concern (see coordinator.h).
 #include "rendezvous/coordinator.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -11,24 +12,30 @@
 #include "rendezvous/job_spec.h"
 
 namespace elastrun::rendezvous {
+namespace {
 
-// In coordinator_rounds.cc: closes a re-formed round at once when every
-// node placed on the job joined it.
-std::vector<Event> CloseIfNobodyElseCanJoin(std::unique_ptr<RendezvousCore>& core,
-                                            const std::vector<std::string>& placed,
-                                            absl::Time now);
+absl::Status ShuttingDown() {
+  return absl::UnavailableError("the service is shutting down");
+}
+
+}  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store)
     : options_(std::move(options)),
       clock_(*options_.clock),
       store_(std::move(store)),
-      registry_(options_.lease) {}
+      registry_(options_.lease),
+      jobs_(store_.get(), options_.jobs),
+      rounds_(clock_, registry_, jobs_, streams_, barriers_) {}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     CoordinatorOptions options) {
   RETURN_IF_ERROR(ValidateLeaseOptions(options.lease));
+  if (options.jobs.progress_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("progress interval must not be negative");
+  }
   if (options.clock == nullptr) options.clock = &RealClock();
   const std::string path = options.state_path.empty() ? ":memory:" : options.state_path;
   ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(path));
@@ -42,79 +49,17 @@ absl::Status Coordinator::Load() {
   ASSIGN_OR_RETURN(Store::Contents contents, store_->Load());
   const absl::Time now = clock_.Now();
   for (const v1::StoredNode& n : contents.nodes) registry_.Restore(n, now);
-  for (v1::StoredJob& stored : contents.jobs) {
-    auto job = std::make_unique<Job>();
-    job->id = stored.job_id();
-    job->seq = stored.seq();
-    job->spec = stored.spec();
-    job->submit_time = FromProto(stored.submit_time());
-    if (stored.has_last_progress()) job->last_progress = stored.last_progress();
-    if (stored.has_core()) {
-      absl::StatusOr<RendezvousState> state = FromProto(stored.core());
-      absl::StatusOr<std::unique_ptr<RendezvousCore>> core =
-          state.ok() ? RendezvousCore::Restore(*std::move(state))
-                     : absl::StatusOr<std::unique_ptr<RendezvousCore>>(state.status());
-      if (!core.ok()) {
-        return absl::DataLossError(absl::StrFormat("state database %s: job \"%s\": %s",
-                                                   store_->path(), job->id,
-                                                   core.status().message()));
-      }
-      job->core = *std::move(core);
-    }
-    for (const std::string& node : stored.placed()) {
-      job->placed.push_back(node);
-      registry_.Reserve(node, job->id, job->spec.nproc_per_node());
-    }
-    next_seq_ = std::max(next_seq_, job->seq + 1);
-    by_seq_.push_back(job.get());
-    jobs_[job->id] = std::move(job);
-  }
-  // Nodes that were lost while placed (the service died before it could
-  // react) are lost for their jobs now. Nothing can be sent yet.
-  Outbox out;
-  for (Job* job : by_seq_) {
-    std::vector<std::string> gone;
-    for (const std::string& node : job->placed) {
-      const NodeRecord* n = registry_.Find(node);
-      if (n == nullptr || !n->alive()) gone.push_back(node);
-    }
-    for (const std::string& node : gone) {
-      Unplace(*job, node);
-      if (job->core) HandleEvents(out, *job, job->core->NodeLost(node, now));
-      PersistJob(out, *job);
-    }
-  }
+  RETURN_IF_ERROR(jobs_.Restore(contents));
+  Outbox out;  // nothing can be sent yet: no stream is attached
+  rounds_.Restored(out);
   LOG(INFO) << "state " << store_->path() << ": " << contents.nodes.size() << " nodes, "
             << contents.jobs.size() << " jobs";
   return out.store_status;
 }
 
 void Coordinator::Flush(Outbox& out) {
-  for (auto& [stream, command] : out.sends) stream->Send(std::move(command));
-  for (auto& [stream, status] : out.closes) stream->Close(status);
-  for (auto& [done, status] : out.dones) done(status);
+  out.Deliver();
   if (options_.on_timers_changed) options_.on_timers_changed();
-}
-
-void Coordinator::Send(Outbox& out, const std::string& node_id, v1::Command command) {
-  auto it = streams_.find(node_id);
-  if (it == streams_.end()) return;  // Resync sends it when the node attaches.
-  out.sends.emplace_back(it->second, std::move(command));
-}
-
-void Coordinator::PersistJob(Outbox& out, const Job& job) {
-  v1::StoredJob s;
-  s.set_job_id(job.id);
-  s.set_seq(job.seq);
-  *s.mutable_spec() = job.spec;
-  *s.mutable_submit_time() = ToProto(job.submit_time);
-  for (const std::string& n : job.placed) s.add_placed(n);
-  if (job.core) *s.mutable_core() = ToProto(job.core->state_snapshot());
-  if (job.last_progress) *s.mutable_last_progress() = *job.last_progress;
-  if (absl::Status st = store_->PutJob(s); !st.ok()) {
-    LOG(ERROR) << st;
-    if (out.store_status.ok()) out.store_status = st;
-  }
 }
 
 void Coordinator::PersistNode(Outbox& out, const std::string& node_id) {
@@ -122,8 +67,13 @@ void Coordinator::PersistNode(Outbox& out, const std::string& node_id) {
   if (n == nullptr) return;
   if (absl::Status st = store_->PutNode(n->stored); !st.ok()) {
     LOG(ERROR) << st;
-    if (out.store_status.ok()) out.store_status = st;
+    out.StoreFailed(std::move(st));
   }
+}
+
+Store::Writes Coordinator::store_writes() const {
+  absl::MutexLock lock(&mu_);
+  return store_->writes();
 }
 
 absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
@@ -132,19 +82,19 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
   v1::RegisterNodeResponse resp;
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_) return absl::UnavailableError("the service is shutting down");
+    if (shutting_down_) return ShuttingDown();
     ASSIGN_OR_RETURN(NodeRegistry::Registered check, registry_.CheckRegister(r));
     if (check.restarted) {
       // Its workers died with the old daemon.
       NodeLost(out, r.node_id(), "daemon restarted (new incarnation)");
     }
-    const bool was_alive = registry_.Find(r.node_id()) != nullptr &&
-                           registry_.Find(r.node_id())->alive();
+    const NodeRecord* before = registry_.Find(r.node_id());
+    const bool was_alive = before != nullptr && before->alive();
     registry_.Register(r, clock_.Now());
     PersistNode(out, r.node_id());
     LOG(INFO) << "node " << r.node_id() << " registered (" << r.addr() << ", "
               << r.slots() << " slots" << (was_alive ? ", reconnect" : "") << ")";
-    Schedule(out);
+    rounds_.Schedule(out);
     *resp.mutable_heartbeat_interval() = ToProto(options_.lease.heartbeat_interval);
     *resp.mutable_lease_timeout() = ToProto(options_.lease.lease_timeout);
   }
@@ -153,7 +103,8 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
   return resp;
 }
 
-absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& r) {
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
+    const v1::HeartbeatRequest& r) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(absl::Time expiry,
                    registry_.Heartbeat(r.node_id(), r.incarnation(), clock_.Now()));
@@ -167,17 +118,16 @@ absl::Status Coordinator::AttachWatch(const v1::WatchRequest& r,
   Outbox out;
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_) return absl::UnavailableError("the service is shutting down");
+    if (shutting_down_) return ShuttingDown();
     RETURN_IF_ERROR(registry_.CheckAlive(r.node_id(), r.incarnation()));
-    auto it = streams_.find(r.node_id());
-    if (it != streams_.end()) {
-      // Superseded, not broken: erase first so its Detach is not a loss.
-      out.closes.emplace_back(it->second,
-                              absl::AbortedError("superseded by a newer Watch stream"));
-      streams_.erase(it);
-    }
-    streams_[r.node_id()] = std::move(stream);
-    Resync(out, r.node_id());
+    streams_.Attach(out, r.node_id(), std::move(stream));
+    v1::Command welcome;
+    *welcome.mutable_welcome()->mutable_heartbeat_interval() =
+        ToProto(options_.lease.heartbeat_interval);
+    *welcome.mutable_welcome()->mutable_lease_timeout() =
+        ToProto(options_.lease.lease_timeout);
+    streams_.Send(out, r.node_id(), std::move(welcome));
+    rounds_.Resync(out, r.node_id());
   }
   Flush(out);
   return absl::OkStatus();
@@ -187,91 +137,158 @@ void Coordinator::DetachWatch(const std::string& node_id, const NodeStream* stre
   Outbox out;
   {
     absl::MutexLock lock(&mu_);
-    auto it = streams_.find(node_id);
-    if (it == streams_.end() || it->second.get() != stream) return;
-    streams_.erase(it);
-    if (shutting_down_) return;
+    if (!streams_.Detach(node_id, stream) || shutting_down_) return;
     NodeLost(out, node_id, "watch stream closed");
   }
   Flush(out);
 }
 
-void Coordinator::Resync(Outbox& out, const std::string& node_id) {
-  v1::Command welcome;
-  *welcome.mutable_welcome()->mutable_heartbeat_interval() =
-      ToProto(options_.lease.heartbeat_interval);
-  *welcome.mutable_welcome()->mutable_lease_timeout() = ToProto(options_.lease.lease_timeout);
-  Send(out, node_id, std::move(welcome));
-  NodeRecord* node = registry_.Find(node_id);
-  // Attempts the daemon runs that the service no longer wants.
-  for (const v1::RunningAttempt& a : node->reported_running) {
-    auto it = jobs_.find(a.job_id());
-    const Job* job = it == jobs_.end() ? nullptr : it->second.get();
-    v1::Command c;
-    if (job == nullptr || !job->core || job->core->finished() ||
-        !node->jobs.count(a.job_id())) {
-      c.mutable_end_job()->set_job_id(a.job_id());
-      c.mutable_end_job()->set_state(job && job->core ? PublicJobState(
-                                                            job->core->state_snapshot())
-                                                      : v1::JOB_STATE_UNSPECIFIED);
-      c.mutable_end_job()->set_reason("the node is no longer part of the job");
-    } else {
-      const RoundAssignment* cur = job->core->assignment();
-      if (cur != nullptr && cur->round == a.round() && cur->Find(node_id) != nullptr) {
-        continue;  // Still the right attempt: its workers go on.
-      }
-      c.mutable_stop()->set_job_id(a.job_id());
-      c.mutable_stop()->set_round(a.round());
-      c.mutable_stop()->set_reason("stale: the job moved on to another round");
-    }
-    Send(out, node_id, std::move(c));
-  }
-  for (const std::string& job_id : node->jobs) {
-    Job& job = *jobs_.at(job_id);
-    if (!job.core || job.core->finished()) continue;
-    const RoundAssignment* cur = job.core->assignment();
-    if (cur != nullptr && cur->Find(node_id) != nullptr) {
-      Send(out, node_id, ForNode(StartCommand(job, *cur), *cur, node_id));
-    }
-  }
-  for (const std::string& job_id : node->jobs) {
-    Job& job = *jobs_.at(job_id);
-    job.asked.erase(node_id);
-    Reconcile(out, job, /*force=*/false);
-  }
-}
-
 void Coordinator::NodeLost(Outbox& out, const std::string& node_id,
                            const std::string& reason) {
-  NodeRecord* node = registry_.Find(node_id);
+  const NodeRecord* node = registry_.Find(node_id);
   if (node == nullptr || !node->alive()) return;
   LOG(WARNING) << "node " << node_id << " lost: " << reason;
   registry_.MarkLost(node_id, reason);
   PersistNode(out, node_id);
-  if (auto it = streams_.find(node_id); it != streams_.end()) {
-    out.closes.emplace_back(it->second, absl::UnavailableError(absl::StrFormat(
-                                            "node \"%s\" lost: %s; register again",
-                                            node_id, reason)));
-    streams_.erase(it);
+  streams_.Close(out, node_id,
+                 absl::UnavailableError(absl::StrFormat(
+                     "node \"%s\" lost: %s; register again", node_id, reason)));
+  rounds_.NodeLost(out, node_id);
+}
+
+absl::StatusOr<v1::JoinRoundResponse> Coordinator::JoinRound(
+    const v1::JoinRoundRequest& r) {
+  Outbox out;
+  absl::StatusOr<v1::JoinRoundResponse> resp;
+  {
+    absl::MutexLock lock(&mu_);
+    resp = rounds_.Join(out, r);
   }
-  const absl::Time now = clock_.Now();
-  const std::set<std::string> jobs = node->jobs;  // Unplace edits node->jobs
-  for (const std::string& job_id : jobs) {
-    Job& job = *jobs_.at(job_id);
-    Unplace(job, node_id);
-    if (job.core) HandleEvents(out, job, job.core->NodeLost(node_id, now));
-    PersistJob(out, job);
+  Flush(out);
+  RETURN_IF_ERROR(out.store_status);
+  return resp;
+}
+
+absl::Status Coordinator::ReportExit(const v1::ReportExitRequest& r) {
+  Outbox out;
+  absl::Status st;
+  {
+    absl::MutexLock lock(&mu_);
+    st = rounds_.ReportExit(out, r);
   }
-  Schedule(out);
-  // A node lost while the others had all joined: nobody else is coming
-  // (Schedule placed any free node first).
-  for (const std::string& job_id : jobs) {
-    Job& job = *jobs_.at(job_id);
-    std::vector<Event> early = CloseIfNobodyElseCanJoin(job.core, job.placed, now);
-    if (early.empty()) continue;
-    HandleEvents(out, job, early);
-    PersistJob(out, job);
+  Flush(out);
+  RETURN_IF_ERROR(st);
+  return out.store_status;
+}
+
+absl::Status Coordinator::ReportProgress(const v1::ReportProgressRequest& r) {
+  Outbox out;
+  bool wake = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
+    const bool had_pending = jobs_.NextProgressFlush().has_value();
+    RETURN_IF_ERROR(jobs_.ReportProgress(out, *job, r.progress(), clock_.Now()));
+    // A row left for later needs the timer: wake it when the first one
+    // becomes pending (at most once per interval and job).
+    wake = !had_pending && jobs_.NextProgressFlush().has_value();
   }
+  if (wake && options_.on_timers_changed) options_.on_timers_changed();
+  // A failed progress write is retried by the timer: the report was taken
+  // and the job record is untouched, so the caller has nothing to redo.
+  return absl::OkStatus();
+}
+
+uint64_t Coordinator::Barrier(const v1::BarrierRequest& r, BarrierDone done) {
+  Outbox out;
+  absl::StatusOr<uint64_t> id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = Arrive(out, r, done);
+  }
+  if (!id.ok()) out.dones.emplace_back(std::move(done), id.status());
+  out.Deliver();
+  return id.ok() ? *id : 0;
+}
+
+absl::StatusOr<uint64_t> Coordinator::Arrive(Outbox& out, const v1::BarrierRequest& r,
+                                             BarrierDone& done) {
+  if (shutting_down_) return ShuttingDown();
+  RETURN_IF_ERROR(BarrierTable::CheckName(r.name()));
+  ASSIGN_OR_RETURN(int members, rounds_.BarrierMembers(r));
+  return barriers_.Arrive(out, r.job_id(), r.round(), r.name(), r.participant(), members,
+                          done);
+}
+
+void Coordinator::AbandonBarrier(uint64_t waiter_id) {
+  BarrierDone done;
+  {
+    absl::MutexLock lock(&mu_);
+    done = barriers_.Abandon(waiter_id);
+  }
+  if (done) done(absl::CancelledError("barrier wait abandoned by the caller"));
+}
+
+absl::StatusOr<v1::SubmitResponse> Coordinator::Submit(const v1::SubmitRequest& r) {
+  RETURN_IF_ERROR(ValidateJobSpec(r.spec()));
+  Outbox out;
+  v1::SubmitResponse resp;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return ShuttingDown();
+    ASSIGN_OR_RETURN(JobRecord * job, jobs_.Submit(WithDefaults(r.spec()), clock_.Now()));
+    LOG(INFO) << "job " << job->id << " submitted: nnodes " << job->spec.min_nodes()
+              << ":" << job->spec.max_nodes() << " x " << job->spec.nproc_per_node();
+    resp.set_job_id(job->id);
+    rounds_.Schedule(out);
+  }
+  Flush(out);
+  return resp;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const v1::GetJobRequest& r) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
+  return JobStatusOf(*job, /*with_history=*/true);
+}
+
+v1::ListJobsResponse Coordinator::ListJobs(const v1::ListJobsRequest& r) {
+  absl::MutexLock lock(&mu_);
+  return jobs_.List(r);
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(const v1::CancelJobRequest& r) {
+  Outbox out;
+  v1::JobStatus status;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
+    rounds_.Cancel(out, *job, r.reason().substr(0, 1024));
+    status = JobStatusOf(*job, /*with_history=*/true);
+  }
+  Flush(out);
+  RETURN_IF_ERROR(out.store_status);
+  return status;
+}
+
+v1::ListNodesResponse Coordinator::ListNodes() {
+  absl::MutexLock lock(&mu_);
+  v1::ListNodesResponse resp;
+  for (const auto& [id, n] : registry_.nodes()) {
+    v1::NodeInfo* info = resp.add_nodes();
+    info->set_node_id(id);
+    info->set_addr(n.stored.addr());
+    info->set_slots(n.stored.slots());
+    info->set_free_slots(n.alive() ? std::max(0, n.free_slots()) : 0);
+    *info->mutable_labels() = n.stored.labels();
+    info->set_state(n.stored.state());
+    info->set_watching(streams_.watching(id));
+    *info->mutable_registered_time() = n.stored.registered_time();
+    if (n.alive()) *info->mutable_lease_expiry() = ToProto(n.lease_expiry);
+    for (const std::string& job : n.jobs) info->add_jobs(job);
+    info->set_lost_reason(n.stored.lost_reason());
+  }
+  return resp;
 }
 
 std::optional<absl::Time> Coordinator::Tick() {
@@ -281,19 +298,17 @@ std::optional<absl::Time> Coordinator::Tick() {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return std::nullopt;
     const absl::Time now = clock_.Now();
-    for (const std::string& id : registry_.Expired(now)) NodeLost(out, id, "lease expired");
-    for (Job* job : by_seq_) TickJob(out, *job, now);
-    next = registry_.NextExpiry();
-    for (Job* job : by_seq_) {
-      if (!job->core) continue;
-      std::optional<absl::Time> d = job->core->NextDeadline();
+    for (const std::string& id : registry_.Expired(now))
+      NodeLost(out, id, "lease expired");
+    rounds_.Tick(out, now);
+    jobs_.FlushProgress(out, now);
+    for (std::optional<absl::Time> d :
+         {registry_.NextExpiry(), rounds_.NextDeadline(), jobs_.NextProgressFlush()}) {
       if (d && (!next || *d < *next)) next = d;
     }
   }
   // No timers_changed signal from a Tick: the caller has the new deadline.
-  for (auto& [stream, command] : out.sends) stream->Send(std::move(command));
-  for (auto& [stream, status] : out.closes) stream->Close(status);
-  for (auto& [done, status] : out.dones) done(status);
+  out.Deliver();
   return next;
 }
 
@@ -303,18 +318,11 @@ void Coordinator::Shutdown() {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
     shutting_down_ = true;
-    for (auto& [id, stream] : streams_) {
-      out.closes.emplace_back(stream, absl::UnavailableError("the service is shutting down"));
-    }
-    streams_.clear();
-    for (auto& [id, waiter] : waiters_) {
-      out.dones.emplace_back(std::move(waiter.second),
-                             absl::UnavailableError("the service is shutting down"));
-    }
-    waiters_.clear();
+    jobs_.FlushProgress(out, clock_.Now(), /*all=*/true);
+    streams_.CloseAll(out, ShuttingDown());
+    barriers_.AbortAll(out, ShuttingDown());
   }
-  for (auto& [stream, status] : out.closes) stream->Close(status);
-  for (auto& [done, status] : out.dones) done(status);
+  out.Deliver();
 }
 
 }  // namespace elastrun::rendezvous

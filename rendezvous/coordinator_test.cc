@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace elastrun::rendezvous {
@@ -28,6 +29,24 @@ class FakeStream : public NodeStream {
       if (c.has_start()) round = c.start().assignment().round();
     }
     return round;
+  }
+  // The round of the latest StartAttempt of `job`, or -1.
+  int64_t StartedRound(const std::string& job) {
+    absl::MutexLock lock(&mu_);
+    int64_t round = -1;
+    for (const v1::Command& c : commands_) {
+      if (c.has_start() && c.start().job_id() == job)
+        round = c.start().assignment().round();
+    }
+    return round;
+  }
+  // Whether the node was asked to join a round of `job`.
+  bool AskedToJoin(const std::string& job) {
+    absl::MutexLock lock(&mu_);
+    for (const v1::Command& c : commands_) {
+      if (c.has_join_round() && c.join_round().job_id() == job) return true;
+    }
+    return false;
   }
   int StartedWorldSize() {
     absl::MutexLock lock(&mu_);
@@ -52,12 +71,12 @@ class CoordinatorTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status();
     c_ = *std::move(c);
   }
-  void AddNode(const std::string& id) {
+  void AddNode(const std::string& id, int slots = 1) {
     v1::RegisterNodeRequest r;
     r.set_node_id(id);
     r.set_incarnation("inc-1");
     r.set_addr(id + ".test");
-    r.set_slots(1);
+    r.set_slots(slots);
     ASSERT_TRUE(c_->RegisterNode(r).ok());
     v1::WatchRequest w;
     w.set_node_id(id);
@@ -170,6 +189,120 @@ TEST_F(CoordinatorTest, LosingTheOnlyMissingNodeClosesTheRoundAtOnce) {
   EXPECT_EQ(Started("a"), 1);
   EXPECT_EQ(Started("b"), 1);
   EXPECT_EQ(streams_.at("b")->StartedWorldSize(), 2);
+}
+
+// The node `id` as ListNodes shows it.
+v1::NodeInfo NodeInfoOf(Coordinator& c, const std::string& id) {
+  const v1::ListNodesResponse all = c.ListNodes();
+  for (const v1::NodeInfo& n : all.nodes()) {
+    if (n.node_id() == id) return n;
+  }
+  ADD_FAILURE() << "no node " << id;
+  return v1::NodeInfo();
+}
+
+TEST_F(CoordinatorTest, JobsShareANodeByFreeSlots) {
+  AddNode("a", /*slots=*/2);
+  const std::string j1 = Submit(1, 1);
+  const std::string j2 = Submit(1, 1);
+  const std::string j3 = Submit(1, 1);
+  ASSERT_TRUE(streams_.at("a")->AskedToJoin(j1));
+  ASSERT_TRUE(streams_.at("a")->AskedToJoin(j2));
+  EXPECT_FALSE(streams_.at("a")->AskedToJoin(j3));  // no slot left
+  Join("a", j1, 0);
+  Join("a", j2, 0);
+  // nnodes 1:1 closes at max: no last call.
+  EXPECT_EQ(Get(j1).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(j2).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(streams_.at("a")->StartedRound(j1), 0);
+  EXPECT_EQ(streams_.at("a")->StartedRound(j2), 0);
+  EXPECT_EQ(Get(j3).state(), v1::JOB_STATE_PENDING);
+  v1::NodeInfo info = NodeInfoOf(*c_, "a");
+  EXPECT_EQ(info.free_slots(), 0);
+  EXPECT_THAT(info.jobs(), ::testing::UnorderedElementsAre(j1, j2));
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(j1);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  EXPECT_EQ(Get(j1).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Get(j2).state(), v1::JOB_STATE_RUNNING);  // untouched
+  ASSERT_TRUE(streams_.at("a")->AskedToJoin(j3));     // j1's slot went to j3
+  Join("a", j3, 0);
+  EXPECT_EQ(Get(j3).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(streams_.at("a")->StartedRound(j3), 0);
+  info = NodeInfoOf(*c_, "a");
+  EXPECT_EQ(info.free_slots(), 0);
+  EXPECT_THAT(info.jobs(), ::testing::UnorderedElementsAre(j2, j3));
+}
+
+TEST_F(CoordinatorTest, ABigJobWaitsForFreeSlotsAndQueuedJobsKeepTheirOrder) {
+  AddNode("a", /*slots=*/4);
+  const std::string small = Submit(1, 1);  // 1 slot
+  v1::SubmitRequest r;
+  r.mutable_spec()->set_name("big");
+  r.mutable_spec()->set_min_nodes(1);
+  r.mutable_spec()->set_max_nodes(1);
+  r.mutable_spec()->set_nproc_per_node(4);
+  r.mutable_spec()->add_argv("worker");
+  absl::StatusOr<v1::SubmitResponse> big = c_->Submit(r);
+  ASSERT_TRUE(big.ok()) << big.status();
+  const std::string after = Submit(1, 1);
+  EXPECT_FALSE(streams_.at("a")->AskedToJoin(big->job_id()));  // 3 of 4 slots free
+  // FIFO: the 1-slot job behind it does not overtake the big one.
+  EXPECT_FALSE(streams_.at("a")->AskedToJoin(after));
+  EXPECT_EQ(NodeInfoOf(*c_, "a").free_slots(), 3);
+  Join("a", small, 0);
+  v1::ReportExitRequest done;
+  done.set_job_id(small);
+  done.set_round(0);
+  done.set_node_id("a");
+  done.set_succeeded(true);
+  ASSERT_TRUE(c_->ReportExit(done).ok());
+  EXPECT_EQ(Get(small).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE(streams_.at("a")->AskedToJoin(big->job_id()));
+  EXPECT_FALSE(streams_.at("a")->AskedToJoin(after));
+  EXPECT_EQ(NodeInfoOf(*c_, "a").free_slots(), 0);
+}
+
+TEST_F(CoordinatorTest, ProgressIsVisibleAtOnceButWritesNoJobRecord) {
+  AddNode("a");
+  const std::string job = Submit(1, 1);
+  Join("a", job, 0);
+  clock_.Advance(absl::Seconds(1));
+  c_->Tick();
+  ASSERT_EQ(Started("a"), 0);
+  const Store::Writes before = c_->store_writes();
+  const absl::Time first = clock_.Now();
+  for (int step = 1; step <= 50; ++step) {
+    v1::ReportProgressRequest r;
+    r.set_job_id(job);
+    r.mutable_progress()->set_node_id("a");
+    r.mutable_progress()->set_step(step);
+    ASSERT_TRUE(c_->ReportProgress(r).ok());
+    clock_.Advance(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(Get(job).last_progress().step(), 50);   // in memory at once
+  EXPECT_EQ(c_->store_writes().jobs, before.jobs);  // the job record is not rewritten
+  EXPECT_EQ(c_->store_writes().progress, before.progress + 1);  // one small row
+  // The newest report is written by the timer once the interval (2 s by
+  // default) since the first one is over; the node keeps its lease.
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  hb.set_incarnation("inc-1");
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  std::optional<absl::Time> next = c_->Tick();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(*next, first + absl::Seconds(2));
+  clock_.Advance(*next - clock_.Now());
+  c_->Tick();
+  EXPECT_EQ(c_->store_writes().progress, before.progress + 2);
+  EXPECT_EQ(c_->store_writes().jobs, before.jobs);
+}
+
+TEST_F(CoordinatorTest, ProgressOfAnUnknownJobIsNotFound) {
+  v1::ReportProgressRequest r;
+  r.set_job_id("nope-1");
+  EXPECT_EQ(c_->ReportProgress(r).code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -421,6 +421,23 @@ std::vector<Event> RendezvousCore::Cancel(absl::string_view why, absl::Time now)
   return events;
 }
 
+absl::StatusOr<std::vector<Event>> RendezvousCore::CloseNow(absl::Time now) {
+  auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot close round %d of run \"%s\" now: %s (job %s)", round(),
+                        s_.run_id, why, JobStateName(s_.state)));
+  };
+  if (finished()) return refuse("the job is finished");
+  if (s_.state != JobState::kJoining) return refuse("the round is not joining");
+  if (joined_count() < s_.config.min_nodes) {
+    return refuse(absl::StrFormat("%d of min_nodes=%d nodes joined", joined_count(),
+                                  s_.config.min_nodes));
+  }
+  std::vector<Event> events;
+  CloseRound(now, events);
+  return events;
+}
+
 std::optional<absl::Time> RendezvousCore::NextDeadline() const {
   if (s_.state != JobState::kJoining) return std::nullopt;
   if (s_.min_reached_time) {

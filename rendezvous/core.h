@@ -101,6 +101,14 @@ class RendezvousCore {
   // kJobFinished CANCELLED with `why`. No-op once finished.
   std::vector<Event> Cancel(absl::string_view why, absl::Time now);
 
+  // Closes the JOINING round now, as if its last call had just run out:
+  // the adapter knows nobody else can join (every node it placed on the job
+  // joined), so waiting out last_call_timeout would only delay the start.
+  // Returns kRoundClosed; the round's closed_time is `now`. Errors
+  // (FailedPrecondition, nothing changes): the job is finished, the round is
+  // not JOINING (already running), or fewer than min_nodes joined it.
+  absl::StatusOr<std::vector<Event>> CloseNow(absl::Time now);
+
   // Fires every timer due at `now`: closes a JOINING round whose last call
   // expired, or fails the job if the round stayed below min_nodes for
   // join_timeout.

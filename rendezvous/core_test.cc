@@ -191,6 +191,57 @@ TEST(JoinTest, NodeLostWhileJoiningCancelsTheLastCall) {
   EXPECT_THAT(RankOrder(*ev[0].assignment), ElementsAre("a", "b"));
 }
 
+TEST(CloseNowTest, ClosesAJoiningRoundWithMinNodesAtOnce) {
+  RendezvousCore core("job", Config(2, 3), T0());
+  MustJoin(core, Req("a"), T0());
+  MustJoin(core, Req("b"), T0() + absl::Seconds(1));
+  const absl::Time now = T0() + absl::Seconds(2);  // last call would end at 6 s
+  absl::StatusOr<std::vector<Event>> ev = core.CloseNow(now);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  ASSERT_THAT(Kinds(*ev), ElementsAre(Kind::kRoundClosed));
+  EXPECT_THAT(RankOrder(*(*ev)[0].assignment), ElementsAre("a", "b"));
+  EXPECT_EQ(core.state(), JobState::kRunning);
+  EXPECT_EQ(core.history()[0].closed_time, now);
+  EXPECT_EQ(core.NextDeadline(), std::nullopt);  // no last call left to fire
+  EXPECT_TRUE(core.Tick(T0() + absl::Seconds(10)).empty());
+}
+
+TEST(CloseNowTest, RefusesBelowMinRunningOrFinishedAndChangesNothing) {
+  RendezvousCore core("job", Config(2, 3), T0());
+  MustJoin(core, Req("a"), T0());
+  absl::StatusOr<std::vector<Event>> ev = core.CloseNow(T0());
+  EXPECT_EQ(ev.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ev.status().message(), HasSubstr("1 of min_nodes=2"));
+  EXPECT_EQ(core.state(), JobState::kJoining);
+  EXPECT_EQ(core.joined_count(), 1);
+
+  MustJoin(core, Req("b"), T0());
+  MustJoin(core, Req("c"), T0());  // max: closed
+  ev = core.CloseNow(T0());
+  EXPECT_EQ(ev.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ev.status().message(), HasSubstr("not joining"));
+  EXPECT_EQ(core.round(), 0);
+
+  core.Cancel("test", T0());
+  ev = core.CloseNow(T0());
+  EXPECT_EQ(ev.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ev.status().message(), HasSubstr("finished"));
+}
+
+TEST(CloseNowTest, KeepsStableRanksInAReformedRound) {
+  RendezvousCore core("job", Config(2, 3, /*max_restarts=*/1), T0());
+  for (const char* id : {"a", "b", "c"}) MustJoin(core, Req(id), T0());
+  core.NodeLost("a", T0() + absl::Seconds(1));  // round 1 opens
+  MustJoin(core, Req("c"), T0() + absl::Seconds(1));
+  MustJoin(core, Req("b"), T0() + absl::Seconds(1));
+  absl::StatusOr<std::vector<Event>> ev = core.CloseNow(T0() + absl::Seconds(1));
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  ASSERT_THAT(Kinds(*ev), ElementsAre(Kind::kRoundClosed));
+  EXPECT_EQ((*ev)[0].round, 1);
+  // b keeps rank 1; c (rank 2 >= 2 nodes) takes the free rank 0.
+  EXPECT_THAT(RankOrder(*(*ev)[0].assignment), ElementsAre("c", "b"));
+}
+
 TEST(RanksTest, OffsetsWithMixedLocalWorldSizes) {
   RendezvousCore core("job", Config(3, 3), T0());
   MustJoin(core, Req("a", 4), T0());

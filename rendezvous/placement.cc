@@ -9,7 +9,7 @@ std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int 
                                    const std::vector<std::string>& exclude) {
   std::vector<std::pair<int, const std::string*>> fit;  // (free slots, id)
   for (const auto& [id, n] : registry.nodes()) {
-    if (!n.alive() || !n.jobs.empty() || n.free_slots() < nproc) continue;
+    if (!n.alive() || n.free_slots() < nproc) continue;
     if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
     fit.emplace_back(n.free_slots(), &id);
   }

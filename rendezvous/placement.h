@@ -10,14 +10,13 @@
 
 namespace elastrun::rendezvous {
 
-// Up to `want` alive nodes with at least `nproc` free slots and no job,
-// excluding `exclude`, most free slots first, then by node id
-// (deterministic). Returns them all, even fewer than a job's minimum: the
-// caller decides whether that is enough.
+// Up to `want` alive nodes with at least `nproc` free slots (slots minus the
+// nproc_per_node of every job placed on it), excluding `exclude`, most free
+// slots first, then by node id (deterministic). Returns them all, even
+// fewer than a job's minimum: the caller decides whether that is enough.
 //
-// A node that holds any job counts as full: a daemon runs one job at a time
-// (its agent reaps with waitpid(-1), so two worker groups in one daemon
-// would steal each other's exits).
+// A node may hold several jobs at once, as long as their workers fit its
+// slots: its daemon runs one attempt per job and tells their exits apart.
 std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int want,
                                    const std::vector<std::string>& exclude);
 

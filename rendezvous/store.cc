@@ -55,6 +55,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
       "  data BLOB NOT NULL);"
       "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
       "  data BLOB NOT NULL);"
+      // Added without a schema bump: an older service ignores the table.
+      "CREATE TABLE IF NOT EXISTS progress (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
+      "  data BLOB NOT NULL);"
       "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 1);"));
   // A file from a newer elastrun would be misread: refuse it.
   sqlite3_stmt* stmt = nullptr;
@@ -101,18 +104,27 @@ absl::Status Store::Put(const char* sql, const std::string& key, int64_t seq,
 }
 
 absl::Status Store::PutNode(const v1::StoredNode& node) {
+  ++writes_.nodes;
   return Put("INSERT OR REPLACE INTO nodes (id, seq, data) VALUES (?1, ?2, ?3)",
              node.node_id(), 0, node.SerializeAsString());
 }
 
 absl::Status Store::PutJob(const v1::StoredJob& job) {
+  ++writes_.jobs;
   return Put("INSERT OR REPLACE INTO jobs (id, seq, data) VALUES (?1, ?2, ?3)", job.job_id(),
              job.seq(), job.SerializeAsString());
+}
+
+absl::Status Store::PutProgress(const std::string& job_id, const v1::Progress& progress) {
+  ++writes_.progress;
+  return Put("INSERT OR REPLACE INTO progress (id, seq, data) VALUES (?1, ?2, ?3)", job_id,
+             0, progress.SerializeAsString());
 }
 
 absl::StatusOr<Store::Contents> Store::Load() {
   Contents out;
   auto scan = [&](const char* sql, const char* table, auto add) -> absl::Status {
+    // `add` gets the row's id (never null) and its blob.
     sqlite3_stmt* stmt = nullptr;
     int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
     if (rc != SQLITE_OK) return Error(rc, absl::StrFormat("reading table %s", table));
@@ -121,7 +133,7 @@ absl::StatusOr<Store::Contents> Store::Load() {
       const char* id = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
       const void* data = sqlite3_column_blob(stmt, 1);
       const int size = sqlite3_column_bytes(stmt, 1);
-      if (!add(data, size)) {
+      if (!add(id != nullptr ? id : "", data, size)) {
         return absl::DataLossError(absl::StrFormat(
             "state database %s: row \"%s\" of table %s does not parse (%d bytes); the "
             "file is damaged: restore it from a backup or move it away to start empty",
@@ -132,12 +144,16 @@ absl::StatusOr<Store::Contents> Store::Load() {
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(scan("SELECT id, data FROM nodes ORDER BY id", "nodes",
-                       [&](const void* data, int size) {
+                       [&](const char*, const void* data, int size) {
                          return out.nodes.emplace_back().ParseFromArray(data, size);
                        }));
   RETURN_IF_ERROR(scan("SELECT id, data FROM jobs ORDER BY seq", "jobs",
-                       [&](const void* data, int size) {
+                       [&](const char*, const void* data, int size) {
                          return out.jobs.emplace_back().ParseFromArray(data, size);
+                       }));
+  RETURN_IF_ERROR(scan("SELECT id, data FROM progress ORDER BY id", "progress",
+                       [&](const char* id, const void* data, int size) {
+                         return out.progress[id].ParseFromArray(data, size);
                        }));
   return out;
 }

@@ -1,11 +1,13 @@
 // Durable state of the rendezvous service in one SQLite file: the node
-// registry and every job (spec, placement, the core's RendezvousState with its
-// round history, last progress). Writes go through at once (WAL,
+// registry, every job (spec, placement, the core's RendezvousState with its
+// round history) and, in a small row of its own, each job's last progress,
+// so that a progress report never rewrites the job. Writes go through at once (WAL,
 // synchronous=NORMAL: a committed write survives a SIGKILL of the service;
 // an OS crash may lose the last few).
 #ifndef ELASTRUN_RENDEZVOUS_STORE_H_
 #define ELASTRUN_RENDEZVOUS_STORE_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,10 +38,22 @@ class Store {
   // Insert or replace by node_id / job_id. Errors name the file.
   absl::Status PutNode(const v1::StoredNode& node);
   absl::Status PutJob(const v1::StoredJob& job);
+  // The job's last progress, in its own table (one small row per job).
+  absl::Status PutProgress(const std::string& job_id, const v1::Progress& progress);
+
+  // Rows written since Open, by table: what callers may check to show a
+  // write did or did not happen.
+  struct Writes {
+    int64_t nodes = 0;
+    int64_t jobs = 0;
+    int64_t progress = 0;
+  };
+  const Writes& writes() const { return writes_; }
 
   struct Contents {
     std::vector<v1::StoredNode> nodes;  // by node_id
     std::vector<v1::StoredJob> jobs;    // by submission seq
+    std::map<std::string, v1::Progress> progress;  // by job id
   };
   // Everything stored. DataLoss naming the file and the row for a row that
   // does not parse: a damaged database is reported, never skipped.
@@ -58,6 +72,7 @@ class Store {
 
   std::string path_;
   sqlite3* db_;  // owned
+  Writes writes_;
 };
 
 }  // namespace elastrun::rendezvous

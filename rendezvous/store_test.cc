@@ -98,5 +98,41 @@ TEST(StoreTest, UnparsableRowIsDataLossNotSkipped) {
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("train-1"));
 }
 
+TEST(StoreTest, ProgressRowsRoundTripAndAFileWithoutThemLoads) {
+  const std::string path = TempDir() + "/state.db";
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutJob(Job("train-1", 1)).ok());
+  }
+  // A file written before progress had its own table.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE progress", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<Store::Contents> c = (*store)->Load();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->jobs.size(), 1u);
+    EXPECT_TRUE(c->progress.empty());
+    v1::Progress p;
+    p.set_step(7);
+    ASSERT_TRUE((*store)->PutProgress("train-1", p).ok());
+    p.set_step(8);
+    ASSERT_TRUE((*store)->PutProgress("train-1", p).ok());  // replaces
+    EXPECT_EQ((*store)->writes().progress, 2);
+    EXPECT_EQ((*store)->writes().jobs, 0);
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<Store::Contents> c = (*store)->Load();
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->progress.count("train-1"), 1u);
+  EXPECT_EQ(c->progress.at("train-1").step(), 8);
+}
+
 }  // namespace
 }  // namespace elastrun::rendezvous

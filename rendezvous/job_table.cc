@@ -1,0 +1,162 @@
+#include "rendezvous/job_table.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+#include "rendezvous/codec.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+constexpr int kMaxMetrics = 256;
+
+// The newer of two progress reports by time; `a` on a tie.
+const v1::Progress* Newer(const v1::Progress* a, const v1::Progress* b) {
+  if (a == nullptr) return b;
+  if (b == nullptr) return a;
+  return FromProto(b->time()) > FromProto(a->time()) ? b : a;
+}
+
+}  // namespace
+
+absl::Status JobTable::Restore(const Store::Contents& contents) {
+  for (const v1::StoredJob& stored : contents.jobs) {
+    auto job = std::make_unique<JobRecord>();
+    job->id = stored.job_id();
+    job->seq = stored.seq();
+    job->spec = stored.spec();
+    job->submit_time = FromProto(stored.submit_time());
+    // The progress row is written more often than the record, but the
+    // record carries the progress of its own write: take the newer.
+    auto row = contents.progress.find(job->id);
+    const v1::Progress* p =
+        Newer(row == contents.progress.end() ? nullptr : &row->second,
+              stored.has_last_progress() ? &stored.last_progress() : nullptr);
+    if (p != nullptr) job->last_progress = *p;
+    if (stored.has_core()) {
+      absl::StatusOr<RendezvousState> state = FromProto(stored.core());
+      absl::StatusOr<std::unique_ptr<RendezvousCore>> core =
+          state.ok() ? RendezvousCore::Restore(*std::move(state))
+                     : absl::StatusOr<std::unique_ptr<RendezvousCore>>(state.status());
+      if (!core.ok()) {
+        return absl::DataLossError(absl::StrFormat("state database %s: job \"%s\": %s",
+                                                   store_->path(), job->id,
+                                                   core.status().message()));
+      }
+      job->core = *std::move(core);
+    }
+    job->placed.assign(stored.placed().begin(), stored.placed().end());
+    next_seq_ = std::max(next_seq_, job->seq + 1);
+    by_seq_.push_back(job.get());
+    jobs_[job->id] = std::move(job);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRecord*> JobTable::Submit(const v1::JobSpec& spec, absl::Time now) {
+  auto job = std::make_unique<JobRecord>();
+  job->seq = next_seq_;
+  job->spec = spec;
+  job->id = absl::StrFormat("%s-%d", spec.name(), job->seq);
+  job->submit_time = now;
+  Outbox out;
+  Persist(out, *job);
+  if (!out.store_status.ok()) return out.store_status;
+  ++next_seq_;
+  JobRecord* raw = job.get();
+  by_seq_.push_back(raw);
+  jobs_[raw->id] = std::move(job);
+  return raw;
+}
+
+absl::StatusOr<JobRecord*> JobTable::Find(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no job \"%s\"", job_id));
+  }
+  return it->second.get();
+}
+
+void JobTable::Persist(Outbox& out, JobRecord& job) {
+  v1::StoredJob s;
+  s.set_job_id(job.id);
+  s.set_seq(job.seq);
+  *s.mutable_spec() = job.spec;
+  *s.mutable_submit_time() = ToProto(job.submit_time);
+  for (const std::string& n : job.placed) s.add_placed(n);
+  if (job.core) *s.mutable_core() = ToProto(job.core->state_snapshot());
+  if (job.last_progress) *s.mutable_last_progress() = *job.last_progress;
+  if (absl::Status st = store_->PutJob(s); !st.ok()) {
+    LOG(ERROR) << st;
+    out.StoreFailed(std::move(st));
+    return;
+  }
+  // The record holds the newest progress now; Restore prefers it over an
+  // older row.
+  job.progress_dirty = false;
+  dirty_.erase(&job);
+}
+
+absl::Status JobTable::ReportProgress(Outbox& out, JobRecord& job, v1::Progress progress,
+                                      absl::Time now) {
+  if (progress.metrics_size() > kMaxMetrics) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ReportProgress.progress.metrics: %d entries; at most %d",
+                        progress.metrics_size(), kMaxMetrics));
+  }
+  if (!progress.has_time()) *progress.mutable_time() = ToProto(now);
+  job.last_progress = std::move(progress);
+  job.progress_dirty = true;
+  dirty_.insert(&job);
+  if (now >= job.progress_written + options_.progress_interval)
+    WriteProgress(out, job, now);
+  return absl::OkStatus();
+}
+
+void JobTable::WriteProgress(Outbox& out, JobRecord& job, absl::Time now) {
+  // Tried now whatever the outcome: a failing disk is retried one interval
+  // later, not on every report.
+  job.progress_written = now;
+  if (absl::Status st = store_->PutProgress(job.id, *job.last_progress); !st.ok()) {
+    LOG(ERROR) << st;
+    out.StoreFailed(std::move(st));
+    return;
+  }
+  job.progress_dirty = false;
+  dirty_.erase(&job);
+}
+
+void JobTable::FlushProgress(Outbox& out, absl::Time now, bool all) {
+  const std::vector<JobRecord*> pending(dirty_.begin(), dirty_.end());
+  for (JobRecord* job : pending) {
+    if (all || now >= job->progress_written + options_.progress_interval) {
+      WriteProgress(out, *job, now);
+    }
+  }
+}
+
+std::optional<absl::Time> JobTable::NextProgressFlush() const {
+  std::optional<absl::Time> next;
+  for (const JobRecord* job : dirty_) {
+    const absl::Time due = job->progress_written + options_.progress_interval;
+    if (!next || due < *next) next = due;
+  }
+  return next;
+}
+
+v1::ListJobsResponse JobTable::List(const v1::ListJobsRequest& r) const {
+  v1::ListJobsResponse resp;
+  for (const JobRecord* job : by_seq_) {
+    v1::JobStatus s = JobStatusOf(*job, /*with_history=*/false);
+    if (!r.states().empty() &&
+        std::find(r.states().begin(), r.states().end(), s.state()) == r.states().end()) {
+      continue;
+    }
+    *resp.add_jobs() = std::move(s);
+  }
+  return resp;
+}
+
+}  // namespace elastrun::rendezvous

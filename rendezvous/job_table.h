@@ -1,0 +1,110 @@
+// The job records of the rendezvous service: every submitted job (spec,
+// placement, its RendezvousCore once placed, its last progress), in
+// submission order, and their persistence in the Store.
+//
+// Progress is kept off the hot path: a ReportProgress updates memory and
+// writes its own small row (never the job record) at most every
+// `progress_interval` per job; Flush() writes what is due from the timer,
+// and every job-record write carries the newest progress too (so a job's
+// end saves it). A failed progress write only delays that row: the job
+// record is never touched by it, and the row is retried later.
+#ifndef ELASTRUN_RENDEZVOUS_JOB_TABLE_H_
+#define ELASTRUN_RENDEZVOUS_JOB_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "elastrun/v1/jobs.pb.h"
+#include "rendezvous/core.h"
+#include "rendezvous/outbox.h"
+#include "rendezvous/store.h"
+
+namespace elastrun::rendezvous {
+
+// One job as the service knows it.
+struct JobRecord {
+  std::string id;
+  int64_t seq = 0;
+  v1::JobSpec spec;  // with defaults filled in
+  absl::Time submit_time;
+  std::unique_ptr<RendezvousCore> core;  // null while queued
+  std::vector<std::string> placed;       // nodes holding slots for it
+  std::optional<v1::Progress> last_progress;
+  // Not persisted: which round each node was last asked to join, so a
+  // reconcile does not repeat the command (repeats are harmless anyway).
+  absl::flat_hash_map<std::string, int64_t> asked;
+  // last_progress is newer than anything written; when it was last tried.
+  bool progress_dirty = false;
+  absl::Time progress_written = absl::InfinitePast();
+};
+
+struct JobTableOptions {
+  // At most one progress row write per job in this period; the newest
+  // report of the period is written when it ends (Flush).
+  absl::Duration progress_interval = absl::Seconds(2);
+};
+
+// Not thread-safe: the Coordinator serializes calls under its mutex.
+// Pointers to records stay valid for the table's lifetime.
+class JobTable {
+ public:
+  // `store` is not owned and must outlive the table.
+  JobTable(Store* store, JobTableOptions options) : store_(store), options_(options) {}
+
+  // Rebuilds the records from the store's contents (placement is the
+  // caller's to re-reserve). DataLoss naming the file and the job for a
+  // stored core that does not restore.
+  absl::Status Restore(const Store::Contents& contents);
+
+  // Adds a job, durable before visible: a failed write adds nothing and is
+  // returned. `spec` is valid and has its defaults.
+  absl::StatusOr<JobRecord*> Submit(const v1::JobSpec& spec, absl::Time now);
+
+  // NotFound naming the job.
+  absl::StatusOr<JobRecord*> Find(const std::string& job_id);
+  const std::vector<JobRecord*>& by_seq() const { return by_seq_; }
+
+  // Writes the whole record (with its newest progress). A failure is
+  // logged and kept in `out`.
+  void Persist(Outbox& out, JobRecord& job);
+
+  // Records `progress` (its time set to `now` when missing). Writes the
+  // progress row only when the job's last one is older than the interval.
+  // InvalidArgument for too many metrics.
+  absl::Status ReportProgress(Outbox& out, JobRecord& job, v1::Progress progress,
+                              absl::Time now);
+  // Writes every progress row that is due at `now` (or all pending ones
+  // when `all`, at shutdown).
+  void FlushProgress(Outbox& out, absl::Time now, bool all = false);
+  // When the earliest pending progress row is due; nullopt if none.
+  std::optional<absl::Time> NextProgressFlush() const;
+
+  v1::ListJobsResponse List(const v1::ListJobsRequest& request) const;
+
+ private:
+  void WriteProgress(Outbox& out, JobRecord& job, absl::Time now);
+
+  Store* const store_;
+  const JobTableOptions options_;
+  std::map<std::string, std::unique_ptr<JobRecord>> jobs_;
+  std::vector<JobRecord*> by_seq_;  // submission order
+  std::set<JobRecord*> dirty_;      // progress_dirty, for the timer
+  int64_t next_seq_ = 1;
+};
+
+// The public status of a job: state, phase, rounds, nodes, progress;
+// `with_history` adds every round's record.
+v1::JobStatus JobStatusOf(const JobRecord& job, bool with_history);
+
+}  // namespace elastrun::rendezvous
+
+#endif  // ELASTRUN_RENDEZVOUS_JOB_TABLE_H_

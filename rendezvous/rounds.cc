@@ -1,0 +1,294 @@
+// Rounds: placement, node loss and resync, timers, and the core's events
+// turned into commands. Joins and exit reports are in rounds_reports.cc.
+#include "rendezvous/rounds.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+#include "rendezvous/codec.h"
+#include "rendezvous/commands.h"
+#include "rendezvous/job_spec.h"
+#include "rendezvous/placement.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+bool InWaiting(const std::map<int64_t, WaitingNode>& m, const std::string& node_id) {
+  for (const auto& [seq, w] : m) {
+    if (w.request.node_id == node_id) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void Rounds::Restored(Outbox& out) {
+  const absl::Time now = clock_.Now();
+  for (JobRecord* job : jobs_.by_seq()) {
+    for (const std::string& node : job->placed) {
+      registry_.Reserve(node, job->id, job->spec.nproc_per_node());
+    }
+  }
+  for (JobRecord* job : jobs_.by_seq()) {
+    std::vector<std::string> gone;
+    for (const std::string& node : job->placed) {
+      const NodeRecord* n = registry_.Find(node);
+      if (n == nullptr || !n->alive()) gone.push_back(node);
+    }
+    for (const std::string& node : gone) {
+      Unplace(*job, node);
+      if (job->core) HandleEvents(out, *job, job->core->NodeLost(node, now));
+      jobs_.Persist(out, *job);
+    }
+  }
+}
+
+void Rounds::Place(JobRecord& job, const std::vector<std::string>& nodes) {
+  for (const std::string& node : nodes) {
+    registry_.Reserve(node, job.id, job.spec.nproc_per_node());
+    job.placed.push_back(node);
+  }
+}
+
+void Rounds::Unplace(JobRecord& job, const std::string& node_id) {
+  job.placed.erase(std::remove(job.placed.begin(), job.placed.end(), node_id),
+                   job.placed.end());
+  job.asked.erase(node_id);
+  registry_.Release(node_id, job.id, job.spec.nproc_per_node());
+}
+
+void Rounds::Schedule(Outbox& out) {
+  const absl::Time now = clock_.Now();
+  for (JobRecord* job : jobs_.by_seq()) {
+    if (job->core) continue;
+    std::vector<std::string> picked =
+        PickNodes(registry_, job->spec.nproc_per_node(), job->spec.max_nodes(), {});
+    if (static_cast<int>(picked.size()) < job->spec.min_nodes()) {
+      return;  // the queue waits behind its head
+    }
+    absl::StatusOr<std::unique_ptr<RendezvousCore>> core =
+        RendezvousCore::Create(job->id, RoundConfigFromSpec(job->spec), now);
+    CHECK(core.ok()) << "a validated spec gave a bad RoundConfig: " << core.status();
+    job->core = *std::move(core);
+    Place(*job, picked);
+    LOG(INFO) << "job " << job->id << " placed on " << picked.size() << " nodes";
+    Reconcile(out, *job);
+    jobs_.Persist(out, *job);
+  }
+  for (JobRecord* job : jobs_.by_seq()) {
+    if (!job->core || job->core->finished()) continue;
+    const int room = job->spec.max_nodes() - static_cast<int>(job->placed.size());
+    if (room <= 0) continue;
+    std::vector<std::string> picked =
+        PickNodes(registry_, job->spec.nproc_per_node(), room, job->placed);
+    if (picked.empty()) continue;
+    Place(*job, picked);
+    Reconcile(out, *job);
+    jobs_.Persist(out, *job);
+  }
+}
+
+void Rounds::NodeLost(Outbox& out, const std::string& node_id) {
+  NodeRecord* node = registry_.Find(node_id);
+  if (node == nullptr) return;
+  const absl::Time now = clock_.Now();
+  const std::set<std::string> job_ids = node->jobs;  // Unplace edits node->jobs
+  std::vector<JobRecord*> jobs;
+  for (const std::string& id : job_ids) {
+    absl::StatusOr<JobRecord*> job = jobs_.Find(id);
+    CHECK(job.ok()) << "node " << node_id << " holds an unknown job: " << job.status();
+    jobs.push_back(*job);
+  }
+  for (JobRecord* job : jobs) {
+    Unplace(*job, node_id);
+    if (job->core) HandleEvents(out, *job, job->core->NodeLost(node_id, now));
+    jobs_.Persist(out, *job);
+  }
+  Schedule(out);
+  // A node lost while the others had all joined: nobody else is coming
+  // (Schedule placed any free node first).
+  for (JobRecord* job : jobs) {
+    std::vector<Event> early = CloseIfNobodyElseCanJoin(*job, now);
+    if (early.empty()) continue;
+    HandleEvents(out, *job, early);
+    jobs_.Persist(out, *job);
+  }
+}
+
+void Rounds::StopStale(Outbox& out, const NodeRecord& node) {
+  const std::string& node_id = node.stored.node_id();
+  for (const v1::RunningAttempt& a : node.reported_running) {
+    absl::StatusOr<JobRecord*> found = jobs_.Find(a.job_id());
+    const JobRecord* job = found.ok() ? *found : nullptr;
+    if (job == nullptr || !job->core || job->core->finished() ||
+        !node.jobs.count(a.job_id())) {
+      const v1::JobState state = job != nullptr && job->core
+                                     ? PublicJobState(job->core->state_snapshot())
+                                     : v1::JOB_STATE_UNSPECIFIED;
+      streams_.Send(
+          out, node_id,
+          EndJobCommand(a.job_id(), state, "the node is no longer part of the job"));
+      continue;
+    }
+    const RoundAssignment* cur = job->core->assignment();
+    if (cur != nullptr && cur->round == a.round() && cur->Find(node_id) != nullptr) {
+      continue;  // Still the right attempt: its workers go on.
+    }
+    streams_.Send(
+        out, node_id,
+        StopCommand(a.job_id(), a.round(), "stale: the job moved on to another round"));
+  }
+}
+
+void Rounds::Resync(Outbox& out, const std::string& node_id) {
+  const NodeRecord* node = registry_.Find(node_id);
+  if (node == nullptr) return;
+  StopStale(out, *node);
+  std::vector<JobRecord*> jobs;
+  for (const std::string& id : node->jobs) {
+    absl::StatusOr<JobRecord*> job = jobs_.Find(id);
+    CHECK(job.ok()) << "node " << node_id << " holds an unknown job: " << job.status();
+    jobs.push_back(*job);
+  }
+  for (JobRecord* job : jobs) {
+    if (!job->core || job->core->finished()) continue;
+    const RoundAssignment* cur = job->core->assignment();
+    if (cur != nullptr && cur->Find(node_id) != nullptr) {
+      streams_.Send(out, node_id, ForNode(StartCommand(*job, *cur), *cur, node_id));
+    }
+  }
+  for (JobRecord* job : jobs) {
+    job->asked.erase(node_id);
+    Reconcile(out, *job);
+  }
+}
+
+void Rounds::Tick(Outbox& out, absl::Time now) {
+  for (JobRecord* job : jobs_.by_seq()) TickJob(out, *job, now);
+}
+
+std::optional<absl::Time> Rounds::NextDeadline() const {
+  std::optional<absl::Time> next;
+  for (const JobRecord* job : jobs_.by_seq()) {
+    if (!job->core) continue;
+    std::optional<absl::Time> d = job->core->NextDeadline();
+    if (d && (!next || *d < *next)) next = d;
+  }
+  return next;
+}
+
+void Rounds::TickJob(Outbox& out, JobRecord& job, absl::Time now) {
+  if (!job.core || job.core->finished()) return;
+  std::optional<absl::Time> d = job.core->NextDeadline();
+  if (!d || now < *d) return;
+  HandleEvents(out, job, job.core->Tick(now));
+  jobs_.Persist(out, job);
+}
+
+void Rounds::Reconcile(Outbox& out, JobRecord& job) {
+  if (!job.core || job.core->finished()) return;
+  const RendezvousState& s = job.core->state_snapshot();
+  const RoundAssignment* running = job.core->assignment();
+  const int64_t round = job.core->round();
+  for (const std::string& node : job.placed) {
+    // Cheapest test first: Reconcile runs after every JoinRound, and the
+    // waiting lists are linear scans (O(N^2) per join at 1000 nodes held
+    // the lock for seconds, so heartbeats queued and leases expired).
+    auto asked = job.asked.find(node);
+    if (asked != job.asked.end() && asked->second == round) continue;
+    if (InWaiting(s.joined, node) || InWaiting(s.spares, node)) continue;
+    if (running != nullptr && running->Find(node) != nullptr) continue;
+    job.asked[node] = round;
+    streams_.Send(out, node, JoinCommand(job));
+  }
+}
+
+void Rounds::HandleEvents(Outbox& out, JobRecord& job, const std::vector<Event>& events) {
+  for (const Event& e : events) {
+    switch (e.kind) {
+      case Event::Kind::kRoundClosed: {
+        LOG(INFO) << "job " << job.id << " round " << e.round
+                  << " closed: " << e.assignment->group_world_size
+                  << " nodes, world size " << e.assignment->world_size;
+        const v1::Command start = StartCommand(job, *e.assignment);
+        for (const NodeAssignment& n : e.assignment->nodes) {
+          streams_.Send(out, n.node_id, ForNode(start, *e.assignment, n.node_id));
+        }
+        break;
+      }
+      case Event::Kind::kRoundEnded:
+        RoundEnded(out, job, e);
+        break;
+      case Event::Kind::kJobFinished:
+        JobFinished(out, job, e);
+        break;
+    }
+  }
+  if (job.core->finished()) {
+    Schedule(out);  // its slots are free
+  } else {
+    Reconcile(out, job);
+  }
+}
+
+void Rounds::RoundEnded(Outbox& out, JobRecord& job, const Event& e) {
+  LOG(INFO) << "job " << job.id << " round " << e.round << " ended: " << e.reason;
+  const RoundRecord& r = job.core->history().at(e.round);
+  if (r.assignment) {
+    for (const NodeAssignment& n : r.assignment->nodes) {
+      streams_.Send(out, n.node_id, StopCommand(job.id, e.round, e.reason));
+    }
+  }
+  barriers_.AbortJob(out, job.id,
+                     absl::AbortedError(absl::StrFormat(
+                         "round %d of job \"%s\" ended: %s", e.round, job.id, e.reason)));
+}
+
+void Rounds::JobFinished(Outbox& out, JobRecord& job, const Event& e) {
+  LOG(INFO) << "job " << job.id << " finished: " << JobStateName(e.final_state) << ": "
+            << e.reason;
+  const v1::JobState state = PublicJobState(job.core->state_snapshot());
+  for (const std::string& node : job.placed) {
+    streams_.Send(out, node, EndJobCommand(job.id, state, e.reason));
+  }
+  const std::vector<std::string> placed = job.placed;
+  for (const std::string& node : placed) Unplace(job, node);
+  barriers_.AbortJob(
+      out, job.id,
+      absl::AbortedError(absl::StrFormat("job \"%s\" finished: %s", job.id, e.reason)));
+}
+
+// Closes the job's JOINING round now when waiting out the last call cannot
+// bring anyone else in: it is a re-formed round (round > 0; round 0 keeps
+// the whole last call for daemons still registering), at least min_nodes
+// joined, and every node placed on the job joined. A node that registers
+// later still gets in, through a scale-up round. Without this, a lost node
+// cost lease + last_call_timeout (3 s + 1 s by default) before the
+// survivors restarted. Returns the core's events; empty when nothing
+// changed.
+std::vector<Event> Rounds::CloseIfNobodyElseCanJoin(JobRecord& job, absl::Time now) {
+  RendezvousCore* core = job.core.get();
+  if (core == nullptr || core->finished() || core->state() != JobState::kJoining ||
+      core->round() == 0) {
+    return {};
+  }
+  const RendezvousState& st = core->state_snapshot();
+  if (!st.min_reached_time || st.joined.size() != job.placed.size()) return {};
+  absl::flat_hash_set<std::string> joined;
+  for (const auto& [seq, w] : st.joined) joined.insert(w.request.node_id);
+  for (const std::string& node : job.placed) {
+    if (!joined.contains(node)) return {};
+  }
+  absl::StatusOr<std::vector<Event>> events = core->CloseNow(now);
+  if (!events.ok()) {
+    LOG(ERROR) << "job " << job.id << ": cannot close round " << core->round()
+               << " early: " << events.status();
+    return {};
+  }
+  return *std::move(events);
+}
+
+}  // namespace elastrun::rendezvous
