@@ -182,6 +182,23 @@ void Agent::OnSignals() {
   if (!child) return;
   for (auto& [id, active] : runs_) active.run->OnChildSignal();
   if (standbys_ != nullptr) standbys_->ReapDead();
+  scan_orphans_ = true;
+}
+
+void Agent::ReapOrphans() {
+  for (;;) {
+    const pid_t pid = processes_->PeekExited();
+    if (pid <= 0) {
+      scan_orphans_ = false;
+      return;
+    }
+    bool owned = standbys_ != nullptr && standbys_->Owns(pid);
+    for (const auto& [id, active] : runs_) owned = owned || active.run->Owns(pid);
+    // An owned one hides the others until its owner reaps it (its exit
+    // descriptor is ready: the next Poll does not wait); look again then.
+    if (owned) return;
+    (void)processes_->ReapExited(pid);
+  }
 }
 
 void Agent::ReadProgress() {
@@ -223,6 +240,7 @@ absl::Status Agent::Poll(absl::Duration timeout) {
   auto ran = poller_->Wait(wait);
   if (!ran.ok()) return ran.status();
   for (auto& [id, active] : runs_) active.run->OnTick();
+  if (scan_orphans_) ReapOrphans();
   EndFinished();
   return absl::OkStatus();
 }

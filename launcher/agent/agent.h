@@ -151,6 +151,11 @@ class Agent {
   void EndFinished();
   void Ended(AttemptId id);
   void ReadProgress();
+  // Reaps exited children that no attempt and no standby set owns: a
+  // worker's child that left its group (setsid) and was re-parented here
+  // when its parent died. Without it a long-lived daemon would keep them as
+  // zombies, since nothing waits on "any child".
+  void ReapOrphans();
 
   const AgentOptions options_;
   const Clock* const clock_;
@@ -160,6 +165,8 @@ class Agent {
   const int wake_fd_;
   std::unique_ptr<ProgressSocket> progress_;  // null without progress_socket
   std::atomic<int> received_signal_{0};
+  // A SIGCHLD came and orphans may wait to be reaped (loop thread only).
+  bool scan_orphans_ = false;
   // The next attempt's pre-started workers (AgentOptions::standby).
   std::unique_ptr<StandbyPool> standbys_;
   // Loop thread only. Declared last, so destroyed first: attempts use the

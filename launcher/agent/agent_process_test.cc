@@ -125,6 +125,21 @@ TEST_F(AgentProcessTest, GrandchildLeftInTheGroupIsStoppedAndReaped) {
   EXPECT_FALSE(outcomes_[a]->leftovers);
 }
 
+TEST_F(AgentProcessTest, OrphanThatLeftItsGroupIsReapedToo) {
+  // The worker's child moves to a session of its own (so no attempt's group
+  // holds it) and outlives the worker: it is re-parented to the launcher.
+  // Its pid is printed only once it has left the group.
+  const size_t a = Start(Shell(
+      {"{ setsid sh -c 'echo $$; exec sleep 60' & } | { read p; echo $p; }; exit 0"}));
+  ASSERT_TRUE(PollUntil([&] { return Ended(a); }));
+  ASSERT_EQ(pids_[a].count(0), 1u);
+  const pid_t orphan = pids_[a][0];
+  ASSERT_TRUE(Alive(orphan));
+  ASSERT_EQ(kill(orphan, SIGKILL), 0);
+  // A zombie still answers kill(pid, 0): gone means reaped.
+  EXPECT_TRUE(PollUntil([&] { return !Alive(orphan); }));
+}
+
 TEST_F(AgentProcessTest, SignalToTheLauncherStopsEveryAttempt) {
   const size_t a = Start(Shell({"echo $$; exec sleep 60"}));
   const size_t b = Start(Shell({"echo $$; exec sleep 60"}));

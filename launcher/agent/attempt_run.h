@@ -83,6 +83,9 @@ class AttemptRun {
   // attempt ended.
   AttemptOutcome Finish();
 
+  // Whether `pid` is a worker of this attempt not reaped yet.
+  bool Owns(pid_t pid) const { return processes_.Owns(pid); }
+
   // The attempt's process group (0 before Begin, or when none started).
   pid_t process_group() const { return supervisor_.process_group(); }
 

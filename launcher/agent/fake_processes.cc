@@ -89,6 +89,13 @@ std::vector<std::pair<pid_t, int>> FakeProcesses::ReapExited(pid_t who) {
   return reaped;
 }
 
+pid_t FakeProcesses::PeekExited() {
+  for (const auto& [pid, p] : procs_) {
+    if (p.exited && !p.reaped) return pid;
+  }
+  return 0;
+}
+
 void FakeProcesses::Exit(pid_t pid, int wait_status) {
   Proc& p = procs_.at(pid);
   if (p.exited) return;

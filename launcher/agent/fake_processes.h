@@ -44,6 +44,7 @@ class FakeProcesses : public ProcessControl {
   bool GroupExists(pid_t pgid) override;
   absl::StatusOr<int> OpenExitFd(pid_t pid) override;
   std::vector<std::pair<pid_t, int>> ReapExited(pid_t who) override;
+  pid_t PeekExited() override;
 
   // `pid` exits with `wait_status` (as waitpid reports it).
   void Exit(pid_t pid, int wait_status);

@@ -67,6 +67,11 @@ class PosixProcessControl : public ProcessControl {
     }
     return reaped;
   }
+  pid_t PeekExited() override {
+    siginfo_t info{};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return 0;
+    return info.si_pid;  // 0: children, none exited
+  }
 };
 
 absl::StatusOr<SpawnedProcess> PosixProcessControl::Spawn(const ProcessSpec& spec) {

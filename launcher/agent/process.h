@@ -71,6 +71,10 @@ class ProcessControl {
   // attempts share one launcher, each reaps its own). Returns (pid, wait
   // status) per child reaped; empty when none has exited (or none is left).
   virtual std::vector<std::pair<pid_t, int>> ReapExited(pid_t who) = 0;
+
+  // The pid of some exited child not reaped yet, left unreaped; 0 if none.
+  // Only to find children that no attempt owns (see Agent::ReapOrphans).
+  virtual pid_t PeekExited() = 0;
 };
 
 // The real implementation: fork + execve, setpgid, PR_SET_PDEATHSIG.

@@ -50,6 +50,9 @@ class ProcessSet {
   // peers often fail a moment later on a closed connection.
   std::vector<std::pair<pid_t, int>> TakeExits();
 
+  // Whether `pid` is a worker of the set not reaped yet.
+  bool Owns(pid_t pid) const { return exit_fds_.count(pid) > 0; }
+
   // Workers not reaped yet.
   size_t live() const { return exit_fds_.size(); }
 

@@ -74,6 +74,13 @@ std::optional<StandbySet> StandbyPool::Take(const std::vector<std::string>& argv
   return taken;
 }
 
+bool StandbyPool::Owns(pid_t pid) const {
+  for (const StandbyWorker& s : set_.workers) {
+    if (s.pid == pid) return true;
+  }
+  return false;
+}
+
 void StandbyPool::ReapDead() {
   if (set_.pgid == 0) return;
   bool died = false;

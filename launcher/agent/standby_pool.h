@@ -62,6 +62,9 @@ class StandbyPool {
   void Discard();
 
   bool empty() const { return set_.workers.empty(); }
+  // Whether `pid` is a standby of the set.
+  bool Owns(pid_t pid) const;
+
   // The set waiting (for tests and logs).
   const StandbySet& set() const { return set_; }
 

@@ -38,6 +38,7 @@ class FakeProcesses : public ProcessControl {
     return absl::UnimplementedError("not used by the supervisor");
   }
   std::vector<std::pair<pid_t, int>> ReapExited(pid_t) override { return {}; }
+  pid_t PeekExited() override { return 0; }
 
   int fail_spawn_at = -1;
   pid_t next_pid = 100;
