@@ -251,6 +251,58 @@ TEST_F(AgentTest, LeftoverInTheGroupIsStoppedAndReapedBeforeTheEnd) {
   EXPECT_TRUE(fake_->proc(stray).reaped);
 }
 
+TEST_F(AgentTest, StandbysStartOnceTheWorkersAreUpAndTakeOverTheNextAttempt) {
+  AgentOptions options;
+  options.standby = true;
+  MakeAgent(std::move(options));
+  auto spec = [](int rank_offset) {
+    AttemptSpec s = Spec(2);
+    s.standby_argv = {"worker"};
+    s.next_attempt_possible = true;
+    for (WorkerSpec& w : s.workers) w.process.env = {absl::StrCat("RANK=", rank_offset + w.rank)};
+    return s;
+  };
+  Start(spec(0));
+  Poll();
+  ASSERT_EQ(fake_->spawned().size(), 2u);
+  const pid_t w0 = fake_->spawned()[0], w1 = fake_->spawned()[1];
+  for (pid_t w : {w0, w1}) {
+    EXPECT_EQ(ReadNow(fake_->proc(w).passed.at(0)), EncodeActivation({}))
+        << "started directly: an empty activation";
+  }
+  ASSERT_TRUE(WriteAll(fake_->proc(w0).passed[0], std::string(1, kStandbyReady)));
+  Poll();
+  EXPECT_EQ(fake_->spawned().size(), 2u) << "not while a worker is still starting";
+  ASSERT_TRUE(WriteAll(fake_->proc(w1).passed[0], std::string(1, kStandbyReady)));
+  Poll();
+  ASSERT_EQ(fake_->spawned().size(), 4u);
+  const pid_t s0 = fake_->spawned()[2], s1 = fake_->spawned()[3];
+  EXPECT_EQ(fake_->proc(s0).pgid, s0) << "the standbys' own group";
+  EXPECT_EQ(fake_->proc(s1).pgid, s0);
+  EXPECT_EQ(ReadNow(fake_->proc(s0).passed.at(0)), "") << "waiting for an activation";
+
+  fake_->obeyed.insert(SIGTERM);
+  fake_->Exit(w1, ExitedWith(1));
+  Poll();
+  ASSERT_TRUE(outcomes_[0].has_value());
+  EXPECT_EQ((*outcomes_[0])->kind, AttemptOutcome::Kind::kFailed);
+  EXPECT_FALSE(fake_->proc(s0).exited) << "the standbys are not in the failed group";
+
+  AttemptSpec last = spec(10);
+  last.next_attempt_possible = false;  // else the next standbys start at once
+  Start(std::move(last));
+  Poll();
+  EXPECT_EQ(fake_->spawned().size(), 4u) << "no new process: the standbys take over";
+  EXPECT_EQ(ReadNow(fake_->proc(s0).passed[0]), EncodeActivation({"RANK=10"}));
+  EXPECT_EQ(ReadNow(fake_->proc(s1).passed[0]), EncodeActivation({"RANK=11"}));
+  fake_->Exit(s0, ExitedWith(0));
+  fake_->Exit(s1, ExitedWith(0));
+  Poll();
+  ASSERT_TRUE(outcomes_[1].has_value());
+  EXPECT_EQ((*outcomes_[1])->kind, AttemptOutcome::Kind::kSucceeded);
+  EXPECT_TRUE((*outcomes_[1])->from_standby);
+}
+
 // The store gate: workers with standby sockets (--standby) get their
 // activation; ranks != 0 only once rank 0's store listens.
 class StoreGateAgentTest : public AgentTest {
