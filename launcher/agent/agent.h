@@ -7,7 +7,8 @@
 // log files and Supervisor, and reaps only its own processes.
 //
 // The launcher becomes a child subreaper, so processes that workers leave
-// behind are re-parented to it, and reaped and stopped with their group.
+// behind are re-parented to it, and reaped and stopped with their group (or,
+// when they left it, reaped as orphans that no attempt owns).
 //
 // Thread-safety: Start, Stop, Quit, received_signal and active may be called
 // from any thread. Poll, Run and RunAttempt drive the loop: one thread at a
