@@ -1,40 +1,46 @@
-// The agent: runs attempts of a node's worker group on real processes. It is
-// the I/O adapter around the Supervisor state machine: one event loop over a
-// signalfd (SIGCHLD for exits, so a death is seen at once, and the
-// terminating signals the launcher forwards), the workers' output pipes and
-// an eventfd for stop requests from other threads.
+// The agent: runs attempts of worker groups on real processes, several at
+// once. It owns one event loop (a Poller) over everything its attempts
+// watch (each worker's pidfd, output pipes, standby sockets), one signalfd
+// for SIGCHLD and the terminating signals the launcher forwards (fanned out
+// to every running attempt), an eventfd for requests from other threads, and
+// the progress socket. Each attempt (AttemptRun) has its own process group,
+// log files and Supervisor, and reaps only its own processes.
 //
 // The launcher becomes a child subreaper, so processes that workers leave
-// behind are re-parented to it, reaped, and stopped with their group.
+// behind are re-parented to it, and reaped and stopped with their group (or,
+// when they left it, reaped as orphans that no attempt owns).
 //
-// Thread-safety: RunAttempt runs on one thread at a time; RequestStop may be
-// called from any thread.
+// Thread-safety: Start, Stop, Quit, received_signal and active may be called
+// from any thread. Poll, Run and RunAttempt drive the loop: one thread at a
+// time, and `done` callbacks run there.
 #ifndef ELASTRUN_LAUNCHER_AGENT_AGENT_H_
 #define ELASTRUN_LAUNCHER_AGENT_AGENT_H_
 
 #include <atomic>
+#include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
-#include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/progress.h"
+#include "launcher/agent/attempt_run.h"
+#include "launcher/agent/attempt_spec.h"
+#include "launcher/agent/poller.h"
 #include "launcher/agent/process.h"
-#include "launcher/agent/supervisor.h"
+#include "launcher/agent/progress_socket.h"
+#include "launcher/agent/standby_pool.h"
 
 namespace elastrun::launcher {
-
-// One line of a worker's output, for AgentOptions::on_output_line.
-struct OutputLine {
-  int local_rank = 0;
-  int rank = 0;
-  bool is_stderr = false;
-  absl::string_view text;  // without the newline; valid during the call
-};
 
 struct AgentOptions {
   // Grace between the stop signal and SIGKILL (--shutdown-timeout).
@@ -62,119 +68,119 @@ struct AgentOptions {
   // hook every barrier fails at once.
   std::function<void(const BarrierArrival&, std::function<void(const absl::Status&)> reply)>
       on_barrier;
-};
-
-
-// Where one worker's output goes.
-struct WorkerOutput {
-  std::string stdout_log;  // file path; empty: no log file
-  std::string stderr_log;
-  bool stdout_to_console = true;
-  bool stderr_to_console = true;
-  std::string prefix;  // before each console line, e.g. "[rank0]:"
-};
-
-struct AttemptSpec {
-  std::vector<WorkerSpec> workers;
-  std::vector<WorkerOutput> outputs;  // one per worker, same order
-  // What a standby for the next attempt runs: the program and the part of
-  // the environment that does not depend on the attempt.
-  std::vector<std::string> standby_argv;
-  std::vector<std::string> standby_env;
-  // Whether another attempt can follow this one (restarts left, or rounds
-  // that do not count as restarts): standbys are started only then.
-  bool next_attempt_possible = true;
-  // The port of the job's c10d store when its rank 0 runs here (0: not
-  // here, or unknown). Then workers that wait for an activation (standbys,
-  // and new workers under --standby) get theirs rank 0 first, and the others
-  // once the store listens, or kStoreGateMax after rank 0 began: a c10d
-  // client that finds no store sleeps a whole second before it tries again,
-  // and a warm worker is always faster than rank 0 to the store.
-  int store_port = 0;
-  // Called on the agent's thread with every complete line a worker of this
-  // attempt writes (e.g. to forward logs to the service, tagged with the
-  // attempt's job); must not block for long. Empty: AgentOptions'
-  // on_output_line, if any.
-  std::function<void(const OutputLine&)> on_output_line;
-};
-
-// How long activations wait for the store to listen once rank 0 runs (a
-// program that hosts no store there loses at most this, once per attempt).
-inline constexpr absl::Duration kStoreGateMax = absl::Seconds(1);
-
-struct AttemptOutcome {
-  enum class Kind {
-    kSucceeded,  // every worker exited 0
-    kFailed,     // a worker failed (first_failure) or could not start
-    kStopped,    // stopped by a signal to the launcher or RequestStop
-  };
-  Kind kind = Kind::kFailed;
-  std::optional<WorkerExit> first_failure;
-  std::vector<WorkerExit> exits;
-  // A worker could not be started (then first_failure is empty).
-  absl::Status spawn_error;
-  // kStopped: the signal that stopped the attempt.
-  int stop_signal = 0;
-  // The workers were activated standbys rather than new processes.
-  bool from_standby = false;
-  // Processes of the group outlived SIGKILL and could not be reaped.
-  bool leftovers = false;
+  // Called on the agent's thread with every terminating signal (SIGINT,
+  // SIGTERM, SIGHUP, SIGQUIT) the launcher receives, after it was passed to
+  // the running attempts; e.g. to shut the daemon down. May be empty.
+  std::function<void(int sig)> on_signal;
+  // Where time comes from (deadlines: grace, store gate). Null: the real
+  // clock. Not owned; tests pass a FakeClock.
+  const Clock* clock = nullptr;
+  // Whether something listens on a TCP port, for the store gate. Empty:
+  // IsListening (launcher/agent/port.h); tests pass a fake.
+  std::function<bool(int)> is_listening;
 };
 
 class Agent {
  public:
+  // Identifies a started attempt; ids are never reused.
+  using AttemptId = uint64_t;
+  // How an attempt ended; an error when it could not begin (a log file that
+  // cannot be written; then no worker ran).
+  using DoneCallback = std::function<void(absl::StatusOr<AttemptOutcome>)>;
+
   // Blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGQUIT in the calling thread
   // (so call it before starting any other thread: they inherit the mask),
-  // ignores SIGPIPE, and makes this process a child subreaper.
-  static absl::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
+  // ignores SIGPIPE, and makes this process a child subreaper. `processes`:
+  // null for real processes; tests pass a fake.
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(
+      AgentOptions options, std::unique_ptr<ProcessControl> processes = nullptr);
+  // Attempts still running are abandoned (their workers die with the
+  // launcher: PR_SET_PDEATHSIG); stop them and wait for their end first.
   ~Agent();
 
-  // Runs one attempt to its end and returns how it ended. A terminating
-  // signal to the launcher is forwarded to the workers (a second one
-  // escalates to SIGKILL), and the attempt ends as kStopped. Errors are
-  // internal failures of the launcher itself (epoll, signalfd).
-  absl::StatusOr<AttemptOutcome> RunAttempt(AttemptSpec spec);
+  // Starts an attempt; it begins on the loop's thread at its next turn.
+  // `done` runs exactly once, on the loop's thread, when it has ended.
+  AttemptId Start(AttemptSpec spec, DoneCallback done);
 
-  // Asks the current (or next) attempt to stop with `sig`. Thread-safe.
-  void RequestStop(int sig);
+  // Stops attempt `id` with `sig` (SIGTERM, the grace, SIGKILL; a second
+  // stop with SIGKILL ends the grace). A stop that comes before the
+  // attempt's processes started applies to it; a stop for an attempt that
+  // has ended (or an unknown id) is a no-op.
+  void Stop(AttemptId id, int sig);
+
+  // Serves events for at most `timeout` (less when a deadline comes first):
+  // begins started attempts, applies stops, and ends attempts (calling
+  // their `done`). Errors are failures of the loop itself (epoll).
+  absl::Status Poll(absl::Duration timeout);
+
+  // Polls until Quit() was called and no attempt is active.
+  absl::Status Run();
+  // Makes Run return once no attempt is active.
+  void Quit();
+
+  // Starts `spec` and polls until it ended (for a launcher that runs one
+  // attempt at a time on its own thread, like `elastrun run`). A terminating
+  // signal to the launcher is forwarded to the workers (a second one
+  // escalates to SIGKILL) and the attempt ends as kStopped.
+  absl::StatusOr<AttemptOutcome> RunAttempt(AttemptSpec spec);
 
   // The first terminating signal the launcher received, or 0.
   int received_signal() const { return received_signal_.load(); }
+  // Attempts started and not ended.
+  size_t active() const;
 
  private:
-  // A started worker of the next attempt, waiting for its activation.
-  struct Standby {
-    pid_t pid = -1;
-    int control = -1;  // our end of its standby socket
-    int stdout_fd = -1;
-    int stderr_fd = -1;
+  struct Request {
+    AttemptId id = 0;
+    AttemptSpec spec;
+    DoneCallback done;
+  };
+  struct Active {
+    std::unique_ptr<AttemptRun> run;
+    DoneCallback done;
   };
 
-  Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes, int epoll_fd,
-        int signal_fd, int wake_fd, int progress_fd);
+  Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes,
+        std::unique_ptr<Poller> poller, int signal_fd, int wake_fd,
+        std::unique_ptr<ProgressSocket> progress);
+  // Begins the attempts started and applies the stops asked since the last
+  // call (in that order: a stop may name an attempt that begins now).
+  void TakeRequests();
+  void Begin(Request request);
+  void OnSignals();
+  // Ends the attempts that are done: their `done` runs last.
+  void EndFinished();
+  void Ended(AttemptId id);
   void ReadProgress();
-  // Reaps every exited child; workers go to `supervisor` (may be null), and
-  // the exit of a standby discards the standby set.
-  void ReapChildren(Supervisor* supervisor);
-  // Starts `n` standbys running spec's standby_argv/standby_env.
-  void SpawnStandbySet(const AttemptSpec& spec, size_t n);
-  void DiscardStandbySet();
+  // Reaps exited children that no attempt and no standby set owns: a
+  // worker's child that left its group (setsid) and was re-parented here
+  // when its parent died. Without it a long-lived daemon would keep them as
+  // zombies, since nothing waits on "any child".
+  void ReapOrphans();
 
   const AgentOptions options_;
+  const Clock* const clock_;
   std::unique_ptr<ProcessControl> processes_;
-  const int epoll_fd_;
+  std::unique_ptr<Poller> poller_;
   const int signal_fd_;
   const int wake_fd_;
-  const int progress_fd_;  // -1 without options_.progress_socket
-  std::atomic<int> requested_stop_{0};
+  std::unique_ptr<ProgressSocket> progress_;  // null without progress_socket
   std::atomic<int> received_signal_{0};
-  // The next attempt's standby workers (one process group), if started.
-  std::vector<Standby> standby_;
-  pid_t standby_pgid_ = 0;
-  // What the standby set runs: it is only used for an attempt of the same
-  // program with the same environment (a node may run another job next).
-  std::vector<std::string> standby_argv_;
-  std::vector<std::string> standby_env_;
+  // A SIGCHLD came and orphans may wait to be reaped (loop thread only).
+  bool scan_orphans_ = false;
+  // The next attempt's pre-started workers (AgentOptions::standby).
+  std::unique_ptr<StandbyPool> standbys_;
+  // Loop thread only. Declared last, so destroyed first: attempts use the
+  // poller and the pool until their end.
+  std::map<AttemptId, Active> runs_;
+
+  mutable absl::Mutex mu_;
+  AttemptId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<Request> starts_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<AttemptId, int>> stops_ ABSL_GUARDED_BY(mu_);
+  // Started and not ended: what a Stop may reach.
+  std::set<AttemptId> live_ ABSL_GUARDED_BY(mu_);
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace elastrun::launcher

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -45,6 +46,31 @@ class PosixProcessControl : public ProcessControl {
   }
   bool GroupExists(pid_t pgid) override {
     return pgid > 0 && (killpg(pgid, 0) == 0 || errno == EPERM);
+  }
+  absl::StatusOr<int> OpenExitFd(pid_t pid) override {
+    // Through syscall(): glibc 2.36's <sys/pidfd.h> lacks extern "C", so
+    // its pidfd_open cannot be linked from C++. The fd is close-on-exec.
+    int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) return ErrnoError(absl::StrCat("pidfd_open(", pid, ")"), errno);
+    return fd;
+  }
+  std::vector<std::pair<pid_t, int>> ReapExited(pid_t who) override {
+    std::vector<std::pair<pid_t, int>> reaped;
+    if (who == 0 || who == -1) return reaped;  // never "any child"
+    for (;;) {
+      int status = 0;
+      pid_t pid = waitpid(who, &status, WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid <= 0) break;  // 0: none exited yet; -1 (ECHILD): none left
+      reaped.emplace_back(pid, status);
+      if (who > 0) break;
+    }
+    return reaped;
+  }
+  pid_t PeekExited() override {
+    siginfo_t info{};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return 0;
+    return info.si_pid;  // 0: children, none exited
   }
 };
 

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,6 +60,21 @@ class ProcessControl {
 
   // Whether any process (zombies included) is still in group `pgid`.
   virtual bool GroupExists(pid_t pgid) = 0;
+
+  // A descriptor (owned by the caller, close-on-exec) that becomes readable
+  // once child `pid` has exited: a pidfd, so an exit is seen at once without
+  // SIGCHLD and without waiting on every child. Fails when `pid` is gone.
+  virtual absl::StatusOr<int> OpenExitFd(pid_t pid) = 0;
+
+  // Reaps exited children without blocking: `who` > 0 that child only, `who`
+  // < 0 every child in process group -who (never all children: several
+  // attempts share one launcher, each reaps its own). Returns (pid, wait
+  // status) per child reaped; empty when none has exited (or none is left).
+  virtual std::vector<std::pair<pid_t, int>> ReapExited(pid_t who) = 0;
+
+  // The pid of some exited child not reaped yet, left unreaped; 0 if none.
+  // Only to find children that no attempt owns (see Agent::ReapOrphans).
+  virtual pid_t PeekExited() = 0;
 };
 
 // The real implementation: fork + execve, setpgid, PR_SET_PDEATHSIG.

@@ -33,6 +33,12 @@ class FakeProcesses : public ProcessControl {
     return absl::OkStatus();
   }
   bool GroupExists(pid_t) override { return !group_members.empty() || extra_members > 0; }
+  // The supervisor never waits for exits itself: its owner feeds them.
+  absl::StatusOr<int> OpenExitFd(pid_t) override {
+    return absl::UnimplementedError("not used by the supervisor");
+  }
+  std::vector<std::pair<pid_t, int>> ReapExited(pid_t) override { return {}; }
+  pid_t PeekExited() override { return 0; }
 
   int fail_spawn_at = -1;
   pid_t next_pid = 100;

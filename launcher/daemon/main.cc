@@ -140,27 +140,6 @@ std::string RandomIncarnation() {
   return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
-// Tells main when the Agent itself took a stop signal (its signalfd may read
-// it before the signal thread's sigwait does).
-class SignalAwareRunner : public AttemptRunner {
- public:
-  SignalAwareRunner(AttemptRunner* inner, Agent* agent, std::function<void(int)> on_signal)
-      : inner_(inner), agent_(agent), on_signal_(std::move(on_signal)) {}
-  void Start(uint64_t id, AttemptSpec spec,
-             std::function<void(const AttemptOutcome&)> done) override {
-    inner_->Start(id, std::move(spec), [this, done](const AttemptOutcome& o) {
-      done(o);
-      if (int sig = agent_->received_signal(); sig != 0) on_signal_(sig);
-    });
-  }
-  void Stop(uint64_t id, int sig) override { inner_->Stop(id, sig); }
-
- private:
-  AttemptRunner* inner_;
-  Agent* agent_;
-  std::function<void(int)> on_signal_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,6 +263,15 @@ int main(int argc, char** argv) {
     }
     d->OnBarrier(arrival, std::move(reply));
   };
+  absl::Mutex mu;
+  int stop_signal = 0;  // guarded by mu
+  auto request_stop = [&](int sig) {
+    absl::MutexLock lock(&mu);
+    if (stop_signal == 0) stop_signal = sig;
+  };
+  // The agent's signalfd may read a stop signal before the signal thread's
+  // sigwait does: it tells main too (after passing it to the workers).
+  agent_options.on_signal = request_stop;
   // Before any thread: blocks the stop signals and SIGCHLD for all threads.
   absl::StatusOr<std::unique_ptr<Agent>> agent = Agent::Create(agent_options);
   if (!agent.ok()) {
@@ -329,14 +317,7 @@ int main(int argc, char** argv) {
   daemon_options.slots = slots > 0 ? slots : DefaultSlots();
   daemon_options.before_reports = [&log_forwarder] { log_forwarder.Flush(); };
 
-  absl::Mutex mu;
-  int stop_signal = 0;  // guarded by mu
-  auto request_stop = [&](int sig) {
-    absl::MutexLock lock(&mu);
-    if (stop_signal == 0) stop_signal = sig;
-  };
-  AgentRunner agent_runner(agent->get());
-  SignalAwareRunner runner(&agent_runner, agent->get(), request_stop);
+  AgentRunner runner(agent->get());
   Daemon daemon(daemon_options, client.get(), &runner);
   router.store(&daemon);
 

@@ -1,0 +1,254 @@
+#include "launcher/agent/attempt_run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/standby.h"
+#include "common/worker_env.h"
+#include "launcher/agent/outcome.h"
+
+namespace elastrun::launcher {
+namespace {
+
+int OpenLog(const std::string& path) {
+  if (path.empty()) return -1;
+  return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+size_t RankZeroOf(const AttemptSpec& spec) {
+  for (size_t i = 0; i < spec.workers.size(); ++i) {
+    if (spec.workers[i].rank == 0) return i;
+  }
+  return spec.workers.size();
+}
+
+// The gate holds something only where rank 0, and so the store, runs here
+// next to other workers.
+bool GateCloses(const AttemptSpec& spec) {
+  return spec.store_port > 0 && RankZeroOf(spec) < spec.workers.size() &&
+         spec.workers.size() > 1;
+}
+
+}  // namespace
+
+AttemptRun::AttemptRun(AttemptEnv env, AttemptSpec spec)
+    : env_(std::move(env)),
+      spec_(std::move(spec)),
+      n_(spec_.workers.size()),
+      rank0_(RankZeroOf(spec_)),
+      supervisor_(env_.processes, Supervisor::Options{env_.grace}),
+      processes_(env_.processes, env_.poller),
+      pump_(env_.poller),
+      gate_(GateCloses(spec_), spec_.store_port, env_.is_listening) {
+  for (const WorkerSpec& w : spec_.workers) ranks_.emplace_back(w.local_rank, w.rank);
+  if (!spec_.on_output_line) spec_.on_output_line = env_.on_output_line;
+}
+
+AttemptRun::~AttemptRun() {
+  for (size_t i = 0; i < controls_.size(); ++i) CloseControl(i);
+  for (int fd : log_fds_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+absl::Status AttemptRun::OpenLogs() {
+  for (const WorkerOutput& o : spec_.outputs) {
+    for (const std::string* path : {&o.stdout_log, &o.stderr_log}) {
+      int fd = OpenLog(*path);
+      if (!path->empty() && fd < 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot write log file ", *path, ": ", std::strerror(errno)));
+      }
+      log_fds_.push_back(fd);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttemptRun::Begin() {
+  if (spec_.outputs.size() != n_) {
+    return absl::InvalidArgumentError("one WorkerOutput per worker is required");
+  }
+  // Before starting anything, so a bad --log-dir is an error before any
+  // worker runs.
+  if (absl::Status s = OpenLogs(); !s.ok()) return s;
+  controls_.assign(n_, -1);
+  started_.assign(n_, false);
+  std::optional<StandbySet> set;
+  if (env_.standbys != nullptr) {
+    set = env_.standbys->Take(spec_.standby_argv, spec_.standby_env, n_);
+    if (!set) env_.standbys->Discard();  // of another program, or broken
+  }
+  std::vector<SpawnedProcess> procs;
+  if (set) {
+    AdoptStandbys(*std::move(set), procs);
+  } else {
+    auto spawned = SpawnWorkers();
+    if (spawned.ok()) procs = *std::move(spawned);
+    spawn_error_ = spawned.status();
+  }
+  const pid_t pgid = supervisor_.process_group();
+  processes_.AddGroup(pgid);
+  for (const SpawnedProcess& p : procs) {
+    // Without a pidfd the worker is still reaped with its group on SIGCHLD.
+    (void)processes_.Add(p.pid, pgid);
+  }
+  for (size_t i = 0; i < n_; ++i) {
+    if (controls_[i] < 0) continue;
+    (void)env_.poller->Watch(controls_[i], [this, i] { OnControl(i); });
+  }
+  if (spawn_error_.ok()) {
+    PumpOutput(procs);
+  } else {
+    for (int& fd : log_fds_) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+  }
+  MaybeFillStandbys();  // activated standbys started long ago
+  return absl::OkStatus();
+}
+
+void AttemptRun::AdoptStandbys(StandbySet set, std::vector<SpawnedProcess>& procs) {
+  const std::string standby_fd = absl::StrCat(env::kStandbyFd, "=");
+  std::vector<pid_t> pids;
+  for (size_t i = 0; i < n_; ++i) {
+    const StandbyWorker& s = set.workers[i];
+    std::vector<std::string> activation;
+    for (const std::string& e : spec_.workers[i].process.env) {
+      if (e.rfind(standby_fd, 0) != 0) activation.push_back(e);
+    }
+    controls_[i] = s.control;
+    setpriority(PRIO_PROCESS, static_cast<id_t>(s.pid), 0);  // best effort
+    pids.push_back(s.pid);
+    procs.push_back({s.pid, s.stdout_fd, s.stderr_fd});
+    Activate(i, EncodeActivation(activation));
+  }
+  supervisor_.Adopt(std::move(spec_.workers), pids, set.pgid);
+  for (size_t i = 0; i < n_; ++i) MarkStarted(i);
+  from_standby_ = true;
+}
+
+absl::StatusOr<std::vector<SpawnedProcess>> AttemptRun::SpawnWorkers() {
+  // Under --standby every worker gets a standby socket and an empty
+  // activation, so it reports the end of its start-up like a standby does.
+  std::vector<int> theirs(n_, -1);
+  for (size_t i = 0; env_.standbys != nullptr && i < n_; ++i) {
+    int fds[2];
+    if (!StandbySocket(fds)) break;
+    controls_[i] = fds[0];
+    theirs[i] = fds[1];
+    ProcessSpec& p = spec_.workers[i].process;
+    p.env.push_back(absl::StrCat(env::kStandbyFd, "=", fds[1]));
+    p.pass_fds.push_back({fds[1], fds[1]});
+  }
+  auto spawned = supervisor_.Start(std::move(spec_.workers), env_.clock->Now());
+  for (size_t i = 0; i < n_; ++i) {
+    if (theirs[i] >= 0) close(theirs[i]);
+    if (controls_[i] >= 0) Activate(i, EncodeActivation({}));
+  }
+  return spawned;
+}
+
+void AttemptRun::PumpOutput(const std::vector<SpawnedProcess>& procs) {
+  const int console[2] = {env_.console_stdout_fd, env_.console_stderr_fd};
+  for (size_t i = 0; i < procs.size(); ++i) {
+    const WorkerOutput& o = spec_.outputs[i];
+    const int fds[2] = {procs[i].stdout_fd, procs[i].stderr_fd};
+    const bool show[2] = {o.stdout_to_console, o.stderr_to_console};
+    for (int k = 0; k < 2; ++k) {
+      std::function<void(absl::string_view)> sink;
+      if (spec_.on_output_line) {
+        sink = [this, local = ranks_[i].first, rank = ranks_[i].second,
+                is_stderr = k == 1](absl::string_view text) {
+          spec_.on_output_line(OutputLine{local, rank, is_stderr, text});
+        };
+      }
+      pump_.Add(fds[k], std::make_unique<OutputStream>(log_fds_[2 * i + k],
+                                                       show[k] ? console[k] : -1, o.prefix,
+                                                       std::move(sink)));
+      log_fds_[2 * i + k] = -1;  // owned by the stream now
+    }
+  }
+}
+
+void AttemptRun::Activate(size_t i, std::string activation) {
+  if (gate_.Holds(ranks_[i].second)) {
+    gate_.Hold(i, std::move(activation));
+  } else {
+    WriteAll(controls_[i], activation);
+  }
+}
+
+void AttemptRun::MarkStarted(size_t i) {
+  if (started_[i]) return;
+  started_[i] = true;
+  if (i == rank0_) gate_.RankZeroStarted(env_.clock->Now());
+}
+
+void AttemptRun::OnControl(size_t i) {
+  char c[16];
+  ssize_t got = read(controls_[i], c, sizeof c);
+  if (got > 0) {
+    if (memchr(c, kStandbyReady, static_cast<size_t>(got)) != nullptr) MarkStarted(i);
+  } else if (got == 0 || errno != EAGAIN) {
+    CloseControl(i);  // activated (the worker closed it) or exited
+  }
+  MaybeFillStandbys();
+}
+
+void AttemptRun::CloseControl(size_t i) {
+  if (controls_[i] < 0) return;
+  env_.poller->Unwatch(controls_[i]);
+  close(controls_[i]);
+  controls_[i] = -1;
+}
+
+void AttemptRun::MaybeFillStandbys() {
+  // Only once every worker of this attempt finished its own start-up, so
+  // the standbys do not slow it down.
+  if (env_.standbys == nullptr || !spec_.next_attempt_possible || !env_.standbys->empty() ||
+      supervisor_.state() != Supervisor::State::kRunning) {
+    return;
+  }
+  for (size_t i = 0; i < n_; ++i) {
+    if (!started_[i]) return;
+  }
+  env_.standbys->Fill(spec_.standby_argv, spec_.standby_env, n_);
+}
+
+void AttemptRun::Stop(int sig) { supervisor_.Stop(sig, env_.clock->Now()); }
+
+void AttemptRun::OnChildSignal() { processes_.ReapGroups(); }
+
+void AttemptRun::OnTick() {
+  const absl::Time now = env_.clock->Now();
+  for (const auto& [pid, status] : processes_.TakeExits()) supervisor_.OnExit(pid, status, now);
+  for (const auto& [i, activation] : gate_.Poll(now)) {
+    if (controls_[i] >= 0) WriteAll(controls_[i], activation);
+  }
+  supervisor_.OnTick(now);
+}
+
+std::optional<absl::Time> AttemptRun::NextDeadline() const {
+  std::optional<absl::Time> next = supervisor_.NextDeadline();
+  if (auto poll = gate_.NextPoll(env_.clock->Now()); poll && (!next || *poll < *next)) {
+    next = poll;
+  }
+  return next;
+}
+
+AttemptOutcome AttemptRun::Finish() {
+  for (size_t i = 0; i < controls_.size(); ++i) CloseControl(i);
+  pump_.Finish();
+  AttemptOutcome outcome = ClassifyOutcome(supervisor_, spawn_error_);
+  outcome.from_standby = from_standby_;
+  return outcome;
+}
+
+}  // namespace elastrun::launcher

@@ -1,0 +1,84 @@
+#include "launcher/agent/standby_pool.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+
+namespace elastrun::launcher {
+namespace {
+
+// glibc 2.36's pidfd_open lacks extern "C" in C++.
+int PidFd(pid_t pid, unsigned flags) {
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, flags));
+}
+
+const std::vector<std::string> kArgv = {"/bin/sh", "-c", "exec sleep 60"};
+const std::vector<std::string> kEnv = {"PATH=/usr/bin:/bin"};
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+class StandbyPoolTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<ProcessControl> processes_ = NewPosixProcessControl();
+};
+
+TEST_F(StandbyPoolTest, HandsTheSetOnlyToTheSameProgram) {
+  StandbyPool pool(processes_.get());
+  pool.Fill(kArgv, kEnv, 2);
+  ASSERT_FALSE(pool.empty());
+  EXPECT_FALSE(pool.Take({"/bin/true"}, kEnv, 2).has_value());
+  EXPECT_FALSE(pool.Take(kArgv, kEnv, 3).has_value());
+  auto set = pool.Take(kArgv, kEnv, 2);
+  ASSERT_TRUE(set.has_value());
+  EXPECT_TRUE(pool.empty());
+  ASSERT_EQ(set->workers.size(), 2u);
+  EXPECT_EQ(set->pgid, set->workers[0].pid) << "one group of their own";
+  // The taker owns them now: end them as an attempt would.
+  ASSERT_TRUE(processes_->SignalGroup(set->pgid, SIGKILL).ok());
+  for (const StandbyWorker& w : set->workers) {
+    for (int fd : {w.control, w.stdout_fd, w.stderr_fd}) close(fd);
+    int status;
+    EXPECT_EQ(waitpid(w.pid, &status, 0), w.pid);
+  }
+}
+
+TEST_F(StandbyPoolTest, DeathOfOneStandbyDiscardsTheSet) {
+  StandbyPool pool(processes_.get());
+  pool.Fill(kArgv, kEnv, 2);
+  ASSERT_EQ(pool.set().workers.size(), 2u);
+  const pid_t a = pool.set().workers[0].pid, b = pool.set().workers[1].pid;
+  const int pidfd = PidFd(a, 0);
+  ASSERT_GE(pidfd, 0);
+  ASSERT_EQ(kill(a, SIGKILL), 0);
+  pollfd p{pidfd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1);
+  close(pidfd);
+  pool.ReapDead();  // as on SIGCHLD
+  EXPECT_TRUE(pool.empty());
+  EXPECT_FALSE(Alive(a)) << "reaped";
+  EXPECT_FALSE(Alive(b)) << "its peer is useless: killed and reaped";
+  EXPECT_FALSE(pool.Take(kArgv, kEnv, 2).has_value());
+}
+
+TEST_F(StandbyPoolTest, DiscardEndsAndReapsTheSet) {
+  StandbyPool pool(processes_.get());
+  pool.Fill(kArgv, kEnv, 1);
+  ASSERT_FALSE(pool.empty());
+  const pid_t a = pool.set().workers[0].pid;
+  pool.Discard();
+  EXPECT_TRUE(pool.empty());
+  EXPECT_FALSE(Alive(a));
+}
+
+TEST_F(StandbyPoolTest, SpawnFailureKeepsNone) {
+  StandbyPool pool(processes_.get());
+  pool.Fill({"/nonexistent/program"}, kEnv, 2);
+  EXPECT_TRUE(pool.empty());
+}
+
+}  // namespace
+}  // namespace elastrun::launcher
