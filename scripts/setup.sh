@@ -11,7 +11,7 @@ PACKAGES=(
   # gRPC / protobuf / Abseil
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   # tests, configs, state
-  libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev zlib1g-dev nlohmann-json3-dev libssl-dev
+  libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev zlib1g-dev nlohmann-json3-dev libssl-dev libcli11-dev
   # reference PyTorch (tests run real torchrun-style scripts; benches compare)
   python3 python3-torch
   # data for the trainer
