@@ -1,8 +1,13 @@
 #include "common/flags.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -119,6 +124,19 @@ std::string ErrorMessage(const CLI::ParseError& error) {
     return absl::StrCat(what.substr(0, what.find(": ")), " needs a value");
   }
   return what;
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": cannot read: ", std::strerror(errno)));
+  }
+  std::string token(absl::StripAsciiWhitespace(text.str()));
+  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, " is empty"));
+  return token;
 }
 
 std::string FullName(const CLI::App& app) {

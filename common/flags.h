@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace elastrun::flags {
 
 // The exit code of a usage error, in every binary.
@@ -62,6 +64,11 @@ std::optional<int> Parse(CLI::App& app, std::vector<std::string> args, std::ostr
 
 // The same for main's argc/argv.
 std::optional<int> Parse(CLI::App& app, int argc, char** argv);
+
+// The token in FILE (--token-file), surrounding whitespace stripped.
+// InvalidArgument naming `flag` and FILE when it cannot be read or is empty.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
+                                          const std::string& flag = "--token-file");
 
 // The binary and subcommand names of `app` ("elastrun run").
 std::string FullName(const CLI::App& app);
