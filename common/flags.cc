@@ -123,6 +123,14 @@ std::string ErrorMessage(const CLI::ParseError& error) {
       absl::StrContains(what, ": 1 required") && absl::EndsWith(what, "missing")) {
     return absl::StrCat(what.substr(0, what.find(": ")), " needs a value");
   }
+  constexpr absl::string_view kConvert = "Could not convert: ";
+  if (absl::StartsWith(what, kConvert) && absl::StrContains(what, " = ")) {
+    // "Could not convert: --standby = maybe"
+    const std::string rest = what.substr(kConvert.size());
+    const size_t eq = rest.find(" = ");
+    return absl::StrCat(rest.substr(0, eq), ": \"", rest.substr(eq + 3),
+                        "\" is not a valid value");
+  }
   return what;
 }
 
