@@ -20,7 +20,7 @@ namespace elastrun::flags {
 namespace {
 
 // The help layout of every binary: the intro (usage and what it does), the
-// flags one per line (first long name only: the underscored spellings are
+// flags one per line (their names but the underscored spellings, which are
 // aliases), the commands, the footer.
 class HelpFormatter : public CLI::Formatter {
  public:
@@ -29,6 +29,13 @@ class HelpFormatter : public CLI::Formatter {
     column_width(32);
   }
 
+  std::string make_help(const CLI::App* app, std::string name,
+                        CLI::AppFormatMode mode) const override {
+    // CLI11 separates groups with two empty lines; one reads better.
+    std::string text = CLI::Formatter::make_help(app, std::move(name), mode);
+    for (size_t at; (at = text.find("\n\n\n")) != std::string::npos;) text.erase(at, 1);
+    return text;
+  }
   std::string make_description(const CLI::App* app) const override {
     if (intro_.empty()) return "";
     return absl::StrCat(absl::StripSuffix(intro_, "\n"), "\n");
@@ -41,7 +48,10 @@ class HelpFormatter : public CLI::Formatter {
     if (positional) return opt->get_name();
     std::vector<std::string> names;
     for (const std::string& s : opt->get_snames()) names.push_back("-" + s);
-    if (!opt->get_lnames().empty()) names.push_back("--" + opt->get_lnames()[0]);
+    for (const std::string& l : opt->get_lnames()) {
+      // An underscored spelling is an alias of the dashed one before it.
+      if (l.find('_') == std::string::npos) names.push_back("--" + l);
+    }
     return absl::StrJoin(names, ", ");
   }
   std::string make_option_opts(const CLI::Option* opt) const override {
@@ -155,34 +165,52 @@ std::string FullName(const CLI::App& app) {
   return absl::StrJoin(names, " ");
 }
 
-std::optional<int> Parse(CLI::App& app, std::vector<std::string> args, std::ostream& out,
-                         std::ostream& err) {
+Outcome TryParse(CLI::App& app, std::vector<std::string> args) {
   std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+  Outcome o;
   try {
     app.parse(args);
-    return std::nullopt;
   } catch (const CLI::CallForHelp&) {
-    out << app.help();  // the help of the (sub)command asked about
-    return 0;
+    o.kind = Outcome::kHelp;
   } catch (const CLI::CallForVersion& v) {
-    out << v.what() << "\n";
-    return 0;
+    o.kind = Outcome::kVersion;
+    o.message = v.what();
   } catch (const CLI::ExtrasError& e) {
     // Named by the first word that was not expected (CLI11 lists them all).
     const CLI::App* at = Deepest(app);
     const std::vector<std::string> extra = at->remaining();
-    std::string message = e.what();
+    o.kind = Outcome::kError;
+    o.where = FullName(*at);
+    o.message = e.what();
     if (!extra.empty()) {
-      message = absl::StrCat(absl::StartsWith(extra[0], "-") ? "unknown flag "
-                                                             : "unexpected argument ",
-                             extra[0]);
+      o.message = absl::StrCat(
+          absl::StartsWith(extra[0], "-") ? "unknown flag " : "unexpected argument ", extra[0]);
     }
-    err << UsageError(FullName(*at), message);
-    return kExitUsage;
   } catch (const CLI::ParseError& e) {
-    err << UsageError(FullName(*Deepest(app)), ErrorMessage(e));
-    return kExitUsage;
+    o.kind = Outcome::kError;
+    o.where = FullName(*Deepest(app));
+    o.message = ErrorMessage(e);
   }
+  return o;
+}
+
+std::optional<int> Parse(CLI::App& app, std::vector<std::string> args, std::ostream& out,
+                         std::ostream& err) {
+  const Outcome o = TryParse(app, std::move(args));
+  switch (o.kind) {
+    case Outcome::kOk:
+      return std::nullopt;
+    case Outcome::kHelp:
+      out << app.help();  // the help of the (sub)command asked about
+      return 0;
+    case Outcome::kVersion:
+      out << o.message << "\n";
+      return 0;
+    case Outcome::kError:
+      break;
+  }
+  err << UsageError(o.where, o.message);
+  return kExitUsage;
 }
 
 std::optional<int> Parse(CLI::App& app, int argc, char** argv) {

@@ -1,7 +1,7 @@
 // What every elastrun binary shares about its command line, on top of CLI11:
-// the help layout (usage and description first, one line per flag showing
-// its first long name, a footer), --help and --version, the last of a
-// repeated flag wins (as with argparse), and one error style:
+// the help layout (usage and description first, one line per flag with its
+// names but the underscored aliases, a footer), --help and --version, the
+// last of a repeated flag wins (as with argparse), and one error style:
 //
 //   BINARY: <what was wrong, naming the flag>
 //   Run 'BINARY --help' for usage.
@@ -53,6 +53,17 @@ std::string UsageError(const std::string& binary, const std::string& message);
 // ("--x: 1 required TEXT missing" -> "--x needs a value"). Parse() names an
 // unexpected word itself: "unknown flag --x" or "unexpected argument x".
 std::string ErrorMessage(const CLI::ParseError& error);
+
+// How parsing went, for callers that print (or return) errors themselves.
+struct Outcome {
+  enum Kind { kOk, kHelp, kVersion, kError } kind = kOk;
+  // kError: what was wrong, naming the flag (no binary prefix).
+  // kVersion: the version line.
+  std::string message;
+  // kError: the (sub)command that failed ("elastrun run").
+  std::string where;
+};
+Outcome TryParse(CLI::App& app, std::vector<std::string> args);
 
 // Parses `args` (without argv[0]) into `app`. Returns an exit code when the
 // program should exit now: 0 after printing --help or --version to `out`,
