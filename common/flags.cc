@@ -133,6 +133,12 @@ std::string ErrorMessage(const CLI::ParseError& error) {
       absl::StrContains(what, ": 1 required") && absl::EndsWith(what, "missing")) {
     return absl::StrCat(what.substr(0, what.find(": ")), " needs a value");
   }
+  constexpr absl::string_view kOverride = " was given a disallowed flag override";
+  if (absl::EndsWith(what, kOverride)) {
+    // "print-config was given a disallowed flag override"
+    return absl::StrCat("--", what.substr(0, what.size() - kOverride.size()),
+                        " takes no value");
+  }
   constexpr absl::string_view kConvert = "Could not convert: ";
   if (absl::StartsWith(what, kConvert) && absl::StrContains(what, " = ")) {
     // "Could not convert: --standby = maybe"
