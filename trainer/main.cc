@@ -2,7 +2,7 @@
 // torchrun) for one process per rank:
 //   elastrun run --nproc-per-node 2 elastrun-train
 //       --config configs/fashion_mnist_mlp.yaml train.epochs=2
-// Flags: see kUsage in trainer/options.cc.
+// Flags: see Usage() in trainer/options.cc.
 #include <malloc.h>
 #include <unistd.h>
 
@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "common/config/config.h"
+#include "common/flags.h"
+#include "common/version.h"
 #include "trainer/options.h"
 #include "trainer/trainer.h"
 #include "worker/env.h"
@@ -48,12 +50,15 @@ int Main(int argc, char** argv) {
   absl::StatusOr<trainer::Flags> flags =
       trainer::ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!flags.ok()) {
-    std::fprintf(stderr, "elastrun-train: %s\n%s", std::string(flags.status().message()).c_str(),
-                 trainer::kUsage);
-    return 2;
+    std::cerr << flags::UsageError("elastrun-train", std::string(flags.status().message()));
+    return flags::kExitUsage;
   }
   if (flags->help) {
-    std::fputs(trainer::kUsage, stdout);
+    std::cout << trainer::Usage();
+    return 0;
+  }
+  if (flags->version) {
+    std::cout << VersionLine("elastrun-train") << "\n";
     return 0;
   }
   if (flags->list_targets) {

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/config.h"
+#include "common/flags.h"
 #include "common/status_macros.h"
 
 namespace elastrun::trainer {
@@ -79,65 +80,77 @@ TrainOptions TrainOptionsFrom(const Node& n) {
   return o;
 }
 
-const char kUsage[] =
-    "usage: elastrun-train --config FILE [key=value ...] [flags]\n"
-    "  --config FILE     trainer config (YAML; _base_, ${...}, _target_)\n"
-    "  key=value         override (Hydra grammar: a.b=1, +a.new=1, ~a.b)\n"
-    "  --print-config    print the resolved config as YAML and exit\n"
-    "  --list-targets    print every registered _target_ with its arguments\n"
-    "  --resume [PATH]   resume from PATH, or the newest checkpoint of the run\n"
-    "  --help            this text\n"
-    "Run it under `elastrun run --nproc-per-node N` (or torchrun) for DDP;\n"
-    "alone it trains on one process.\n";
+namespace {
+
+constexpr char kIntro[] = R"(usage: elastrun-train --config FILE [key=value ...] [flags]
+
+Trains a model with DDP, one process per rank. Run it under
+`elastrun run --nproc-per-node N` (or torchrun); alone it trains on one
+process. key=value words override the config (Hydra's grammar: a.b=1 sets,
++a.new=1 adds, ~a.b deletes).
+)";
+
+// `--resume` without a PATH, when an override follows it (ParseFlags).
+constexpr char kResumeLatest[] = "--resume-latest-checkpoint";
+
+// The flags of elastrun-train, bound to `f`.
+std::unique_ptr<CLI::App> NewTrainApp(Flags* f) {
+  std::unique_ptr<CLI::App> app = flags::NewApp("elastrun-train", kIntro);
+  app->add_option("--config", f->config, "trainer config (YAML; _base_, ${...}, _target_)")
+      ->type_name("FILE");
+  app->add_flag("--print-config", f->print_config,
+                "print the resolved config as YAML and exit")
+      ->disable_flag_override();
+  app->add_flag("--list-targets", f->list_targets,
+                "print every registered _target_ with its arguments")
+      ->disable_flag_override();
+  app->add_option("--resume", "resume from PATH, or the newest checkpoint of the run")
+      ->type_name("[PATH]")
+      ->expected(0, 1);
+  app->add_flag(kResumeLatest)->group("");  // see ParseFlags
+  app->add_option("overrides", f->overrides)->group("");
+  return app;
+}
+
+}  // namespace
+
+std::string Usage() {
+  Flags f;
+  return NewTrainApp(&f)->help();
+}
 
 absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
-  Flags flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i];
-    if (name.empty()) return absl::InvalidArgumentError("empty argument");
-    if (!absl::StartsWith(name, "--") && name != "-h") {
-      flags.overrides.push_back(name);  // key=value, +key=value, ~key
-      continue;
-    }
-    std::optional<std::string> value;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-    }
-    auto no_value = [&]() -> absl::Status {
-      if (value) return absl::InvalidArgumentError(name + " takes no value");
-      return absl::OkStatus();
-    };
-    if (name == "--config") {
-      if (!value) {
-        if (i + 1 >= args.size()) return absl::InvalidArgumentError("--config needs a file");
-        value = args[++i];
-      }
-      flags.config = *value;
-    } else if (name == "--print-config") {
-      RETURN_IF_ERROR(no_value());
-      flags.print_config = true;
-    } else if (name == "--list-targets") {
-      RETURN_IF_ERROR(no_value());
-      flags.list_targets = true;
-    } else if (name == "--help" || name == "-h") {
-      flags.help = true;
-    } else if (name == "--resume") {
-      // The path is optional: take the next argument only if it is neither
-      // a flag nor an override.
-      if (!value && i + 1 < args.size() && !absl::StartsWith(args[i + 1], "-") &&
-          args[i + 1].find('=') == std::string::npos) {
-        value = args[++i];
-      }
-      flags.resume = value.value_or("");
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", args[i], "'"));
+  // `--resume x=1`: x=1 is an override, not the PATH; CLI11 would take it
+  // as the PATH, so that --resume is passed as the hidden flag below.
+  std::vector<std::string> words = args;
+  for (size_t i = 0; i + 1 < words.size(); ++i) {
+    if (words[i] == "--resume" && words[i + 1].find('=') != std::string::npos) {
+      words[i] = kResumeLatest;
     }
   }
-  if (flags.config.empty() && !flags.list_targets && !flags.help) {
+  Flags f;
+  std::unique_ptr<CLI::App> app = NewTrainApp(&f);
+  const flags::Outcome parsed = flags::TryParse(*app, words);
+  switch (parsed.kind) {
+    case flags::Outcome::kHelp:
+      f.help = true;
+      return f;
+    case flags::Outcome::kVersion:
+      f.version = true;
+      return f;
+    case flags::Outcome::kError:
+      return absl::InvalidArgumentError(parsed.message);
+    case flags::Outcome::kOk:
+      break;
+  }
+  if (const CLI::Option* resume = app->get_option("--resume"); resume->count() > 0) {
+    f.resume = resume->results().empty() ? "" : resume->results().back();
+  }
+  if (app->get_option(kResumeLatest)->count() > 0) f.resume = "";
+  if (f.config.empty() && !f.list_targets) {
     return absl::InvalidArgumentError("--config FILE is required");
   }
-  return flags;
+  return f;
 }
 
 absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& path,

@@ -69,15 +69,21 @@ struct Flags {
   bool print_config = false;           // --print-config
   bool list_targets = false;           // --list-targets
   bool help = false;                   // --help / -h
+  bool version = false;                // --version
   // --resume [PATH]: "" means the newest checkpoint of the run.
   std::optional<std::string> resume;
 };
 
-// Accepts "--flag value" and "--flag=value"; an argument without a leading
-// "-" is an override. InvalidArgument naming the flag on an unknown flag, a
-// missing value, or no --config where one is needed.
+// Parses with CLI11 (common/flags.h): "--flag value" and "--flag=value"; an
+// argument without a leading "-" is an override. `--resume` takes the next
+// word as its PATH unless it is a flag or an override (has "="). Returns
+// InvalidArgument naming the flag on an unknown flag, a missing value, a
+// value given to a flag that takes none, or no --config where one is
+// needed; main prints it in the common style and exits 2.
 absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args);
-extern const char kUsage[];
+
+// The text of `elastrun-train --help`.
+std::string Usage();
 
 // A loaded trainer config: the resolved tree (what --print-config shows and
 // the run folder keeps) with `data` and `train` checked and defaults filled.

@@ -686,8 +686,11 @@ TEST(BinaryTest, PrintConfigListTargetsAndErrors) {
   EXPECT_EQ(status, 0);
   EXPECT_THAT(out, HasSubstr("YoloV5Schedule"));
   out = RunCommand(bin + " --bogus", &status);
-  EXPECT_NE(status, 0);
-  EXPECT_THAT(out, HasSubstr("unknown flag '--bogus'"));
+  EXPECT_EQ(status, 2 << 8);  // exit code 2: a usage error
+  EXPECT_EQ(out, "elastrun-train: unknown flag --bogus\nRun 'elastrun-train --help' for usage.\n");
+  out = RunCommand(bin + " --version", &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_THAT(out, ::testing::StartsWith("elastrun-train 0.2.0"));
 }
 
 // The batches of a run, from the trainer's sample log (RunOptions::sample_log):

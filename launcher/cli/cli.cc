@@ -1,22 +1,20 @@
-// Flag parsing, help texts and dispatch of the job commands. The commands
-// themselves are in cli_commands.cc.
+// The command line of `elastrun` (CLI11 through common/flags): help texts,
+// flags, dispatch. The job commands themselves are in commands.cc; `run`'s
+// flags in run_options.cc.
 #include "launcher/cli/cli.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/flags.h"
 #include "common/strings.h"
 #include "launcher/cli/commands.h"
+#include "launcher/cli/run.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -32,32 +30,65 @@ constexpr char kExitCodesHelp[] = R"(Exit codes of the job commands:
   5  wait --timeout passed before the job ended
 )";
 
-constexpr char kServiceHelp[] = R"(Service flags (every command):
-  --rendezvous HOST:PORT  the elastrun-rendezvous service (default
-                          $ELASTRUN_RENDEZVOUS, else 127.0.0.1:29400)
-  --token TOKEN           sent as "authorization: Bearer TOKEN" (default
-                          $ELASTRUN_TOKEN; visible in ps: prefer --token-file)
-  --token-file FILE       read the token from FILE (whitespace stripped)
-  --rpc-timeout DUR       deadline of each call to the service (default 10s)
-  -h, --help              show this help
+constexpr char kIntro[] = R"(usage: elastrun COMMAND [ARGS...]
+
+elastrun runs elastic, fault-tolerant distributed PyTorch training: `run`
+on this node (torchrun's replacement), the job commands through the
+elastrun-rendezvous service and the node daemons (elastrund).
 )";
+
+constexpr char kServiceNote[] = R"(Job commands find the service from --rendezvous HOST:PORT or
+$ELASTRUN_RENDEZVOUS (default 127.0.0.1:29400) and send --token-file,
+--token or $ELASTRUN_TOKEN.
+)";
+
+constexpr char kMoreHelp[] =
+    "`elastrun COMMAND --help` or `elastrun help COMMAND` describes a command.\n";
+
+// A flag of a job command: CLI11 names, the value's name ("" for none), help.
+struct FlagInfo {
+  const char* names;
+  const char* value;
+  const char* help;
+  bool repeatable = false;
+};
 
 struct CommandInfo {
   const char* name;
   const char* summary;
-  // Flags taking a value, and flags without one, beyond the service flags.
-  std::vector<std::string> value_flags;
-  std::vector<std::string> bool_flags;
-  const char* help;  // usage, description and own flags
+  std::vector<FlagInfo> flags;  // beyond the service flags
+  bool takes_words;             // JOB, a job file, KEY=VALUE...
+  const char* intro;            // usage and description
 };
+
+const FlagInfo kServiceFlags[] = {
+    {"--rendezvous", "HOST:PORT",
+     "the elastrun-rendezvous service (default\n"
+     "$ELASTRUN_RENDEZVOUS, else 127.0.0.1:29400)"},
+    {"--token", "TOKEN",
+     "sent as \"authorization: Bearer TOKEN\" (default\n"
+     "$ELASTRUN_TOKEN; visible in ps: prefer --token-file)"},
+    {"--token-file", "FILE", "read the token from FILE (whitespace stripped)"},
+    {"--rpc-timeout", "DUR", "deadline of each call to the service (default 10s)"},
+};
+
+const FlagInfo kOutputFlag = {"--output", "text|json",
+                              "text for people (default), or json for scripts"};
 
 const std::vector<CommandInfo>& Commands() {
   static const auto* const commands = new std::vector<CommandInfo>{
       {"submit",
        "submit a job (a YAML job spec, or flags and -- PROGRAM ARGS)",
-       {"--name", "--nnodes", "--nproc-per-node", "--max-restarts", "--env",
-        "--working-dir", "--last-call-timeout", "--join-timeout"},
-       {},
+       {{"--name", "NAME", "job name ([A-Za-z0-9._-], at most 64); id NAME-N"},
+        {"--nnodes", "N|MIN:MAX", "nodes (default 1)"},
+        {"--nproc-per-node", "N", "workers per node, one slot each (default 1)"},
+        {"--max-restarts", "K", "failure-caused restarts for the job (default 0)"},
+        {"--env", "NAME=VALUE", "extra worker environment (repeatable)", true},
+        {"--working-dir", "DIR", "worker's working directory on its node"},
+        {"--last-call-timeout", "DUR",
+         "after MIN nodes joined, wait this long for more (1s)"},
+        {"--join-timeout", "DUR", "a round below MIN this long fails the job (600s)"}},
+       true,
        R"(usage: elastrun submit [flags] JOB.yaml [KEY=VALUE...]
        elastrun submit [flags] -- PROGRAM [ARGS...]
 
@@ -70,22 +101,12 @@ nproc_per_node, max_restarts, command (a list: program and arguments), env
 (a mapping), working_dir, last_call_timeout, join_timeout; only command is
 required. It may inherit with _base_; KEY=VALUE words after the file override
 its keys (Hydra's grammar: nnodes=2:4 sets, +env.SEED=1 adds, ~env deletes).
-Flags override the file too.
-
-Spec flags:
-  --name NAME               job name ([A-Za-z0-9._-], at most 64); id NAME-N
-  --nnodes N|MIN:MAX        nodes (default 1)
-  --nproc-per-node N        workers per node, one slot each (default 1)
-  --max-restarts K          failure-caused restarts for the job (default 0)
-  --env NAME=VALUE          extra worker environment (repeatable)
-  --working-dir DIR         worker's working directory on its node
-  --last-call-timeout DUR   after MIN nodes joined, wait this long for more (1s)
-  --join-timeout DUR        a round below MIN this long fails the job (600s)
+Flags override the file too; the words after "--" are the program's.
 )"},
       {"status",
        "show a job: state, round, world size, restarts and causes, nodes",
-       {"--output"},
-       {},
+       {kOutputFlag},
+       true,
        R"(usage: elastrun status JOB [--output text|json]
 
 Shows the job's state (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED), the
@@ -93,174 +114,125 @@ current round and its phase, world size, restarts, every round with why it
 ended and its root-cause failure (node, rank, exit code or signal, message),
 the state of each of its nodes, and the last progress a worker reported.
 
---output json prints one object with these keys (keys are only ever added;
-times are RFC 3339 UTC or null):
-  job_id, name, state, phase (QUEUED, JOINING, RUNNING, DONE), round,
-  world_size, restarts, max_restarts, min_nodes, max_nodes, nproc_per_node,
-  command, submit_time, finish_time, finish_reason,
-  root_cause    a failure or null: {node_id, round, rank, local_rank,
-                exit_code, signal, message, traceback, time}
-  nodes         [{node_id, state, group_rank}]
-  last_progress {node_id, round, rank, step, metrics, time} or null
-  history       [{round, end_reason, counted_as_restart, world_size, nodes,
-                failures, succeeded, opened_time, closed_time, ended_time}]
+--output json prints the service's JobStatus (proto/elastrun/v1/jobs.proto)
+through protobuf's JSON printer, with the proto's field names and every
+field present: job_id, spec {name, min_nodes, max_nodes, nproc_per_node,
+max_restarts, argv, env, ...}, state, phase, round, restarts, world_size,
+history [{id, end_reason, counted_as_restart, assignment {world_size, nodes
+[{node_id, ...}]}, failures, succeeded, opened_time, ...}], nodes [{node_id,
+state, group_rank}], last_progress, root_cause {node_id, round, rank,
+local_rank, exit_code, signal, message, traceback, time}, finish_reason,
+submit_time, finish_time. Enum values are their short names (state
+"FAILED", phase "RUNNING"), 64-bit integers are numbers, times RFC 3339 UTC
+strings, and an unset message or time is null.
 )"},
       {"list",
        "list jobs, oldest first",
-       {"--output"},
-       {},
+       {kOutputFlag},
+       false,
        R"(usage: elastrun list [--output text|json]
 
 Lists every job the service knows, oldest first. --output json prints
-{"jobs": [...]}, each job with the keys of `status` but history.
+{"jobs": [...]}, each job a JobStatus as `elastrun status` prints it.
 )"},
       {"nodes",
        "list the registered node daemons",
-       {"--output"},
-       {},
+       {kOutputFlag},
+       false,
        R"(usage: elastrun nodes [--output text|json]
 
 Lists the node daemons (elastrund) the service knows: id, address, state
 (ALIVE, LOST), slots and free slots, the jobs holding its slots, labels.
---output json prints {"nodes": [...]} with keys node_id, addr, slots,
-free_slots, labels, state, watching, jobs, lost_reason, registered_time,
-lease_expiry.
+--output json prints {"nodes": [...]}, each a NodeInfo (proto/elastrun/v1/
+types.proto): node_id, addr, slots, free_slots, labels, state, watching,
+registered_time, lease_expiry, jobs, lost_reason.
 )"},
       {"cancel",
        "cancel a job; every node stops its workers",
-       {"--reason", "--output"},
-       {},
+       {{"--reason", "TEXT", "why, kept as the job's finish reason"}, kOutputFlag},
+       true,
        R"(usage: elastrun cancel JOB [--reason TEXT] [--output text|json]
 
 Cancels a job that has not finished: every node stops its workers and the
 job ends CANCELLED. Cancelling a finished job changes nothing. Prints the
-job's status line (or JSON) afterwards; exits 0 when the call succeeded.
+job's status line (or JSON, as `status`) afterwards; exits 0 when the call
+succeeded.
 )"},
       {"wait",
        "block until a job ends; exit 0 only if it succeeded",
-       {"--timeout", "--poll-interval", "--output"},
-       {},
+       {{"--timeout", "DUR", "give up after DUR and exit 5 (default: never)"},
+        {"--poll-interval", "DUR", "time between two looks (default 250ms)"},
+        kOutputFlag},
+       true,
        R"(usage: elastrun wait JOB [--timeout DUR] [--poll-interval DUR] [--output text|json]
 
-Blocks until the job ends, then prints its final status line (or JSON) and
-exits 0 if it SUCCEEDED, 1 if it FAILED or was CANCELLED, 5 if --timeout
-passed first (default: no timeout). Polls the service every --poll-interval
-(default 250ms); a service that stays unreachable for 60s exits 3.
+Blocks until the job ends, then prints its final status line (or JSON, as
+`status`) and exits 0 if it SUCCEEDED, 1 if it FAILED or was CANCELLED, 5 if
+--timeout passed first. A service that stays unreachable for 60s exits 3.
 )"},
       {"logs",
        "print a job's worker output (-f: follow until the job ends)",
-       {"--rank"},
-       {"-f", "--follow"},
+       {{"-f,--follow", "", "keep printing new lines until the job has ended"},
+        {"--rank", "R", "only rank R's lines, unprefixed"}},
+       true,
        R"(usage: elastrun logs JOB [-f] [--rank R]
 
 Prints the worker output the node daemons forwarded to the service, every
-line prefixed [rankN]: (with --rank R: only that rank, unprefixed). With -f,
-keeps printing new lines until the job has ended. The service keeps the
-newest 8 MiB per job in memory; the complete logs stay on each node under
-the daemon's --log-dir (default /tmp/elastrund-NODE_ID), as
+line prefixed [rankN]: (with --rank R: only that rank, unprefixed). The
+service keeps the newest 8 MiB per job in memory; the complete logs stay on
+each node under the daemon's --log-dir (default /tmp/elastrund-NODE_ID), as
 LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log.
 )"},
   };
   return *commands;
 }
 
-const CommandInfo* FindCommand(const std::string& name) {
-  for (const CommandInfo& c : Commands()) {
-    if (name == c.name) return &c;
-  }
-  return nullptr;
+void AddFlag(CLI::App* app, const FlagInfo& f, const std::string& group) {
+  const std::string names = flags::WithUnderscores(f.names);
+  CLI::Option* opt = f.value[0] == '\0'
+                         ? app->add_flag(names, f.help)
+                         : app->add_option(names, f.help)->type_name(f.value);
+  opt->group(group);
+  if (f.repeatable) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
-bool Contains(const std::vector<std::string>& v, const std::string& s) {
-  return std::find(v.begin(), v.end(), s) != v.end();
+void AddJobCommand(CLI::App* app, const CommandInfo& info) {
+  CLI::App* sub = flags::AddCommand(app, info.name, info.summary, info.intro, kExitCodesHelp);
+  for (const FlagInfo& f : info.flags) AddFlag(sub, f, "Flags");
+  for (const FlagInfo& f : kServiceFlags) AddFlag(sub, f, "Service flags (every job command)");
+  // The JOB id, job file and overrides; not listed among the flags.
+  if (info.takes_words) sub->add_option("words")->expected(-1)->group("");
 }
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--token-file %s: cannot read: %s", path, std::strerror(errno)));
-  }
-  std::string token(absl::StripAsciiWhitespace(text.str()));
-  if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrFormat("--token-file %s is empty", path));
-  }
-  return token;
-}
-
-// Parses flags (anywhere before "--"; "--flag=value" or "--flag value"),
-// positionals, and the words after "--". Sets *help for -h/--help.
-absl::StatusOr<ParsedArgs> Parse(const CommandInfo& info,
-                                 const std::vector<std::string>& args,
-                                 const CliContext& ctx, bool* help) {
-  static const std::vector<std::string> kServiceFlags = {"--rendezvous", "--token",
-                                                         "--token-file", "--rpc-timeout"};
+// A parsed job command's words and flags (by their first long name).
+ParsedArgs FromApp(const CLI::App& sub) {
   ParsedArgs a;
-  a.command = info.name;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    if (arg == "--") {
-      if (std::string(info.name) != "submit") {
-        return absl::InvalidArgumentError("unexpected \"--\"");
-      }
-      a.program.assign(args.begin() + i + 1, args.end());
-      if (a.program.empty()) {
-        return absl::InvalidArgumentError(
-            "\"--\" must be followed by the program to run");
-      }
-      break;
+  a.command = sub.get_name();
+  for (const CLI::Option* opt : sub.get_options()) {
+    if (opt == sub.get_help_ptr() || opt->count() == 0) continue;
+    if (opt->get_lnames().empty()) {
+      a.positional = opt->results();
+    } else {
+      a.flags["--" + opt->get_lnames()[0]] = opt->results();
     }
-    if (arg == "-h" || arg == "--help") {
-      *help = true;
-      return a;
-    }
-    if (arg.size() < 2 || arg[0] != '-') {
-      a.positional.push_back(arg);
-      continue;
-    }
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    // torchrun spells flags with dashes or underscores; accept both.
-    if (absl::StartsWith(arg, "--")) std::replace(arg.begin() + 2, arg.end(), '_', '-');
-    const bool service = Contains(kServiceFlags, arg);
-    if (Contains(info.bool_flags, arg)) {
-      if (has_value)
-        return absl::InvalidArgumentError(absl::StrCat(arg, " takes no value"));
-      a.flags[arg].push_back("");
-      continue;
-    }
-    if (!service && !Contains(info.value_flags, arg)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "unknown flag \"%s\" (see elastrun %s --help)", arg, info.name));
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(arg + " needs a value");
-      value = args[++i];
-    }
-    a.flags[arg].push_back(value);
   }
+  return a;
+}
 
-  // Service flags, then the environment, then the defaults.
+// Service flags, then the environment, then the defaults; --output.
+absl::Status FinishJobFlags(const CliContext& ctx, ParsedArgs& a) {
   auto env = [&](const char* name) { return ctx.env ? ctx.env(name) : std::nullopt; };
   if (a.Has("--rendezvous")) {
     a.service.address = a.Last("--rendezvous");
   } else if (auto v = env("ELASTRUN_RENDEZVOUS"); v && !v->empty()) {
     a.service.address = *v;
   }
-  if (a.service.address.empty())
-    return absl::InvalidArgumentError("--rendezvous is empty");
+  if (a.service.address.empty()) return absl::InvalidArgumentError("--rendezvous is empty");
   if (a.Has("--token") && a.Has("--token-file")) {
     return absl::InvalidArgumentError("give --token or --token-file, not both");
   }
   if (a.Has("--token-file")) {
-    absl::StatusOr<std::string> token = ReadTokenFile(a.Last("--token-file"));
+    absl::StatusOr<std::string> token = flags::ReadTokenFile(a.Last("--token-file"));
     if (!token.ok()) return token.status();
     a.service.token = *token;
   } else if (a.Has("--token")) {
@@ -269,8 +241,7 @@ absl::StatusOr<ParsedArgs> Parse(const CommandInfo& info,
     a.service.token = *v;
   }
   if (a.Has("--rpc-timeout")) {
-    absl::StatusOr<absl::Duration> d =
-        ParseDuration(a.Last("--rpc-timeout"), "--rpc-timeout");
+    absl::StatusOr<absl::Duration> d = ParseDuration(a.Last("--rpc-timeout"), "--rpc-timeout");
     if (!d.ok()) return d.status();
     if (*d <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError("--rpc-timeout must be greater than 0");
@@ -285,7 +256,94 @@ absl::StatusOr<ParsedArgs> Parse(const CommandInfo& info,
     }
     a.json = output == "json";
   }
-  return a;
+  return absl::OkStatus();
+}
+
+// The whole command line: every command, `help`, --version.
+struct Cli {
+  std::unique_ptr<CLI::App> app;
+  CLI::App* run = nullptr;  // for its help: `elastrun run ...` is parsed alone
+  CLI::App* help = nullptr;
+  std::string help_topic;
+};
+
+std::unique_ptr<Cli> NewCli() {
+  auto cli = std::make_unique<Cli>();
+  cli->app = flags::NewApp("elastrun", kIntro,
+                           absl::StrCat(kServiceNote, "\n", kExitCodesHelp, "\n", kMoreHelp));
+  cli->run = flags::AddCommand(cli->app.get(), "run",
+                               "run a program as an elastic worker group on this node\n"
+                               "(torchrun's flags)",
+                               kRunIntro, kRunFooter);
+  AddRunFlags(cli->run);
+  for (const CommandInfo& c : Commands()) AddJobCommand(cli->app.get(), c);
+  cli->help = flags::AddCommand(cli->app.get(), "help", "describe a command",
+                                "usage: elastrun help [COMMAND]\n\n"
+                                "Prints the help of COMMAND (as COMMAND --help), or the\n"
+                                "list of commands.\n");
+  cli->help->add_option("command", cli->help_topic)->group("");
+  return cli;
+}
+
+// The command called `name`, or null.
+const CLI::App* FindCommand(const CLI::App& app, const std::string& name) {
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_name() == name) return sub;
+  }
+  return nullptr;
+}
+
+// The help text of `app` itself (CLI::App::help would describe the
+// subcommand that was parsed, here `help`).
+std::string HelpOf(const CLI::App* app) {
+  return app->get_formatter()->make_help(app, app->get_name(), CLI::AppFormatMode::Normal);
+}
+
+int Usage(const CliContext& ctx, const std::string& where, const std::string& message) {
+  *ctx.err << flags::UsageError(where, message);
+  return kExitUsage;
+}
+
+int Help(const Cli& cli, const CliContext& ctx) {
+  if (cli.help_topic.empty()) {
+    *ctx.out << HelpOf(cli.app.get());
+    return kExitOk;
+  }
+  const CLI::App* sub = FindCommand(*cli.app, cli.help_topic);
+  if (sub == nullptr) {
+    return Usage(ctx, "elastrun help", absl::StrCat("unknown command ", cli.help_topic));
+  }
+  *ctx.out << HelpOf(sub);
+  return kExitOk;
+}
+
+// `elastrun run ARGS`, parsed alone: in the tree of commands CLI11 would
+// hand the words after a "--" to `elastrun` itself, not to `run`.
+int Run(const std::vector<std::string>& args, const CliContext& ctx) {
+  std::unique_ptr<CLI::App> app =
+      flags::NewApp("elastrun run", kRunIntro, kRunFooter, /*version=*/false);
+  AddRunFlags(app.get());
+  const flags::Outcome parsed = flags::TryParse(*app, args);
+  if (parsed.kind == flags::Outcome::kHelp) {
+    *ctx.out << app->help();
+    return kExitOk;
+  }
+  if (parsed.kind != flags::Outcome::kOk) return Usage(ctx, parsed.where, parsed.message);
+  absl::StatusOr<RunOptions> options = RunOptionsFrom(*app, ctx.env, ctx.is_this_host);
+  if (!options.ok()) return Usage(ctx, "elastrun run", std::string(options.status().message()));
+  for (const std::string& w : options->warnings) *ctx.err << "elastrun run: warning: " << w << "\n";
+  return ctx.run(*options);
+}
+
+int Dispatch(const ParsedArgs& a, const CliContext& ctx) {
+  const std::string& c = a.command;
+  if (c == "submit") return internal::Submit(a, ctx);
+  if (c == "status") return internal::Status(a, ctx);
+  if (c == "list") return internal::List(a, ctx);
+  if (c == "nodes") return internal::Nodes(a, ctx);
+  if (c == "cancel") return internal::Cancel(a, ctx);
+  if (c == "wait") return internal::Wait(a, ctx);
+  return internal::Logs(a, ctx);
 }
 
 }  // namespace
@@ -326,49 +384,61 @@ CliContext RealCliContext() {
   ctx.sleep = [](absl::Duration d) { absl::SleepFor(d); };
   ctx.out = &std::cout;
   ctx.err = &std::cerr;
+  ctx.run = [](const RunOptions& o) { return RunStandalone(o); };
   return ctx;
 }
 
-bool IsJobCommand(const std::string& command) { return FindCommand(command) != nullptr; }
-
-std::string JobCommandsHelp() {
-  std::string out;
-  for (const CommandInfo& c : Commands()) {
-    absl::StrAppendFormat(&out, "  %-9s %s\n", c.name, c.summary);
-  }
-  absl::StrAppend(&out,
-                  "\nJob commands find the service from --rendezvous HOST:PORT or "
-                  "$ELASTRUN_RENDEZVOUS\n(default 127.0.0.1:29400) and send "
-                  "--token-file, --token or $ELASTRUN_TOKEN.\n\n",
-                  kExitCodesHelp);
-  return out;
-}
-
-int RunJobCommand(const std::string& command, const std::vector<std::string>& args,
-                  const CliContext& ctx) {
-  const CommandInfo* info = FindCommand(command);
-  if (info == nullptr) {
-    *ctx.err << "elastrun: unknown command '" << command << "'\n";
+int RunCli(const std::vector<std::string>& args, const CliContext& ctx) {
+  std::unique_ptr<Cli> cli = NewCli();
+  if (args.empty()) {
+    *ctx.err << HelpOf(cli->app.get());
     return kExitUsage;
   }
-  bool help = false;
-  absl::StatusOr<ParsedArgs> a = Parse(*info, args, ctx, &help);
-  if (help) {
-    *ctx.out << info->help << "\n" << kServiceHelp << "\n" << kExitCodesHelp;
-    return kExitOk;
+  if (args[0].empty() || (args[0][0] != '-' && !FindCommand(*cli->app, args[0]))) {
+    return Usage(ctx, "elastrun", absl::StrCat("unknown command ", args[0]));
   }
-  if (!a.ok()) {
-    *ctx.err << "elastrun " << command << ": " << a.status().message()
-             << "\n(see elastrun " << command << " --help)\n";
-    return kExitUsage;
+  // `help COMMAND`: CLI11 would take COMMAND for that command itself.
+  if (args[0] == "help" && args.size() > 1 && !absl::StartsWith(args[1], "-")) {
+    if (args.size() > 2) {
+      return Usage(ctx, "elastrun help", absl::StrCat("unexpected argument ", args[2]));
+    }
+    cli->help_topic = args[1];
+    return Help(*cli, ctx);
   }
-  if (command == "submit") return internal::Submit(*a, ctx);
-  if (command == "status") return internal::Status(*a, ctx);
-  if (command == "list") return internal::List(*a, ctx);
-  if (command == "nodes") return internal::Nodes(*a, ctx);
-  if (command == "cancel") return internal::Cancel(*a, ctx);
-  if (command == "wait") return internal::Wait(*a, ctx);
-  return internal::Logs(*a, ctx);
+  if (args[0] == "run") return Run(std::vector<std::string>(args.begin() + 1, args.end()), ctx);
+  // submit: the words after "--" are the program's, flags or not.
+  std::vector<std::string> words = args, program;
+  if (args[0] == "submit") {
+    if (auto dash = std::find(words.begin(), words.end(), "--"); dash != words.end()) {
+      program.assign(dash + 1, words.end());
+      words.erase(dash, words.end());
+      if (program.empty()) {
+        return Usage(ctx, "elastrun submit", "\"--\" must be followed by the program to run");
+      }
+    }
+  }
+  const flags::Outcome parsed = flags::TryParse(*cli->app, words);
+  switch (parsed.kind) {
+    case flags::Outcome::kHelp:
+      *ctx.out << cli->app->help();  // of the command asked about
+      return kExitOk;
+    case flags::Outcome::kVersion:
+      *ctx.out << parsed.message << "\n";
+      return kExitOk;
+    case flags::Outcome::kError:
+      return Usage(ctx, parsed.where, parsed.message);
+    case flags::Outcome::kOk:
+      break;
+  }
+  if (cli->help->parsed() > 0) return Help(*cli, ctx);
+  std::vector<CLI::App*> chosen = cli->app->get_subcommands();
+  if (chosen.empty()) return Usage(ctx, "elastrun", "no command given");
+  ParsedArgs a = FromApp(*chosen[0]);
+  a.program = std::move(program);
+  if (absl::Status st = FinishJobFlags(ctx, a); !st.ok()) {
+    return Usage(ctx, "elastrun " + a.command, std::string(st.message()));
+  }
+  return Dispatch(a, ctx);
 }
 
 }  // namespace elastrun::launcher

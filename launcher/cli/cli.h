@@ -1,8 +1,10 @@
-// The job commands of the `elastrun` CLI: submit, status, list, nodes,
-// cancel, wait, logs. Each parses its words, talks to the service through a
-// JobsClient and prints; it returns the process exit code. Everything the
-// commands touch outside (environment, client, clock, sleep, streams) comes
-// in through CliContext, so tests run them in-process against a fake.
+// The `elastrun` command line: `run` (run_options.h) and the job commands
+// (submit, status, list, nodes, cancel, wait, logs), `help [COMMAND]` and
+// --version, parsed with CLI11 (common/flags.h). The job commands talk to
+// the service through a JobsClient and print; each returns the process exit
+// code. Everything the commands touch outside (environment, client, clock,
+// sleep, streams, the launcher of `run`) comes in through CliContext, so
+// tests run them in-process against fakes.
 #ifndef ELASTRUN_LAUNCHER_CLI_CLI_H_
 #define ELASTRUN_LAUNCHER_CLI_CLI_H_
 
@@ -17,6 +19,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "launcher/cli/client.h"
+#include "launcher/cli/run_options.h"
 
 namespace elastrun::launcher {
 
@@ -45,22 +48,23 @@ struct CliContext {
   // `wait` polls with these: time, and a pause between two polls.
   const Clock* clock = &RealClock();
   std::function<void(absl::Duration)> sleep;
-  std::ostream* out = nullptr;  // results (job id, status, tables, JSON)
+  std::ostream* out = nullptr;  // results (job id, status, tables, JSON), help
   std::ostream* err = nullptr;  // errors and notes
+  // Runs `elastrun run` with parsed options; returns its exit code.
+  std::function<int(const RunOptions&)> run;
+  // --rdzv-endpoint of `run`: is this host this node?
+  HostCheck is_this_host = IsThisHost;
 };
 
-// The real world: getenv, gRPC, the real clock, absl::SleepFor, stdout/stderr.
+// The real world: getenv, gRPC, the real clock, absl::SleepFor, stdout/stderr,
+// RunStandalone.
 CliContext RealCliContext();
 
-// True for the commands RunJobCommand knows.
-bool IsJobCommand(const std::string& command);
-
-// Runs `elastrun COMMAND ARGS...` (args: the words after the command).
-int RunJobCommand(const std::string& command, const std::vector<std::string>& args,
-                  const CliContext& ctx);
-
-// The command list and exit codes for `elastrun --help`.
-std::string JobCommandsHelp();
+// Runs `elastrun ARGS...` (args: the words after the binary's name).
+// Usage errors print "elastrun[ COMMAND]: what, naming the flag" and "Run
+// 'elastrun[ COMMAND] --help' for usage." and return kExitUsage; --help,
+// `help [COMMAND]` and --version print to ctx.out and return 0.
+int RunCli(const std::vector<std::string>& args, const CliContext& ctx);
 
 }  // namespace elastrun::launcher
 

@@ -166,8 +166,8 @@ TEST_F(CliE2eTest, SubmitStatusListCancelWait) {
   EXPECT_EQ(j["restarts"], 0);
   EXPECT_EQ(j["world_size"], 0);
   EXPECT_EQ(j["job_id"], job);
-  EXPECT_EQ(j["max_nodes"], 2);
-  EXPECT_EQ(j["command"], nlohmann::json({"/bin/true", "arg"}));
+  EXPECT_EQ(j["spec"]["max_nodes"], 2);
+  EXPECT_EQ(j["spec"]["argv"], nlohmann::json({"/bin/true", "arg"}));
 
   RunResult text = Cli({"status", job});
   EXPECT_EQ(text.exit_code, 0);
@@ -205,8 +205,8 @@ TEST_F(CliE2eTest, JobFileSubmits) {
   nlohmann::json j =
       Json(Cli({"status", std::string(absl::StripTrailingAsciiWhitespace(r.output)),
                 "--output", "json"}));
-  EXPECT_EQ(j["min_nodes"], 3);
-  EXPECT_EQ(j["max_nodes"], 3);
+  EXPECT_EQ(j["spec"]["min_nodes"], 3);
+  EXPECT_EQ(j["spec"]["max_nodes"], 3);
 }
 
 TEST_F(CliE2eTest, BadSpecIsRefusedAndNothingIsCreated) {
@@ -332,6 +332,28 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
     d->Signal(SIGTERM);
     EXPECT_TRUE(d->Wait(kWait).ok());
   }
+}
+
+// The real binaries: --version, and a usage error naming the flag, exit 2.
+TEST(CliBinariesE2eTest, VersionAndUsageErrorsOfEveryBinary) {
+  for (const char* binary : {"elastrun", "elastrund", "elastrun-rendezvous"}) {
+    absl::StatusOr<RunResult> v = testing::Run({BinDir() + "/" + binary, "--version"});
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(v->exit_code, 0) << binary;
+    EXPECT_THAT(v->output, MatchesRegex(std::string(binary) +
+                                        " [0-9]+\\.[0-9]+\\.[0-9]+( \\(commit [0-9a-f]+\\))?\n"));
+    absl::StatusOr<RunResult> bad = testing::Run({BinDir() + "/" + binary, "--no-such-flag"});
+    ASSERT_TRUE(bad.ok()) << bad.status();
+    EXPECT_EQ(bad->exit_code, 2) << binary;
+    EXPECT_EQ(bad->output, absl::StrCat(binary, ": unknown flag --no-such-flag\nRun '", binary,
+                                        " --help' for usage.\n"));
+  }
+  absl::StatusOr<RunResult> run = testing::Run(
+      {BinDir() + "/elastrun", "run", "--rdzv-endpoint", "192.0.2.1:29400", "/bin/true"});
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->exit_code, 2);
+  EXPECT_THAT(run->output, HasSubstr("elastrun run: --rdzv-endpoint 192.0.2.1:29400 names "
+                                     "another host"));
 }
 
 TEST(CliTokenE2eTest, TokenIsSentAndRequired) {

@@ -11,11 +11,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/cli/format.h"
+#include "launcher/cli/run_options.h"
 
 namespace elastrun::launcher {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // What the fake service holds; shared by every client a command opens.
 struct FakeService {
@@ -99,10 +101,16 @@ class CliTest : public ::testing::Test {
     ctx_.sleep = [this](absl::Duration d) { clock_.Advance(d); };
     ctx_.out = &out_;
     ctx_.err = &err_;
+    ctx_.run = [this](const RunOptions& o) {
+      runs_.push_back(o);
+      return 7;
+    };
+    ctx_.is_this_host = [](const std::string& host) { return host == "me"; };
   }
 
-  int Run(const std::string& command, const std::vector<std::string>& args) {
-    return RunJobCommand(command, args, ctx_);
+  int Run(const std::string& command, std::vector<std::string> args) {
+    args.insert(args.begin(), command);
+    return RunCli(args, ctx_);
   }
 
   std::map<std::string, std::string> env_;
@@ -110,6 +118,7 @@ class CliTest : public ::testing::Test {
   FakeClock clock_;
   std::ostringstream out_, err_;
   CliContext ctx_;
+  std::vector<RunOptions> runs_;  // what `run` was asked to run
 };
 
 TEST_F(CliTest, SubmitFromFlagsPrintsOnlyTheId) {
@@ -154,7 +163,7 @@ TEST_F(CliTest, UsageErrors) {
   EXPECT_EQ(Run("status", {}), kExitUsage);
   EXPECT_EQ(Run("status", {"a", "b"}), kExitUsage);
   EXPECT_EQ(Run("list", {"--bogus"}), kExitUsage);
-  EXPECT_THAT(err_.str(), HasSubstr("unknown flag \"--bogus\""));
+  EXPECT_THAT(err_.str(), HasSubstr("elastrun list: unknown flag --bogus\n"));
   EXPECT_EQ(Run("list", {"--output", "yaml"}), kExitUsage);
   EXPECT_EQ(Run("status", {"j", "--rendezvous"}), kExitUsage);
   EXPECT_EQ(Run("wait", {"j", "--timeout", "soon"}), kExitUsage);
@@ -279,16 +288,105 @@ TEST_F(CliTest, LogsFollowReadsUntilTheJobHasEnded) {
 }
 
 TEST_F(CliTest, HelpForEveryCommandListsExitCodes) {
-  for (const char* cmd :
-       {"submit", "status", "list", "nodes", "cancel", "wait", "logs"}) {
+  for (const char* cmd : {"submit", "status", "list", "nodes", "cancel", "wait", "logs"}) {
     out_.str("");
     EXPECT_EQ(Run(cmd, {"--help"}), 0) << cmd;
-    EXPECT_THAT(out_.str(), HasSubstr(std::string("usage: elastrun ") + cmd));
+    EXPECT_THAT(out_.str(), ::testing::StartsWith(std::string("usage: elastrun ") + cmd));
     EXPECT_THAT(out_.str(), HasSubstr("4  no such job"));
     EXPECT_THAT(out_.str(), HasSubstr("--rendezvous HOST:PORT"));
+    // `elastrun help CMD` prints the same text.
+    const std::string help = out_.str();
+    out_.str("");
+    EXPECT_EQ(Run("help", {cmd}), 0) << cmd;
+    EXPECT_EQ(out_.str(), help) << cmd;
   }
-  EXPECT_THAT(JobCommandsHelp(), HasSubstr("3  the service could not be reached"));
+  out_.str("");
+  EXPECT_EQ(Run("help", {"run"}), 0);
+  EXPECT_THAT(out_.str(), ::testing::StartsWith("usage: elastrun run [FLAGS] PROGRAM"));
+  EXPECT_EQ(out_.str(), RunUsage());
+  out_.str("");
+  EXPECT_EQ(RunCli({"--help"}, ctx_), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("3  the service could not be reached"));
+  for (const char* cmd : {"run", "submit", "status", "list", "nodes", "cancel", "wait", "logs"}) {
+    EXPECT_THAT(out_.str(), HasSubstr(std::string("\n  ") + cmd + " ")) << cmd;
+  }
   EXPECT_TRUE(service_.connects.empty());
+  EXPECT_TRUE(err_.str().empty()) << err_.str();
+}
+
+// Every flag a command's help lists is one the command takes (the help
+// tells the truth), and every flag it takes is listed.
+TEST_F(CliTest, HelpListsExactlyTheFlagsThatParse) {
+  for (const char* cmd : {"submit", "status", "list", "nodes", "cancel", "wait", "logs"}) {
+    out_.str("");
+    ASSERT_EQ(Run(cmd, {"--help"}), 0);
+    const std::string help = out_.str();
+    for (size_t at = help.find("\n  --"); at != std::string::npos;
+         at = help.find("\n  --", at + 1)) {
+      const std::string flag = help.substr(at + 3, help.find_first_of(" \n", at + 3) - at - 3);
+      if (flag == "--help") continue;
+      err_.str("");
+      Run(cmd, {flag, "x"});
+      EXPECT_THAT(err_.str(), Not(HasSubstr("unknown flag"))) << cmd << " " << flag;
+    }
+  }
+}
+
+TEST_F(CliTest, UsageErrorsNameTheFlagAndExit2) {
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"status", "j-1", "--outptu", "json"}, "elastrun status: unknown flag --outptu"},
+           {{"status", "j-1", "--output"}, "elastrun status: --output needs a value"},
+           {{"list", "--output", "yaml"}, "elastrun list: --output: \"yaml\" is not text or json"},
+           {{"list", "extra"}, "elastrun list: unexpected argument extra"},
+           {{"wait", "j-1", "--timeout", "soon"}, "elastrun wait: --timeout"},
+           {{"logs", "j-1", "--rank", "-1"}, "elastrun logs: --rank"},
+           {{"submit", "--name", "x", "--"}, "elastrun submit: \"--\" must be followed"},
+           {{"bogus"}, "elastrun: unknown command bogus"},
+           {{"help", "bogus"}, "elastrun help: unknown command bogus"},
+           {{"run", "--nproc-per-node"}, "elastrun run: --nproc-per-node needs a value"},
+           {{"run", "--nproc-per-nodes", "2", "w"}, "elastrun run: unknown flag --nproc-per-nodes"}}) {
+    err_.str("");
+    EXPECT_EQ(RunCli(args, ctx_), kExitUsage) << says;
+    EXPECT_THAT(err_.str(), HasSubstr(says));
+    const std::string where = says.substr(0, says.find(':'));
+    EXPECT_THAT(err_.str(), HasSubstr("\nRun '" + where + " --help' for usage.\n")) << err_.str();
+  }
+  EXPECT_TRUE(service_.connects.empty());
+  EXPECT_TRUE(runs_.empty());
+}
+
+TEST_F(CliTest, VersionNamesTheProjectVersion) {
+  EXPECT_EQ(RunCli({"--version"}, ctx_), 0);
+  EXPECT_THAT(out_.str(), ::testing::MatchesRegex("elastrun [0-9]+\\.[0-9]+\\.[0-9]+"
+                                                  "( \\(commit [0-9a-f]+\\))?\n"));
+}
+
+TEST_F(CliTest, RunPassesTheProgramItsWordsAndWarns) {
+  env_["PET_MAX_RESTARTS"] = "2";
+  EXPECT_EQ(Run("run", {"--nproc_per_node=2", "--local-addr", "10.0.0.5", "--rdzv-endpoint",
+                        "me:29400", "train.py", "--lr", "0.1", "--nproc-per-node", "9"}),
+            7);
+  ASSERT_EQ(runs_.size(), 1u);
+  EXPECT_EQ(runs_[0].nproc_per_node_text, "2");
+  EXPECT_EQ(runs_[0].max_restarts, 2);
+  EXPECT_THAT(runs_[0].program,
+              ::testing::ElementsAre("train.py", "--lr", "0.1", "--nproc-per-node", "9"));
+  EXPECT_THAT(err_.str(), HasSubstr("elastrun run: warning: --local-addr is ignored"));
+
+  // "--" ends the flags.
+  EXPECT_EQ(Run("run", {"--", "/bin/sh", "-c", "exit 0"}), 7);
+  ASSERT_EQ(runs_.size(), 2u);
+  EXPECT_THAT(runs_[1].program, ::testing::ElementsAre("/bin/sh", "-c", "exit 0"));
+  out_.str("");
+  EXPECT_EQ(Run("run", {"--help"}), 0);
+  EXPECT_EQ(out_.str(), RunUsage());
+
+  err_.str("");
+  EXPECT_EQ(Run("run", {"--rdzv-endpoint", "other:29400", "train.py"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("elastrun run: --rdzv-endpoint other:29400 names another "
+                                    "host"));
+  EXPECT_THAT(err_.str(), HasSubstr("elastrun submit"));
+  EXPECT_EQ(runs_.size(), 2u);
 }
 
 }  // namespace

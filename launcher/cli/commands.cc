@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/flags.h"
 #include "common/strings.h"
 #include "launcher/cli/format.h"
 #include "launcher/cli/spec.h"
@@ -18,7 +19,12 @@ constexpr absl::Duration kWaitUnreachableLimit = absl::Seconds(60);
 constexpr absl::Duration kDefaultPollInterval = absl::Milliseconds(250);
 
 int Fail(const ParsedArgs& a, const CliContext& ctx, const absl::Status& st, int code) {
-  *ctx.err << "elastrun " << a.command << ": " << st.message() << "\n";
+  const std::string where = "elastrun " + a.command;
+  if (code == kExitUsage) {
+    *ctx.err << flags::UsageError(where, std::string(st.message()));
+  } else {
+    *ctx.err << where << ": " << st.message() << "\n";
+  }
   return code;
 }
 
@@ -30,8 +36,7 @@ int Fail(const ParsedArgs& a, const CliContext& ctx, const absl::Status& st) {
 absl::StatusOr<std::string> OneJob(const ParsedArgs& a) {
   if (a.positional.size() != 1) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("expected one JOB id, got %d words (see elastrun %s --help)",
-                        a.positional.size(), a.command));
+        absl::StrFormat("expected one JOB id, got %d words", a.positional.size()));
   }
   return a.positional[0];
 }
@@ -51,7 +56,7 @@ bool Finished(v1::JobState s) {
 
 void PrintStatusLine(const ParsedArgs& a, const CliContext& ctx, const v1::JobStatus& s) {
   if (a.json) {
-    *ctx.out << JobStatusJson(s).dump(2) << "\n";
+    *ctx.out << ProtoJson(s).dump(2) << "\n";
   } else {
     *ctx.out << FormatJobLine(s) << "\n";
   }
@@ -123,7 +128,7 @@ int Status(const ParsedArgs& a, const CliContext& ctx) {
   absl::StatusOr<v1::JobStatus> s = ctx.connect(a.service)->Get(*job);
   if (!s.ok()) return Fail(a, ctx, s.status());
   if (a.json) {
-    *ctx.out << JobStatusJson(*s).dump(2) << "\n";
+    *ctx.out << ProtoJson(*s).dump(2) << "\n";
   } else {
     *ctx.out << FormatJobStatus(*s);
   }
@@ -135,7 +140,7 @@ int List(const ParsedArgs& a, const CliContext& ctx) {
   absl::StatusOr<v1::ListJobsResponse> r = ctx.connect(a.service)->List();
   if (!r.ok()) return Fail(a, ctx, r.status());
   if (a.json) {
-    *ctx.out << JobListJson(*r).dump(2) << "\n";
+    *ctx.out << ProtoJson(*r).dump(2) << "\n";
   } else {
     *ctx.out << FormatJobList(*r);
   }
@@ -147,7 +152,7 @@ int Nodes(const ParsedArgs& a, const CliContext& ctx) {
   absl::StatusOr<v1::ListNodesResponse> r = ctx.connect(a.service)->ListNodes();
   if (!r.ok()) return Fail(a, ctx, r.status());
   if (a.json) {
-    *ctx.out << NodeListJson(*r).dump(2) << "\n";
+    *ctx.out << ProtoJson(*r).dump(2) << "\n";
   } else {
     *ctx.out << FormatNodeList(*r);
   }
@@ -232,7 +237,7 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
     if (!r.ok()) return Fail(a, ctx, r.status(), kExitUsage);
     rank = static_cast<int>(*r);
   }
-  const bool follow = a.Has("-f") || a.Has("--follow");
+  const bool follow = a.Has("--follow");
   std::unique_ptr<JobsClient> client = ctx.connect(a.service);
   // The job first: an unknown id or an unreachable service says so.
   absl::StatusOr<v1::JobStatus> s = client->Get(*job);

@@ -1,4 +1,4 @@
-// Internal to the CLI (cli.cc parses, cli_commands.cc runs): a command's
+// Internal to the CLI (cli.cc parses, commands.cc runs): a command's
 // words after flag parsing, and one function per command.
 #ifndef ELASTRUN_LAUNCHER_CLI_COMMANDS_H_
 #define ELASTRUN_LAUNCHER_CLI_COMMANDS_H_
@@ -19,8 +19,8 @@ struct ParsedArgs {
   ServiceOptions service;
   // --output json
   bool json = false;
-  // The command's own flags by canonical name ("--nnodes"), every value in
-  // order; a flag without a value (-f) holds "".
+  // The command's flags by their first long name ("--nnodes", "--follow"),
+  // every value in order; a flag without a value holds "true".
   std::map<std::string, std::vector<std::string>> flags;
   std::vector<std::string> positional;
   // The words after "--" (submit's program).

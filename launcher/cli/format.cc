@@ -3,6 +3,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -10,21 +12,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "google/protobuf/util/time_util.h"
+#include "absl/strings/match.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace elastrun::launcher {
 namespace {
 
-using google::protobuf::util::TimeUtil;
-
 bool IsSet(const google::protobuf::Timestamp& t) {
   return t.seconds() != 0 || t.nanos() != 0;
-}
-
-// RFC 3339 in UTC, or null for an unset time.
-Json TimeJson(const google::protobuf::Timestamp& t) {
-  if (!IsSet(t)) return nullptr;
-  return TimeUtil::ToString(t);
 }
 
 // To the second, for people; JSON keeps the full RFC 3339 time.
@@ -58,46 +54,72 @@ std::string Nnodes(const v1::JobSpec& spec) {
   return absl::StrCat(spec.min_nodes(), ":", spec.max_nodes());
 }
 
-// Keys shared by `status` and `list`; `history` is added by the caller.
-Json JobSummaryJson(const v1::JobStatus& s) {
-  Json j;
-  j["job_id"] = s.job_id();
-  j["name"] = s.spec().name();
-  j["state"] = JobStateName(s.state());
-  j["phase"] = RoundPhaseName(s.phase());
-  j["round"] = s.round();
-  j["world_size"] = s.world_size();
-  j["restarts"] = s.restarts();
-  j["max_restarts"] = s.spec().max_restarts();
-  j["min_nodes"] = s.spec().min_nodes();
-  j["max_nodes"] = s.spec().max_nodes();
-  j["nproc_per_node"] = s.spec().nproc_per_node();
-  j["command"] = std::vector<std::string>(s.spec().argv().begin(), s.spec().argv().end());
-  j["submit_time"] = TimeJson(s.submit_time());
-  j["finish_time"] = TimeJson(s.finish_time());
-  j["finish_reason"] = s.finish_reason();
-  j["root_cause"] = s.has_root_cause() ? FailureJson(s.root_cause()) : Json(nullptr);
-  Json nodes = Json::array();
-  for (const v1::JobNode& n : s.nodes()) {
-    nodes.push_back(
-        {{"node_id", n.node_id()}, {"state", n.state()}, {"group_rank", n.group_rank()}});
+// "JOB_STATE_" for JobState, whose zero value is JOB_STATE_UNSPECIFIED;
+// "" for an enum without such a value (its names are kept whole).
+std::string EnumPrefix(const google::protobuf::EnumDescriptor& e) {
+  constexpr absl::string_view kUnspecified = "UNSPECIFIED";
+  const std::string& zero = e.value(0)->name();
+  if (!absl::EndsWith(zero, kUnspecified)) return "";
+  return zero.substr(0, zero.size() - kUnspecified.size());
+}
+
+void Simplify(const google::protobuf::Descriptor& d, Json& j);
+
+// One value of field `f` (an element, for a repeated field).
+Json SimplifyValue(const google::protobuf::FieldDescriptor& f, Json v) {
+  using google::protobuf::FieldDescriptor;
+  switch (f.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_ENUM:
+      if (v.is_string()) {
+        const std::string name = v.get<std::string>();
+        const std::string prefix = EnumPrefix(*f.enum_type());
+        if (!prefix.empty() && absl::StartsWith(name, prefix)) return name.substr(prefix.size());
+      }
+      return v;
+    case FieldDescriptor::CPPTYPE_INT64:
+      if (v.is_string()) return std::stoll(v.get<std::string>());
+      return v;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      if (v.is_string()) return std::stoull(v.get<std::string>());
+      return v;
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      if (f.message_type()->full_name() == "google.protobuf.Timestamp") {
+        // A time set to the epoch is a time nobody set.
+        if (v == "1970-01-01T00:00:00Z") return nullptr;
+        return v;
+      }
+      if (absl::StartsWith(f.message_type()->full_name(), "google.protobuf.")) return v;
+      Simplify(*f.message_type(), v);
+      return v;
+    default:
+      return v;
   }
-  j["nodes"] = std::move(nodes);
-  if (s.has_last_progress()) {
-    const v1::Progress& p = s.last_progress();
-    Json metrics = Json::object();
-    // Sorted: a proto map has no order, and stable output diffs well.
-    for (const auto& [k, v] :
-         std::map<std::string, double>(p.metrics().begin(), p.metrics().end())) {
-      metrics[k] = v;
+}
+
+// Rewrites the printer's object `j` of message type `d` in place.
+void Simplify(const google::protobuf::Descriptor& d, Json& j) {
+  Json out = Json::object();
+  for (int i = 0; i < d.field_count(); ++i) {
+    const google::protobuf::FieldDescriptor& f = *d.field(i);
+    auto it = j.find(f.name());
+    if (it == j.end()) {
+      // The printer leaves out unset messages; the other fields are there.
+      out[f.name()] = f.is_repeated() ? (f.is_map() ? Json::object() : Json::array())
+                                      : Json(nullptr);
+      continue;
     }
-    j["last_progress"] = {{"node_id", p.node_id()}, {"round", p.round()},
-                          {"rank", p.rank()},       {"step", p.step()},
-                          {"metrics", metrics},     {"time", TimeJson(p.time())}};
-  } else {
-    j["last_progress"] = nullptr;
+    Json& v = *it;
+    if (f.is_map()) {
+      const google::protobuf::FieldDescriptor& value = *f.message_type()->map_value();
+      for (auto& [key, entry] : v.items()) entry = SimplifyValue(value, entry);
+    } else if (f.is_repeated()) {
+      for (Json& e : v) e = SimplifyValue(f, e);
+    } else {
+      v = SimplifyValue(f, v);
+    }
+    out[f.name()] = std::move(v);
   }
-  return j;
+  j = std::move(out);
 }
 
 std::string Pad(const std::string& s, size_t width) {
@@ -168,62 +190,21 @@ std::string NodeStateName(v1::NodeState state) {
   }
 }
 
-Json FailureJson(const v1::WorkerFailure& f) {
-  return {{"node_id", f.node_id()},     {"round", f.round()},
-          {"rank", f.rank()},           {"local_rank", f.local_rank()},
-          {"exit_code", f.exit_code()}, {"signal", f.signal()},
-          {"message", f.message()},     {"traceback", f.traceback()},
-          {"time", TimeJson(f.time())}};
-}
-
-Json JobStatusJson(const v1::JobStatus& s) {
-  Json j = JobSummaryJson(s);
-  Json history = Json::array();
-  for (const v1::RoundRecord& r : s.history()) {
-    Json failures = Json::array();
-    for (const v1::WorkerFailure& f : r.failures()) failures.push_back(FailureJson(f));
-    std::vector<std::string> nodes;
-    for (const v1::NodeAssignment& n : r.assignment().nodes())
-      nodes.push_back(n.node_id());
-    history.push_back({{"round", r.id()},
-                       {"end_reason", r.end_reason()},
-                       {"counted_as_restart", r.counted_as_restart()},
-                       {"world_size", r.assignment().world_size()},
-                       {"nodes", nodes},
-                       {"failures", failures},
-                       {"succeeded", std::vector<std::string>(r.succeeded().begin(),
-                                                              r.succeeded().end())},
-                       {"opened_time", TimeJson(r.opened_time())},
-                       {"closed_time", TimeJson(r.closed_time())},
-                       {"ended_time", TimeJson(r.ended_time())}});
+Json ProtoJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string text;
+  if (auto st = google::protobuf::util::MessageToJsonString(message, &text, options);
+      !st.ok()) {
+    // Only an Any of an unknown type fails, and these protos have none.
+    std::fprintf(stderr, "elastrun: cannot print %s as JSON: %s\n",
+                 message.GetTypeName().c_str(), st.ToString().c_str());
+    std::abort();
   }
-  j["history"] = std::move(history);
+  Json j = Json::parse(text);
+  Simplify(*message.GetDescriptor(), j);
   return j;
-}
-
-Json JobListJson(const v1::ListJobsResponse& r) {
-  Json jobs = Json::array();
-  for (const v1::JobStatus& s : r.jobs()) jobs.push_back(JobSummaryJson(s));
-  return {{"jobs", jobs}};
-}
-
-Json NodeListJson(const v1::ListNodesResponse& r) {
-  Json nodes = Json::array();
-  for (const v1::NodeInfo& n : r.nodes()) {
-    nodes.push_back({{"node_id", n.node_id()},
-                     {"addr", n.addr()},
-                     {"slots", n.slots()},
-                     {"free_slots", n.free_slots()},
-                     {"labels", std::map<std::string, std::string>(n.labels().begin(),
-                                                                   n.labels().end())},
-                     {"state", NodeStateName(n.state())},
-                     {"watching", n.watching()},
-                     {"jobs", std::vector<std::string>(n.jobs().begin(), n.jobs().end())},
-                     {"lost_reason", n.lost_reason()},
-                     {"registered_time", TimeJson(n.registered_time())},
-                     {"lease_expiry", TimeJson(n.lease_expiry())}});
-  }
-  return {{"nodes", nodes}};
 }
 
 std::string FormatFailure(const v1::WorkerFailure& f) {

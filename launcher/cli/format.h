@@ -2,26 +2,17 @@
 // for people, JSON (`--output json`) for scripts. Pure functions of the
 // protos, so tests feed them hand-made statuses.
 //
-// JSON keys are a stable interface: keys are only ever added. Times are
-// RFC 3339 strings in UTC, or null when unset; states are the names below.
+// The JSON is the proto itself, printed by protobuf's JSON printer
+// (google::protobuf::util::MessageToJsonString) with the proto's field
+// names and every field present, so a field added to the proto shows up
+// with no change here. Three adjustments make it easy to read from a script
+// (jq, Python): enum values by their short names ("FAILED", not
+// "JOB_STATE_FAILED"), 64-bit integers as JSON numbers (proto3 JSON quotes
+// them), and an unset message or time as null instead of absent.
 //
-// `status --output json` (one object):
-//   job_id, name, state ("PENDING", "RUNNING", "SUCCEEDED", "FAILED",
-//   "CANCELLED"), phase ("QUEUED", "JOINING", "RUNNING", "DONE"), round,
-//   world_size, restarts, max_restarts, min_nodes, max_nodes,
-//   nproc_per_node, command (list), submit_time, finish_time, finish_reason,
-//   root_cause (failure or null), nodes (list of {node_id, state,
-//   group_rank}), last_progress ({node_id, round, rank, step, metrics, time}
-//   or null), history (list of {round, end_reason, counted_as_restart,
-//   world_size, nodes (node ids by group rank), failures, succeeded,
-//   opened_time, closed_time, ended_time}).
-//   A failure: {node_id, round, rank, local_rank, exit_code, signal,
-//   message, traceback, time}.
-// `list --output json`: {"jobs": [...]}, each job the keys of `status`
-//   but history (empty from List).
-// `nodes --output json`: {"nodes": [{node_id, addr, slots, free_slots,
-//   labels, state ("ALIVE", "LOST"), watching, jobs, lost_reason,
-//   registered_time, lease_expiry}]}.
+// `status --output json`: a JobStatus (proto/elastrun/v1/jobs.proto).
+// `list --output json`: a ListJobsResponse, {"jobs": [JobStatus...]}.
+// `nodes --output json`: a ListNodesResponse, {"nodes": [NodeInfo...]}.
 #ifndef ELASTRUN_LAUNCHER_CLI_FORMAT_H_
 #define ELASTRUN_LAUNCHER_CLI_FORMAT_H_
 
@@ -29,12 +20,13 @@
 #include <string>
 
 #include "elastrun/v1/jobs.pb.h"
+#include "google/protobuf/message.h"
 #include "elastrun/v1/types.pb.h"
 
 namespace elastrun::launcher {
 
-// Key order follows the documentation above (ordered_json), so that the
-// output reads well; scripts must not rely on the order.
+// Keys in the proto's field order (ordered_json), so that the output reads
+// well; scripts must not rely on the order.
 using Json = nlohmann::ordered_json;
 
 // "PENDING", ..., "UNSPECIFIED" for an unknown value.
@@ -42,10 +34,8 @@ std::string JobStateName(v1::JobState state);
 std::string RoundPhaseName(v1::RoundPhase phase);
 std::string NodeStateName(v1::NodeState state);
 
-Json FailureJson(const v1::WorkerFailure& f);
-Json JobStatusJson(const v1::JobStatus& s);
-Json JobListJson(const v1::ListJobsResponse& r);
-Json NodeListJson(const v1::ListNodesResponse& r);
+// `message` as the JSON described above.
+Json ProtoJson(const google::protobuf::Message& message);
 
 // One line: "node n2 rank 3 (local 1), round 2: exit code 1: message"
 // (or "killed by signal 9 (SIGKILL)").

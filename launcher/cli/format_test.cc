@@ -78,20 +78,23 @@ v1::JobStatus FailedJob() {
   return s;
 }
 
-TEST(CliFormatTest, StatusJsonHasStableKeys) {
-  const Json j = JobStatusJson(FailedJob());
+// The JSON is the proto's, printed by protobuf, with what scripts read
+// made plain: short enum names, 64-bit integers as numbers, nulls.
+TEST(CliFormatTest, StatusJsonIsTheProtoWithPlainValues) {
+  const Json j = ProtoJson(FailedJob());
   for (const char* key :
-       {"job_id", "name", "state", "phase", "round", "world_size", "restarts",
-        "max_restarts", "min_nodes", "max_nodes", "nproc_per_node", "command",
-        "submit_time", "finish_time", "finish_reason", "root_cause", "nodes",
-        "last_progress", "history"}) {
+       {"job_id", "spec", "state", "phase", "round", "restarts", "world_size", "history",
+        "nodes", "last_progress", "root_cause", "finish_reason", "submit_time",
+        "finish_time"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["state"], "FAILED");
   EXPECT_EQ(j["phase"], "DONE");
-  EXPECT_EQ(j["round"], 2);
+  EXPECT_EQ(j["round"], 2);  // an int64: a number, not "2"
   EXPECT_EQ(j["restarts"], 1);
   EXPECT_EQ(j["world_size"], 4);
+  EXPECT_EQ(j["spec"]["min_nodes"], 2);
+  EXPECT_EQ(j["spec"]["max_nodes"], 3);
   EXPECT_EQ(j["submit_time"], "2023-11-14T22:13:20Z");
   EXPECT_EQ(j["root_cause"]["node_id"], "n2");
   EXPECT_EQ(j["root_cause"]["signal"], 9);
@@ -99,11 +102,12 @@ TEST(CliFormatTest, StatusJsonHasStableKeys) {
   EXPECT_EQ(j["last_progress"]["step"], 120);
   EXPECT_EQ(j["last_progress"]["metrics"]["loss"], 0.5);
   ASSERT_EQ(j["history"].size(), 2u);
+  EXPECT_EQ(j["history"][0]["id"], 1);
   EXPECT_EQ(j["history"][0]["end_reason"], "failure");
   EXPECT_EQ(j["history"][0]["counted_as_restart"], true);
   EXPECT_EQ(j["history"][0]["failures"][0]["exit_code"], 1);
   EXPECT_EQ(j["history"][0]["failures"][0]["message"], "CUDA out of memory");
-  EXPECT_EQ(j["history"][0]["nodes"], Json({"n1", "n2"}));
+  EXPECT_EQ(j["history"][0]["assignment"]["nodes"][1]["node_id"], "n2");
   EXPECT_TRUE(j["history"][0]["closed_time"].is_null());
 }
 
@@ -112,7 +116,7 @@ TEST(CliFormatTest, PendingJobJsonHasNulls) {
   s.set_job_id("job-1");
   s.set_state(v1::JOB_STATE_PENDING);
   s.set_phase(v1::ROUND_PHASE_QUEUED);
-  const Json j = JobStatusJson(s);
+  const Json j = ProtoJson(s);
   EXPECT_EQ(j["state"], "PENDING");
   EXPECT_EQ(j["phase"], "QUEUED");
   EXPECT_EQ(j["round"], 0);
@@ -121,6 +125,10 @@ TEST(CliFormatTest, PendingJobJsonHasNulls) {
   EXPECT_TRUE(j["finish_time"].is_null());
   EXPECT_TRUE(j["history"].is_array());
   EXPECT_TRUE(j["nodes"].is_array());
+  // Every field is there: unset scalars with their zero value.
+  EXPECT_EQ(j["restarts"], 0);
+  EXPECT_EQ(j["finish_reason"], "");
+  EXPECT_TRUE(j["spec"].is_null());
 }
 
 TEST(CliFormatTest, PendingJobTextSaysWhy) {
@@ -171,17 +179,17 @@ TEST(CliFormatTest, JobLineSaysWhyItFailed) {
 TEST(CliFormatTest, ListJsonAndText) {
   v1::ListJobsResponse r;
   *r.add_jobs() = FailedJob();
-  const Json j = JobListJson(r);
+  const Json j = ProtoJson(r);
   ASSERT_EQ(j["jobs"].size(), 1u);
   EXPECT_EQ(j["jobs"][0]["job_id"], "mnist-7");
   EXPECT_EQ(j["jobs"][0]["state"], "FAILED");
-  EXPECT_FALSE(j["jobs"][0].contains("history"));
+  EXPECT_EQ(j["jobs"][0], ProtoJson(FailedJob()));
   const std::string text = FormatJobList(r);
   EXPECT_THAT(text, HasSubstr("JOB"));
   EXPECT_THAT(text, HasSubstr("mnist-7"));
   EXPECT_THAT(text, HasSubstr("2:3"));
   EXPECT_EQ(FormatJobList(v1::ListJobsResponse()), "no jobs\n");
-  EXPECT_EQ(JobListJson(v1::ListJobsResponse())["jobs"].size(), 0u);
+  EXPECT_EQ(ProtoJson(v1::ListJobsResponse())["jobs"], Json::array());
 }
 
 TEST(CliFormatTest, NodesJsonAndText) {
@@ -194,7 +202,7 @@ TEST(CliFormatTest, NodesJsonAndText) {
   (*n->mutable_labels())["gpu"] = "a100";
   n->set_state(v1::NODE_STATE_ALIVE);
   n->add_jobs("mnist-7");
-  const Json j = NodeListJson(r);
+  const Json j = ProtoJson(r);
   for (const char* key :
        {"node_id", "addr", "slots", "free_slots", "labels", "state", "watching", "jobs",
         "lost_reason", "registered_time", "lease_expiry"}) {
@@ -203,6 +211,9 @@ TEST(CliFormatTest, NodesJsonAndText) {
   EXPECT_EQ(j["nodes"][0]["state"], "ALIVE");
   EXPECT_EQ(j["nodes"][0]["labels"]["gpu"], "a100");
   EXPECT_EQ(j["nodes"][0]["jobs"][0], "mnist-7");
+  EXPECT_EQ(j["nodes"][0]["slots"], 8);
+  EXPECT_EQ(j["nodes"][0]["watching"], false);
+  EXPECT_TRUE(j["nodes"][0]["lease_expiry"].is_null());
   const std::string text = FormatNodeList(r);
   EXPECT_THAT(text, HasSubstr("10.0.0.1"));
   EXPECT_THAT(text, HasSubstr("gpu=a100"));

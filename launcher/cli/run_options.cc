@@ -1,6 +1,8 @@
 #include "launcher/cli/run_options.h"
 
-#include <map>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <unistd.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -8,49 +10,124 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "common/status_macros.h"
 
 namespace elastrun::launcher {
 namespace {
 
-// A flag of `elastrun run`: canonical dashed name and whether it takes a value.
+// A flag of `elastrun run`: CLI11 names (the first long one is canonical;
+// each dashed long name also takes underscores), the value's name ("" for a
+// flag without one) and its help line.
 struct FlagDef {
-  const char* name;
-  bool takes_value;
+  const char* names;
+  const char* value;
+  const char* help;
 };
 
 constexpr FlagDef kFlags[] = {
-    {"nnodes", true},          {"nproc-per-node", true},   {"max-restarts", true},
-    {"monitor-interval", true}, {"rdzv-id", true},         {"run-id", true},
-    {"rdzv-backend", true},    {"rdzv-endpoint", true},    {"rdzv-conf", true},
-    {"log-dir", true},         {"redirects", true},        {"tee", true},
-    {"local-ranks-filter", true}, {"role", true},          {"master-addr", true},
-    {"master-port", true},     {"node-rank", true},        {"start-method", true},
-    {"shutdown-timeout", true}, {"local-addr", true},      {"standalone", false},
-    {"no-python", false},      {"standby", false},      {"module", false},          {"run-path", false},
-    {"help", false},
+    {"--nproc-per-node", "N|cpu|gpu|auto", "workers on this node (default 1)"},
+    {"--nnodes", "1|1:1", "nodes: only 1 here; more go through elastrund +\n"
+                          "`elastrun submit --nnodes`"},
+    {"--max-restarts", "K", "restarts after failures (default 0)"},
+    {"--shutdown-timeout", "DUR", "grace between SIGTERM and SIGKILL (default 30s)"},
+    {"--standby", "",
+     "keep the next attempt's workers started and waiting,\n"
+     "so a restart skips start-up (programs built on\n"
+     "libelastrun_worker, and .py/-m programs: their\n"
+     "interpreter waits with torch imported; others simply\n"
+     "get no standbys)"},
+    {"--rdzv-id,--run-id", "ID", "run id (default: random)"},
+    {"--log-dir", "DIR",
+     "logs: DIR/ID/attempt_N/LOCAL_RANK/{stdout,stderr}.log\n"
+     "and error.json (default: a new temporary folder)"},
+    {"-r,--redirects", "0|1|2|3|R:S,...",
+     "keep streams out of the console (1 stdout, 2 stderr,\n3 both)"},
+    {"-t,--tee", "0|1|2|3|R:S,...", "show redirected streams on the console too"},
+    {"--local-ranks-filter", "R,...", "only these local ranks reach the console"},
+    {"--role", "NAME", "ROLE_NAME of the workers (default: default)"},
+    {"--master-addr", "ADDR", "MASTER_ADDR (default 127.0.0.1)"},
+    {"--master-port", "PORT", "MASTER_PORT (default: a free port per attempt)"},
+    {"--no-python", "", "execute PROGRAM directly, even a .py"},
+    {"-m,--module", "", "PROGRAM is a python module (python -m)"},
+    {"--run-path", "", "run PROGRAM with python (runpy)"},
+    {"--standalone", "", "accepted: `elastrun run` is always standalone (one\n"
+                         "node, the rendezvous in this process)"},
+    {"--rdzv-backend", "NAME", "c10d or static: both mean the in-process\n"
+                               "rendezvous here; others are refused"},
+    {"--rdzv-endpoint", "HOST[:PORT]",
+     "must be this node (the rendezvous is in this process);\n"
+     "another host is refused: several nodes need elastrund\n"
+     "on each and `elastrun submit`"},
+    {"--node-rank", "0", "only 0: one node"},
+    {"--start-method", "spawn",
+     "only spawn (every worker is a new process); fork\n"
+     "and forkserver are refused"},
+    {"--rdzv-conf", "K=V,...", "warned about and ignored: nothing to configure in\n"
+                               "a one-node, in-process rendezvous"},
+    {"--local-addr", "ADDR", "warned about and ignored: one node needs no\n"
+                             "address for the rendezvous"},
+    {"--monitor-interval", "DUR", "warned about and ignored: worker exits are seen at\n"
+                                  "once (SIGCHLD), not polled"},
 };
-
-const std::map<std::string, std::string>& ShortFlags() {
-  static const auto* m = new std::map<std::string, std::string>{
-      {"m", "module"}, {"r", "redirects"}, {"t", "tee"}, {"h", "help"}};
-  return *m;
-}
-
-const FlagDef* FindFlag(const std::string& name) {
-  for (const FlagDef& f : kFlags) {
-    if (name == f.name) return &f;
-  }
-  return nullptr;
-}
 
 // "PET_NPROC_PER_NODE" for "nproc-per-node", as torchrun reads them.
 std::string PetName(const std::string& flag) {
   return absl::StrCat("PET_", absl::AsciiStrToUpper(absl::StrReplaceAll(flag, {{"-", "_"}})));
 }
 
+std::string Warning(const std::string& shown, const std::string& why) {
+  return absl::StrCat(shown, " is ignored: ", why);
+}
+
+// --rdzv-endpoint: the rendezvous of `elastrun run` is in this process, so
+// an endpoint on another host would silently not be used: refuse it.
+absl::Status CheckEndpoint(const std::string& value, const std::string& shown,
+                           const HostCheck& is_this_host) {
+  std::string host = value;
+  if (absl::StrContains(value, ':')) {
+    int port = 0;
+    RETURN_IF_ERROR(SplitHostPort(value, shown, &host, &port));
+  }
+  if (host.empty() || is_this_host(host)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      shown, " ", value, " names another host, but `elastrun run` runs on this node only ",
+      "with its rendezvous in-process. For several nodes start `elastrund --rendezvous ",
+      "HOST:PORT` on each node (with elastrun-rendezvous running) and submit with ",
+      "`elastrun submit`"));
+}
+
+absl::Status ApplyRendezvous(const std::string& flag, const std::string& value,
+                             const std::string& shown, const HostCheck& is_this_host,
+                             RunOptions& o) {
+  if (flag == "rdzv-endpoint") return CheckEndpoint(value, shown, is_this_host);
+  if (flag == "rdzv-backend") {
+    if (value != "c10d" && value != "static") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          shown, " ", value, ": `elastrun run` has its rendezvous in-process; only c10d ",
+          "and static (which mean the same here) are accepted"));
+    }
+  } else if (flag == "start-method") {
+    if (value != "spawn") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          shown, " ", value, ": only spawn is supported (every worker is a new process)"));
+    }
+  } else if (flag == "rdzv-conf") {
+    if (!value.empty()) {
+      o.warnings.push_back(Warning(shown, "a one-node, in-process rendezvous has nothing to "
+                                          "configure (for jobs on elastrund: elastrun submit "
+                                          "--join-timeout, --last-call-timeout)"));
+    }
+  } else if (flag == "local-addr") {
+    o.warnings.push_back(
+        Warning(shown, "one node needs no address for the rendezvous (MASTER_ADDR is "
+                       "--master-addr)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Apply(const std::string& flag, const std::string& value,
-                   const std::string& shown, RunOptions& o) {
+                   const std::string& shown, const HostCheck& is_this_host, RunOptions& o) {
   if (flag == "nnodes") {
     ASSIGN_OR_RETURN(o.nnodes, ParseRange(value, shown));
     if (o.nnodes.max > 1) {
@@ -66,7 +143,8 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     o.max_restarts = static_cast<int>(n);
   } else if (flag == "monitor-interval") {
     ASSIGN_OR_RETURN(o.monitor_interval, ParseDuration(value, shown));
-  } else if (flag == "rdzv-id" || flag == "run-id") {
+    o.warnings.push_back(Warning(shown, "worker exits are seen at once (SIGCHLD), not polled"));
+  } else if (flag == "rdzv-id") {
     if (value.empty() || value.size() > 128 ||
         value.find_first_of("/\\\n\t ") != std::string::npos || value == "." ||
         value == "..") {
@@ -77,7 +155,7 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     o.run_id = value;
   } else if (flag == "rdzv-backend" || flag == "rdzv-endpoint" || flag == "rdzv-conf" ||
              flag == "start-method" || flag == "local-addr") {
-    // Accepted for torchrun compatibility; a single-node run needs none.
+    return ApplyRendezvous(flag, value, shown, is_this_host, o);
   } else if (flag == "log-dir") {
     o.log_dir = value;
   } else if (flag == "redirects") {
@@ -114,70 +192,87 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     ASSIGN_OR_RETURN(o.module, ParseBool(value, shown));
   } else if (flag == "run-path") {
     ASSIGN_OR_RETURN(o.run_path, ParseBool(value, shown));
-  } else if (flag == "help") {
-    o.help = true;
+  }
+  return absl::OkStatus();
+}
+
+// The value of one flag: from the command line, else from PET_<NAME> (for
+// each of its dashed long names), else none.
+absl::Status ApplyFlag(const CLI::Option& opt, const EnvLookup& env,
+                       const HostCheck& is_this_host, RunOptions& o) {
+  const std::string canonical = opt.get_lnames()[0];
+  if (opt.count() > 0) {
+    return Apply(canonical, opt.results().back(), "--" + canonical, is_this_host, o);
+  }
+  for (const std::string& name : opt.get_lnames()) {
+    if (absl::StrContains(name, '_')) continue;  // the underscored alias
+    const std::string var = PetName(name);
+    if (std::optional<std::string> v = env(var)) {
+      return Apply(canonical, *v, var, is_this_host, o);
+    }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
-                                           const EnvLookup& env) {
-  RunOptions o;
-  std::set<std::string> seen;
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg.size() < 2 || arg[0] != '-') break;  // the program
-    std::string name, value;
-    bool has_value = false;
-    if (absl::StartsWith(arg, "--")) {
-      name = arg.substr(2);
-      if (size_t eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-        has_value = true;
-      }
-      name = absl::StrReplaceAll(name, {{"_", "-"}});
-    } else {
-      auto it = ShortFlags().find(arg.substr(1));
-      if (it == ShortFlags().end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "unknown flag '", arg, "'; see `elastrun run --help`"));
-      }
-      name = it->second;
-    }
-    const FlagDef* def = FindFlag(name);
-    if (def == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag '", arg, "'; see `elastrun run --help`"));
-    }
-    if (def->takes_value && !has_value) {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("flag '", arg, "' needs a value"));
-      }
-      value = args[++i];
-    } else if (!def->takes_value && !has_value) {
-      value = "true";
-    }
-    RETURN_IF_ERROR(Apply(name, value, absl::StrCat("--", name), o));
-    seen.insert(name);
+bool IsThisHost(const std::string& host) {
+  if (IsLoopbackHost(host) || host == "localhost") return true;
+  char name[256] = {0};
+  if (gethostname(name, sizeof name - 1) == 0) {
+    const std::string self = name;
+    if (host == self || host == self.substr(0, self.find('.'))) return true;
   }
-  o.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  ifaddrs* addrs = nullptr;
+  if (getifaddrs(&addrs) != 0) return false;
+  bool found = false;
+  for (ifaddrs* a = addrs; a != nullptr && !found; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    const int family = a->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    char text[NI_MAXHOST] = {0};
+    const socklen_t len =
+        family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    if (getnameinfo(a->ifa_addr, len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0) {
+      std::string address = text;
+      address = address.substr(0, address.find('%'));  // fe80::1%eth0
+      found = address == host;
+    }
+  }
+  freeifaddrs(addrs);
+  return found;
+}
 
-  // torchrun's PET_* fallbacks for flags not given on the command line.
+void AddRunFlags(CLI::App* app) {
   for (const FlagDef& f : kFlags) {
-    if (seen.count(f.name) || std::string(f.name) == "help") continue;
-    const std::string var = PetName(f.name);
-    if (auto v = env(var)) RETURN_IF_ERROR(Apply(f.name, *v, var, o));
+    const std::string names = flags::WithUnderscores(f.names);
+    if (f.value[0] == '\0') {
+      app->add_flag(names, f.help);
+    } else {
+      app->add_option(names, f.help)->type_name(f.value);
+    }
   }
+  // The first word that is not a flag is the program; it and everything
+  // after it are the program's (`elastrun run train.py --lr 0.1`).
+  app->prefix_command();
+}
 
-  if (o.help) return o;
+absl::StatusOr<RunOptions> RunOptionsFrom(const CLI::App& app, const EnvLookup& env,
+                                          const HostCheck& is_this_host) {
+  RunOptions o;
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest[0] == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest[0].size() > 1 && rest[0][0] == '-') {
+    // CLI11 stopped at a word it did not know: a flag, not a program.
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown flag ", rest[0].substr(0, rest[0].find('='))));
+  }
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt == app.get_help_ptr() || opt->get_lnames().empty()) continue;
+    RETURN_IF_ERROR(ApplyFlag(*opt, env, is_this_host, o));
+  }
+  o.program = std::move(rest);
   if (o.program.empty()) {
     return absl::InvalidArgumentError(
         "no program given; usage: elastrun run [FLAGS] PROGRAM [ARGS...]");
@@ -187,6 +282,24 @@ absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
         "--no-python and --module cannot be used together: a module needs python");
   }
   return o;
+}
+
+absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
+                                           const EnvLookup& env,
+                                           const HostCheck& is_this_host) {
+  std::unique_ptr<CLI::App> app =
+      flags::NewApp("elastrun run", kRunIntro, kRunFooter, /*version=*/false);
+  AddRunFlags(app.get());
+  const flags::Outcome parsed = flags::TryParse(*app, args);
+  if (parsed.kind == flags::Outcome::kHelp) {
+    RunOptions o;
+    o.help = true;
+    return o;
+  }
+  if (parsed.kind == flags::Outcome::kError) {
+    return absl::InvalidArgumentError(parsed.message);
+  }
+  return RunOptionsFrom(*app, env, is_this_host);
 }
 
 absl::StatusOr<int> ResolveNprocPerNode(const std::string& text, int cpu_count,
@@ -259,52 +372,32 @@ std::vector<std::string> WorkerArgv(const RunOptions& o, const std::string& pyth
   return argv;
 }
 
-std::string RunUsage() {
-  return R"(usage: elastrun run [FLAGS] PROGRAM [ARGS...]
+const char kRunIntro[] = R"(usage: elastrun run [FLAGS] PROGRAM [ARGS...]
 
 Runs PROGRAM as an elastic group of workers on this node, with torchrun's
 environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...).
 A failed worker stops the group, which restarts up to --max-restarts times.
 A .py PROGRAM (or -m MODULE) runs with `python3 -u` ($ELASTRUN_PYTHON
-overrides the interpreter); anything else is executed directly.
+overrides the interpreter); anything else is executed directly. Flags stop
+at PROGRAM: the words after it are PROGRAM's.
 
-Flags (also spelled with underscores; each falls back to PET_<NAME>):
-  --nproc-per-node N|cpu|gpu|auto  workers on this node (default 1)
-  --nnodes 1|1:1                   nodes; more go through elastrund + submit
-  --max-restarts K                 restarts after failures (default 0)
-  --shutdown-timeout SECONDS       grace between SIGTERM and SIGKILL (30)
-  --standby                        keep the next attempt's workers started and
-                                   waiting, so a restart skips start-up
-                                   (programs built on libelastrun_worker, and
-                                   .py/-m programs: their interpreter waits
-                                   with torch imported; others simply get no
-                                   standbys)
-  --rdzv-id, --run-id ID           run id (default: random)
-  --log-dir DIR                    logs: DIR/ID/attempt_N/LOCAL_RANK/
-                                   {stdout,stderr}.log and error.json
-                                   (default: a new temporary folder)
-  -r, --redirects 0|1|2|3|R:S,...  keep streams out of the console
-                                   (1 stdout, 2 stderr, 3 both)
-  -t, --tee 0|1|2|3|R:S,...        show redirected streams on the console too
-  --local-ranks-filter R,...       only these local ranks reach the console
-  --role NAME                      ROLE_NAME of the workers (default)
-  --master-addr ADDR               MASTER_ADDR (default 127.0.0.1)
-  --master-port PORT               MASTER_PORT (default: a free port per attempt)
-  --no-python                      execute PROGRAM directly, even a .py
-  -m, --module                     PROGRAM is a python module (python -m)
-  --run-path                       run PROGRAM with python (runpy)
-  --standalone                     accepted: elastrun run is always standalone
-  --monitor-interval SECONDS       accepted; exits are seen at once (SIGCHLD)
-  --rdzv-backend, --rdzv-endpoint, --rdzv-conf, --start-method,
-  --node-rank 0, --local-addr      accepted for torchrun compatibility
-  -h, --help                       this text
+Flags are torchrun's: each is also spelled with underscores
+(--nproc_per_node) and falls back to $PET_<NAME> (PET_NPROC_PER_NODE).
+)";
 
+const char kRunFooter[] = R"(DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
 Console lines are prefixed [rankN]:. On failure elastrun prints the root
 cause (rank, exit code or signal, the worker's error file) and exits with the
 failing worker's code (128+signal when killed). SIGINT, SIGTERM, SIGHUP and
 SIGQUIT are forwarded to the workers; after the grace period they are
 killed, and elastrun exits with 128+signal.
 )";
+
+std::string RunUsage() {
+  std::unique_ptr<CLI::App> app =
+      flags::NewApp("elastrun run", kRunIntro, kRunFooter, /*version=*/false);
+  AddRunFlags(app.get());
+  return app->help();
 }
 
 }  // namespace elastrun::launcher

@@ -1,6 +1,8 @@
 // `elastrun run`'s command line: torchrun's flags with torchrun's meaning
 // (dashed and underscored spellings, PET_* environment fallbacks), parsed
-// into RunOptions. Parsing is pure: the environment comes in as a lookup.
+// with CLI11 (common/flags.h) into RunOptions. Parsing is pure: the
+// environment and "is this host me?" come in as functions. Flags elastrun
+// accepts but cannot honour are refused, or kept with a warning.
 #ifndef ELASTRUN_LAUNCHER_CLI_RUN_OPTIONS_H_
 #define ELASTRUN_LAUNCHER_CLI_RUN_OPTIONS_H_
 
@@ -15,6 +17,10 @@
 #include "common/strings.h"
 #include "launcher/agent/output.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace elastrun::launcher {
 
 struct RunOptions {
@@ -25,8 +31,8 @@ struct RunOptions {
   int nproc_per_node = 1;
   // --max-restarts: failure-caused restarts before the run fails.
   int max_restarts = 0;
-  // --monitor-interval: accepted for torchrun compatibility; exits are seen
-  // through SIGCHLD at once, so it changes nothing.
+  // --monitor-interval: accepted with a warning; exits are seen through
+  // SIGCHLD at once, so it changes nothing.
   absl::Duration monitor_interval = absl::Milliseconds(100);
   // --rdzv-id / --run-id; a random id when not given.
   std::string run_id;
@@ -57,14 +63,39 @@ struct RunOptions {
   std::vector<std::string> program;
   // --help was asked for.
   bool help = false;
+  // Flags that were accepted but change nothing here (--local-addr,
+  // --rdzv-conf, --monitor-interval): one line each, for stderr.
+  std::vector<std::string> warnings;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+// True when a host name or address is this node (--rdzv-endpoint).
+using HostCheck = std::function<bool(const std::string&)>;
 
-// Parses `args` (the words after "run"). Flags stop at the first word that
-// is not a flag (the program) or at "--". Every error names the flag.
+// The real HostCheck: loopback, localhost, this host's name, or an address
+// of one of its interfaces.
+bool IsThisHost(const std::string& host);
+
+// Adds `elastrun run`'s flags to `app` (the `run` subcommand, or an app of
+// its own) and stops its parsing at the first word that is not a flag (the
+// program): everything from there on is the program's.
+void AddRunFlags(CLI::App* app);
+
+// The options from an `app` that AddRunFlags set up and that has parsed:
+// its flags, then PET_<NAME> for each flag not given, then the program
+// (what parsing left). InvalidArgument naming the flag (or the PET_
+// variable) for a bad value, an unknown flag before the program, no
+// program, or a flag that cannot be honoured: --nnodes above 1,
+// --rdzv-endpoint naming another host, --start-method other than spawn,
+// --rdzv-backend other than c10d or static.
+absl::StatusOr<RunOptions> RunOptionsFrom(const CLI::App& app, const EnvLookup& env,
+                                          const HostCheck& is_this_host = IsThisHost);
+
+// Parses `args` (the words after "run") with a fresh app: AddRunFlags, then
+// RunOptionsFrom. -h/--help sets `help` (nothing else is checked).
 absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
-                                           const EnvLookup& env);
+                                           const EnvLookup& env,
+                                           const HostCheck& is_this_host = IsThisHost);
 
 // --nproc-per-node: N, "cpu" (CPU cores), "gpu" (GPUs; an error without
 // any) or "auto" (GPUs if any, else CPU cores).
@@ -76,6 +107,10 @@ absl::StatusOr<int> ResolveNprocPerNode(const std::string& text, int cpu_count,
 // --standby, Python programs start through a small bootstrap that speaks the
 // standby protocol: "<python> -u -c BOOTSTRAP module|path PROGRAM ARGS".
 std::vector<std::string> WorkerArgv(const RunOptions& options, const std::string& python);
+
+// What `elastrun run --help` prints before and after the flags.
+extern const char kRunIntro[];
+extern const char kRunFooter[];
 
 // The text of `elastrun run --help`.
 std::string RunUsage();

@@ -1,6 +1,9 @@
 #include "launcher/cli/run_options.h"
 
 #include <map>
+#include <set>
+
+#include "absl/strings/str_split.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -10,14 +13,23 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 absl::StatusOr<RunOptions> Parse(std::vector<std::string> args,
                                  std::map<std::string, std::string> env = {}) {
-  return ParseRunOptions(args, [env](const std::string& k) -> std::optional<std::string> {
-    auto it = env.find(k);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  });
+  return ParseRunOptions(
+      args,
+      [env](const std::string& k) -> std::optional<std::string> {
+        auto it = env.find(k);
+        if (it == env.end()) return std::nullopt;
+        return it->second;
+      },
+      // This node is "me" (and loopback), nothing else.
+      [](const std::string& host) { return host == "me" || host == "127.0.0.1"; });
+}
+
+std::string Error(const absl::StatusOr<RunOptions>& o) {
+  return o.ok() ? "(ok)" : std::string(o.status().message());
 }
 
 TEST(RunOptionsTest, TorchrunFlagsBothSpellings) {
@@ -49,7 +61,7 @@ TEST(RunOptionsTest, PetEnvironmentFallbacksYieldToFlags) {
 TEST(RunOptionsTest, ErrorsNameTheFlag) {
   auto unknown = Parse({"--nproc-per-nodes", "2", "w"});
   ASSERT_FALSE(unknown.ok());
-  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("--nproc-per-nodes"));
+  EXPECT_EQ(std::string(unknown.status().message()), "unknown flag --nproc-per-nodes");
   auto missing = Parse({"--max-restarts"});
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("needs a value"));
@@ -63,6 +75,113 @@ TEST(RunOptionsTest, ErrorsNameTheFlag) {
   EXPECT_FALSE(Parse({"--run-id", "a/b", "w"}).ok());
   EXPECT_TRUE(Parse({"--nnodes", "1:1", "w"}).ok());
   EXPECT_TRUE(Parse({"--help"})->help);
+}
+
+TEST(RunOptionsTest, EverySpellingOfEveryFlag) {
+  // Dashed, underscored, "=value", short forms; the last one wins.
+  auto o = Parse({"--nproc-per-node", "1", "--nproc_per_node=3", "--max_restarts", "2",
+                  "--run_id=r1", "-r", "3", "-t1", "--local_ranks_filter", "0,1",
+                  "--master_addr", "10.0.0.1", "--master_port=29500", "--node_rank", "0",
+                  "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:29400",
+                  "--start_method", "spawn", "--shutdown_timeout", "5", "--no_python",
+                  "--run_path", "--standby", "--role", "trainer", "w", "x"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->nproc_per_node_text, "3");
+  EXPECT_EQ(o->max_restarts, 2);
+  EXPECT_EQ(o->run_id, "r1");
+  EXPECT_EQ(o->redirects.For(0), kStdAll);
+  EXPECT_EQ(o->tee.For(0), kStdOut);
+  EXPECT_EQ(*o->local_ranks_filter, (std::set<int>{0, 1}));
+  EXPECT_EQ(o->master_addr, "10.0.0.1");
+  EXPECT_EQ(o->master_port, 29500);
+  EXPECT_EQ(o->shutdown_timeout, absl::Seconds(5));
+  EXPECT_TRUE(o->no_python);
+  EXPECT_TRUE(o->run_path);
+  EXPECT_TRUE(o->standby);
+  EXPECT_EQ(o->role, "trainer");
+  EXPECT_THAT(o->program, ElementsAre("w", "x"));
+  EXPECT_TRUE(o->warnings.empty());
+  // "--" ends the flags; what follows is the program, even a dashed word.
+  auto dashed = Parse({"--standalone", "--", "-weird", "--lr"});
+  ASSERT_TRUE(dashed.ok()) << dashed.status();
+  EXPECT_THAT(dashed->program, ElementsAre("-weird", "--lr"));
+}
+
+TEST(RunOptionsTest, PetFallbacksForEveryFlagAndSpelling) {
+  auto o = Parse({"w"}, {{"PET_NPROC_PER_NODE", "4"},
+                         {"PET_STANDALONE", "1"},
+                         {"PET_RDZV_ID", "fromenv"},
+                         {"PET_MASTER_PORT", "1234"},
+                         {"PET_MODULE", "true"}});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->nproc_per_node_text, "4");
+  EXPECT_TRUE(o->standalone);
+  EXPECT_EQ(o->run_id, "fromenv");
+  EXPECT_EQ(o->master_port, 1234);
+  EXPECT_TRUE(o->module);
+  // The second name of a flag has its own PET_ variable.
+  EXPECT_EQ(Parse({"w"}, {{"PET_RUN_ID", "r2"}})->run_id, "r2");
+  // A bad value names the variable, not a flag the user did not type.
+  EXPECT_THAT(Error(Parse({"w"}, {{"PET_START_METHOD", "fork"}})),
+              HasSubstr("PET_START_METHOD fork"));
+  EXPECT_THAT(Error(Parse({"w"}, {{"PET_STANDALONE", "maybe"}})), HasSubstr("PET_STANDALONE"));
+}
+
+TEST(RunOptionsTest, RdzvEndpointMustBeThisNode) {
+  EXPECT_TRUE(Parse({"--rdzv-endpoint", "127.0.0.1:29400", "w"}).ok());
+  EXPECT_TRUE(Parse({"--rdzv-endpoint", "me:29400", "w"}).ok());
+  EXPECT_TRUE(Parse({"--rdzv-endpoint", "me", "w"}).ok());
+  const std::string other = Error(Parse({"--rdzv-endpoint", "node7:29400", "w"}));
+  EXPECT_THAT(other, HasSubstr("--rdzv-endpoint node7:29400 names another host"));
+  EXPECT_THAT(other, HasSubstr("elastrund"));
+  EXPECT_THAT(other, HasSubstr("elastrun submit"));
+  EXPECT_THAT(Error(Parse({"w"}, {{"PET_RDZV_ENDPOINT", "10.1.2.3:29400"}})),
+              HasSubstr("PET_RDZV_ENDPOINT 10.1.2.3:29400 names another host"));
+  EXPECT_THAT(Error(Parse({"--rdzv-endpoint", "[::1", "w"})), HasSubstr("--rdzv-endpoint"));
+}
+
+TEST(RunOptionsTest, StartMethodAndBackendBeyondOneNodeAreRefused) {
+  EXPECT_TRUE(Parse({"--start-method", "spawn", "w"}).ok());
+  for (const char* method : {"fork", "forkserver"}) {
+    EXPECT_THAT(Error(Parse({"--start-method", method, "w"})),
+                HasSubstr(std::string("--start-method ") + method + ": only spawn"));
+  }
+  EXPECT_TRUE(Parse({"--rdzv-backend", "static", "w"}).ok());
+  EXPECT_THAT(Error(Parse({"--rdzv-backend", "etcd", "w"})), HasSubstr("--rdzv-backend etcd"));
+  EXPECT_THAT(Error(Parse({"--node-rank", "1", "w"})), HasSubstr("--node-rank"));
+}
+
+TEST(RunOptionsTest, FlagsThatChangeNothingAreWarnedAbout) {
+  auto o = Parse({"--local-addr", "10.0.0.5", "--rdzv-conf", "join_timeout=5",
+                  "--monitor-interval", "1", "w"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->warnings.size(), 3u);
+  EXPECT_THAT(o->warnings[0], HasSubstr("--rdzv-conf is ignored"));
+  EXPECT_THAT(o->warnings[1], HasSubstr("--local-addr is ignored"));
+  EXPECT_THAT(o->warnings[2], HasSubstr("--monitor-interval is ignored"));
+  auto env = Parse({"w"}, {{"PET_LOCAL_ADDR", "10.0.0.5"}});
+  ASSERT_EQ(env->warnings.size(), 1u);
+  EXPECT_THAT(env->warnings[0], HasSubstr("PET_LOCAL_ADDR is ignored"));
+  EXPECT_TRUE(Parse({"w"})->warnings.empty());
+}
+
+// Every flag the help lists parses (the help tells the truth), and no flag
+// parses that the help does not list.
+TEST(RunOptionsTest, HelpListsExactlyTheFlagsThatParse) {
+  const std::string help = RunUsage();
+  int listed = 0;
+  for (size_t at = help.find("\n  -"); at != std::string::npos; at = help.find("\n  -", at + 1)) {
+    const std::string line = help.substr(at + 3, help.find('\n', at + 3) - at - 3);
+    for (absl::string_view name : absl::StrSplit(line.substr(0, line.find("  ")), ", ")) {
+      std::string flag(name.substr(0, name.find(' ')));
+      if (flag == "-h" || flag == "--help") continue;
+      ++listed;
+      // A value that every flag's check accepts, or at least not "unknown".
+      EXPECT_THAT(Error(Parse({flag, "0", "w"})), Not(HasSubstr("unknown flag"))) << flag;
+    }
+  }
+  EXPECT_GE(listed, 25);
+  EXPECT_THAT(Error(Parse({"--monitor", "1", "w"})), HasSubstr("unknown flag --monitor"));
 }
 
 TEST(RunOptionsTest, NprocKeywords) {

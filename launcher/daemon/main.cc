@@ -14,22 +14,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <iostream>
+#include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "common/strings.h"
 #include "glog/logging.h"
 #include "common/files.h"
 #include "launcher/agent/agent.h"
 #include "launcher/daemon/barrier.h"
 #include "launcher/daemon/daemon.h"
+#include "launcher/daemon/flags.h"
 #include "launcher/daemon/logs.h"
 #include "launcher/daemon/runner.h"
 #include "launcher/daemon/session.h"
@@ -40,51 +40,6 @@ extern char** environ;
 namespace {
 
 using namespace elastrun::launcher;  // NOLINT: a main file
-
-constexpr char kUsage[] = R"(usage: elastrund --rendezvous HOST:PORT [flags]
-
-The elastrun node daemon: registers this node with elastrun-rendezvous, keeps
-its lease, and runs the worker group of the job the service places here (one
-job at a time), reporting how each attempt ends. Workers keep running while
-the service is away; the daemon reconnects and re-registers.
-
-flags:
-  --rendezvous HOST:PORT   the service (default: $ELASTRUN_RENDEZVOUS).
-  --node-id ID             this node's stable id (default: the host name).
-  --slots N                worker slots (GPUs or CPUs) offered, >= 1
-                           (default: the number of /dev/nvidiaN devices, else
-                           the number of CPUs).
-  --advertise-addr A       address other nodes reach this one at (MASTER_ADDR
-                           when it is rank 0). Default: 127.0.0.1 when the
-                           service is on loopback, else the address of the
-                           interface that routes to the service.
-  --labels k=v,...         labels shown by `elastrun nodes`.
-  --log-dir DIR            worker logs: DIR/<job>/attempt_<round>/<local_rank>/
-                           {stdout,stderr}.log and error.json
-                           (default: /tmp/elastrund-<node id>).
-  --token TOKEN            send "authorization: Bearer TOKEN" (default:
-                           $ELASTRUN_TOKEN; visible in ps: prefer
-                           --token-file). Never passed on to workers.
-  --token-file FILE        read the token from FILE.
-  --shutdown-timeout DUR   grace between SIGTERM to workers and SIGKILL
-                           (default 30s).
-  --standby                pre-start the next attempt's workers (workers built
-                           on libelastrun_worker only), so restarts are faster.
-                           Standbys are used only by an attempt of the same
-                           program and environment; otherwise they are
-                           discarded and fresh workers start.
-  --help                   show this help.
-
-DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
-On SIGINT/SIGTERM/SIGHUP/SIGQUIT the daemon stops its workers (the signal,
-then SIGKILL after the grace), and exits with 128+signal; the service sees
-the node leave and re-forms the job without it.
-)";
-
-int Usage(const std::string& error) {
-  std::fprintf(stderr, "elastrund: %s\n(see --help)\n", error.c_str());
-  return 2;
-}
 
 std::string Hostname() {
   char buf[256] = {0};
@@ -145,100 +100,42 @@ std::string RandomIncarnation() {
 int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
-  std::string target, node_id = Hostname(), advertise, labels_text, log_dir, token,
-                      token_file;
-  int slots = 0;
+  DaemonFlags flags;
+  if (std::optional<int> exit = ParseDaemonFlags(
+          std::vector<std::string>(argv + 1, argv + argc),
+          [](const std::string& name) -> std::optional<std::string> {
+            const char* v = std::getenv(name.c_str());
+            if (v == nullptr) return std::nullopt;
+            return std::string(v);
+          },
+          Hostname(), std::cout, std::cerr, &flags)) {
+    return *exit;
+  }
+  const std::string& target = flags.rendezvous;
+  const std::string& host = flags.rendezvous_host;
+  const int port = flags.rendezvous_port;
+  const std::string& node_id = flags.node_id;
+  const std::string& log_dir = flags.log_dir;
+  const std::string& token = flags.token;
+  const int slots = flags.slots;
+  std::string advertise = flags.advertise_addr;
   AgentOptions agent_options;
-  if (const char* env = std::getenv("ELASTRUN_RENDEZVOUS"); env != nullptr) target = env;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    bool has_value = false;
-    if (size_t eq = arg.find('='); absl::StartsWith(arg, "--") && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (arg == "--standby") {
-      agent_options.standby = true;
-      continue;
-    }
-    const bool known = arg == "--rendezvous" || arg == "--node-id" || arg == "--slots" ||
-                       arg == "--advertise-addr" || arg == "--labels" ||
-                       arg == "--log-dir" || arg == "--token" || arg == "--token-file" ||
-                       arg == "--shutdown-timeout";
-    if (!known) return Usage(absl::StrFormat("unknown argument \"%s\"", arg));
-    if (!has_value) {
-      if (i + 1 >= argc) return Usage(absl::StrFormat("%s needs a value", arg));
-      value = argv[++i];
-    }
-    if (arg == "--rendezvous") {
-      target = value;
-    } else if (arg == "--node-id") {
-      node_id = value;
-    } else if (arg == "--slots") {
-      absl::StatusOr<int64_t> n = elastrun::ParseInt(value, "--slots", 1, 1 << 20);
-      if (!n.ok()) return Usage(std::string(n.status().message()));
-      slots = static_cast<int>(*n);
-    } else if (arg == "--advertise-addr") {
-      advertise = value;
-    } else if (arg == "--labels") {
-      labels_text = value;
-    } else if (arg == "--log-dir") {
-      log_dir = value;
-    } else if (arg == "--token") {
-      token = value;
-    } else if (arg == "--token-file") {
-      token_file = value;
-    } else {
-      absl::StatusOr<absl::Duration> d = elastrun::ParseDuration(value, arg);
-      if (!d.ok()) return Usage(std::string(d.status().message()));
-      agent_options.grace = *d;
-    }
-  }
-  if (target.empty()) return Usage("--rendezvous HOST:PORT (or $ELASTRUN_RENDEZVOUS) is required");
-  std::string host;
-  int port = 0;
-  if (absl::Status st = elastrun::SplitHostPort(target, "--rendezvous", &host, &port);
-      !st.ok()) {
-    return Usage(std::string(st.message()));
-  }
-  if (node_id.empty()) return Usage("--node-id: must not be empty");
+  agent_options.standby = flags.standby;
+  agent_options.grace = flags.shutdown_timeout;
   SessionOptions session_options;
-  for (absl::string_view kv : absl::StrSplit(labels_text, ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
-    if (p.first.empty() || !absl::StrContains(kv, '=')) {
-      return Usage(absl::StrFormat("--labels: \"%s\" is not key=value", kv));
-    }
-    session_options.labels[p.first] = p.second;
-  }
-  if (!token_file.empty()) {
-    if (!token.empty()) return Usage("give --token or --token-file, not both");
-    std::ifstream in(token_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) {
-      return Usage(absl::StrFormat("--token-file %s: cannot read: %s", token_file,
-                                   std::strerror(errno)));
-    }
-    token = std::string(absl::StripAsciiWhitespace(text.str()));
-    if (token.empty()) return Usage(absl::StrFormat("--token-file %s is empty", token_file));
-  } else if (const char* env = std::getenv("ELASTRUN_TOKEN"); token.empty() && env != nullptr) {
-    token = env;
-  }
+  session_options.labels = flags.labels;
   if (advertise.empty()) {
     if (elastrun::IsLoopbackHost(host)) {
       advertise = "127.0.0.1";
     } else {
       absl::StatusOr<std::string> a = RouteAddress(host, port);
-      if (!a.ok()) return Usage(std::string(a.status().message()));
+      if (!a.ok()) {
+        std::cerr << elastrun::flags::UsageError("elastrund", std::string(a.status().message()));
+        return elastrun::flags::kExitUsage;
+      }
       advertise = *a;
     }
   }
-  if (log_dir.empty()) log_dir = "/tmp/elastrund-" + node_id;
   if (absl::Status made = elastrun::MakeDirs(log_dir); !made.ok()) {
     std::fprintf(stderr, "elastrund: --log-dir: %s\n", std::string(made.message()).c_str());
     return 1;

@@ -1,0 +1,96 @@
+#include "launcher/daemon/flags.h"
+
+#include <map>
+#include <sstream>
+
+#include "common/version.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace elastrun::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  std::optional<int> code;
+  DaemonFlags flags;
+  std::string out, err;
+};
+
+Result Parse(const std::vector<std::string>& args,
+             std::map<std::string, std::string> env = {}) {
+  std::ostringstream out, err;
+  Result r;
+  r.code = ParseDaemonFlags(
+      args,
+      [env](const std::string& k) -> std::optional<std::string> {
+        auto it = env.find(k);
+        if (it == env.end()) return std::nullopt;
+        return it->second;
+      },
+      "host1", out, err, &r.flags);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+TEST(DaemonFlagsTest, ValuesDefaultsAndEnvironment) {
+  Result r = Parse({"--rendezvous", "10.0.0.1:29400", "--slots=4", "--labels", "gpu=a100,zone=b",
+                    "--shutdown-timeout", "5s", "--standby"},
+                   {{"ELASTRUN_TOKEN", "t"}});
+  ASSERT_EQ(r.code, std::nullopt) << r.err;
+  EXPECT_EQ(r.flags.rendezvous_host, "10.0.0.1");
+  EXPECT_EQ(r.flags.rendezvous_port, 29400);
+  EXPECT_EQ(r.flags.node_id, "host1");
+  EXPECT_EQ(r.flags.slots, 4);
+  EXPECT_EQ(r.flags.labels, (std::map<std::string, std::string>{{"gpu", "a100"}, {"zone", "b"}}));
+  EXPECT_EQ(r.flags.shutdown_timeout, absl::Seconds(5));
+  EXPECT_TRUE(r.flags.standby);
+  EXPECT_EQ(r.flags.token, "t");
+  EXPECT_EQ(r.flags.log_dir, "/tmp/elastrund-host1");
+
+  Result env = Parse({"--node-id", "n2"}, {{"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"}});
+  ASSERT_EQ(env.code, std::nullopt) << env.err;
+  EXPECT_EQ(env.flags.rendezvous_port, 7);
+  EXPECT_EQ(env.flags.slots, 0);  // main's default
+  EXPECT_EQ(env.flags.log_dir, "/tmp/elastrund-n2");
+  // A flag wins over the environment.
+  Result both = Parse({"--rendezvous=127.0.0.1:8"}, {{"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"}});
+  EXPECT_EQ(both.flags.rendezvous_port, 8);
+}
+
+TEST(DaemonFlagsTest, UsageErrorsNameTheFlagAndExit2) {
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--rendezvous", "h:1", "--slot", "2"}, "unknown flag --slot"},
+           {{"--rendezvous"}, "--rendezvous needs a value"},
+           {{}, "--rendezvous HOST:PORT (or $ELASTRUN_RENDEZVOUS) is required"},
+           {{"--rendezvous", "nocolon"}, "--rendezvous"},
+           {{"--rendezvous", "h:1", "--slots", "0"}, "--slots"},
+           {{"--rendezvous", "h:1", "--labels", "a"}, "--labels: \"a\" is not key=value"},
+           {{"--rendezvous", "h:1", "--shutdown-timeout", "x"}, "--shutdown-timeout"},
+           {{"--rendezvous", "h:1", "--token-file", "/nonexistent/t"}, "--token-file"},
+           {{"--rendezvous", "h:1", "--standby=maybe"}, "--standby"}}) {
+    Result r = Parse(args);
+    EXPECT_EQ(r.code, 2) << says;
+    EXPECT_THAT(r.err, HasSubstr("elastrund: " + says)) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("Run 'elastrund --help' for usage.\n"));
+  }
+}
+
+TEST(DaemonFlagsTest, HelpListsEveryFlagAndVersionPrints) {
+  Result help = Parse({"--help"});
+  EXPECT_EQ(help.code, 0);
+  for (const char* flag :
+       {"--rendezvous HOST:PORT", "--node-id ID", "--slots N", "--advertise-addr ADDR",
+        "--labels K=V,...", "--log-dir DIR", "--token TOKEN", "--token-file FILE",
+        "--shutdown-timeout DUR", "--standby", "--version", "--help"}) {
+    EXPECT_THAT(help.out, HasSubstr(flag));
+  }
+  Result version = Parse({"--version"});
+  EXPECT_EQ(version.code, 0);
+  EXPECT_EQ(version.out, VersionLine("elastrund") + "\n");
+}
+
+}  // namespace
+}  // namespace elastrun::launcher

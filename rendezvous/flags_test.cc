@@ -1,0 +1,72 @@
+#include "rendezvous/flags.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "common/version.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace elastrun::rendezvous {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  std::optional<int> code;
+  ServiceFlags flags;
+  std::string out, err;
+};
+
+Result Parse(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  Result r;
+  r.code = ParseServiceFlags(args, out, err, &r.flags);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+TEST(ServiceFlagsTest, ValuesAndDefaults) {
+  Result r = Parse({"--listen", "127.0.0.1:0", "--state-dir=/tmp/s", "--lease-timeout",
+                    "500ms", "--token", "t"});
+  ASSERT_EQ(r.code, std::nullopt) << r.err;
+  EXPECT_EQ(r.flags.listen, "127.0.0.1:0");
+  EXPECT_EQ(r.flags.state_dir, "/tmp/s");
+  EXPECT_EQ(r.flags.lease_timeout, absl::Milliseconds(500));
+  EXPECT_EQ(r.flags.heartbeat_interval, absl::Seconds(1));
+  EXPECT_EQ(r.flags.token, "t");
+  EXPECT_EQ(Parse({}).flags.listen, "127.0.0.1:29400");
+}
+
+TEST(ServiceFlagsTest, UsageErrorsNameTheFlagAndExit2) {
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--lissen", "x"}, "unknown flag --lissen"},
+           {{"--listen"}, "--listen needs a value"},
+           {{"--lease-timeout", "soon"}, "--lease-timeout"},
+           {{"--token", "a", "--token-file", "/nonexistent"}, "--token"},
+           {{"--token-file", "/nonexistent/token"}, "--token-file /nonexistent/token"},
+           {{"extra"}, "unexpected argument extra"}}) {
+    Result r = Parse(args);
+    EXPECT_EQ(r.code, 2) << says;
+    EXPECT_THAT(r.err, HasSubstr("elastrun-rendezvous: " + says)) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("Run 'elastrun-rendezvous --help' for usage.\n"));
+  }
+}
+
+TEST(ServiceFlagsTest, HelpListsEveryFlagAndVersionPrints) {
+  Result help = Parse({"--help"});
+  EXPECT_EQ(help.code, 0);
+  for (const char* flag : {"--listen HOST:PORT", "--state-dir DIR", "--heartbeat-interval DUR",
+                           "--lease-timeout DUR", "--token TOKEN", "--token-file FILE",
+                           "--version", "--help"}) {
+    EXPECT_THAT(help.out, HasSubstr(flag));
+  }
+  EXPECT_THAT(help.out, ::testing::StartsWith("usage: elastrun-rendezvous [flags]\n"));
+  Result version = Parse({"--version"});
+  EXPECT_EQ(version.code, 0);
+  EXPECT_EQ(version.out, VersionLine("elastrun-rendezvous") + "\n");
+}
+
+}  // namespace
+}  // namespace elastrun::rendezvous
