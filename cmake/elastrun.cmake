@@ -16,3 +16,5 @@ function(elastrun_test name)
 endfunction()
 
 set(ELASTRUN_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+
+include(${CMAKE_CURRENT_LIST_DIR}/threads.cmake)

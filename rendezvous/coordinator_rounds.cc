@@ -375,7 +375,7 @@ uint64_t Coordinator::Barrier(const v1::BarrierRequest& r, BarrierDone done) {
   absl::Status result;
   {
     absl::MutexLock lock(&mu_);
-    result = [&]() -> absl::Status {
+    result = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
       if (shutting_down_) return absl::UnavailableError("the service is shutting down");
       if (r.name().empty() || r.name().size() > kMaxBarrierName) {
         return absl::InvalidArgumentError(
