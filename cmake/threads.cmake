@@ -1,9 +1,9 @@
-# Thread checks: clang's thread-safety analysis.
+# Thread checks: clang's thread-safety analysis and ThreadSanitizer.
 #
 # With clang, ABSL_GUARDED_BY and friends are checked at compile time, as
 # errors: an annotation that the code does not honour breaks the build. GCC
-# (the default build) has no such analysis: configure with CC=clang
-# CXX=clang++ to check them.
+# (the default build) has no such analysis; scripts/check_threads.sh runs the
+# clang build that checks them.
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   # -Wthread-safety = -analysis, -attributes, -precise and -reference.
   # -beta and -negative are left out: -negative wants every function that
@@ -11,3 +11,32 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   # everywhere), which Abseil's own headers do not do.
   list(APPEND ELASTRUN_WARNINGS -Wthread-safety -Werror=thread-safety)
 endif()
+
+# ELASTRUN_TSAN: build everything with ThreadSanitizer (clang only, torch off:
+# LibTorch is not instrumented). scripts/check_threads.sh configures it in
+# build-tsan/. Debian's Abseil, gRPC and protobuf are not instrumented:
+# tests/tsan/absl_sync.cc tells TSan about absl::Mutex, and
+# tests/tsan/tsan.supp lists what is left inside those libraries.
+option(ELASTRUN_TSAN "Build with ThreadSanitizer (clang, ELASTRUN_WITH_TORCH=OFF)" OFF)
+if(ELASTRUN_TSAN)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "ELASTRUN_TSAN=ON needs clang (CC=clang CXX=clang++), "
+                        "not ${CMAKE_CXX_COMPILER_ID}")
+  endif()
+  if(ELASTRUN_WITH_TORCH)
+    message(FATAL_ERROR "ELASTRUN_TSAN=ON needs -DELASTRUN_WITH_TORCH=OFF "
+                        "(LibTorch is not instrumented)")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
+
+# elastrun_tsan_executable(TARGET): in a TSan build, gives an executable the
+# absl::Mutex annotations (tests/tsan/absl_sync.cc). They must be in the
+# executable itself to come first in symbol lookup; elsewhere this is a no-op.
+function(elastrun_tsan_executable target)
+  if(ELASTRUN_TSAN)
+    target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/tsan/absl_sync.cc)
+    target_link_libraries(${target} PRIVATE absl::synchronization absl::time ${CMAKE_DL_LIBS})
+  endif()
+endfunction()
