@@ -12,12 +12,12 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   list(APPEND ELASTRUN_WARNINGS -Wthread-safety -Werror=thread-safety)
 endif()
 
-# ELASTRUN_TSAN: build everything with ThreadSanitizer (clang only, torch off:
-# LibTorch is not instrumented). scripts/check_threads.sh configures it in
-# build-tsan/. Debian's Abseil, gRPC and protobuf are not instrumented:
+# ELASTRUN_TSAN (an option of the top-level CMakeLists.txt): everything built
+# with ThreadSanitizer (clang only, torch off: LibTorch is not instrumented).
+# scripts/check_threads.sh configures it in build-tsan/. Debian's Abseil,
+# gRPC and protobuf are not instrumented:
 # tests/tsan/absl_sync.cc tells TSan about absl::Mutex, and
 # tests/tsan/tsan.supp lists what is left inside those libraries.
-option(ELASTRUN_TSAN "Build with ThreadSanitizer (clang, ELASTRUN_WITH_TORCH=OFF)" OFF)
 if(ELASTRUN_TSAN)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     message(FATAL_ERROR "ELASTRUN_TSAN=ON needs clang (CC=clang CXX=clang++), "

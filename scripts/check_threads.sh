@@ -20,7 +20,9 @@ start=$SECONDS
 
 # Unit tests of the threaded parts (the e2e tests need torch), and the
 # binaries, so that their main.cc files pass the thread-safety analysis too.
-TESTS=(common_test rendezvous_core_test rendezvous_service_test
+# tsan_canary_test checks the TSan set-up itself: a race is reported, and
+# Abseil's locks are not taken for races.
+TESTS=(tsan_canary_test common_test rendezvous_core_test rendezvous_service_test
        rendezvous_coordinator_test rendezvous_server_test agent_test daemon_test cli_test)
 BINARIES=(elastrun-rendezvous elastrund elastrun)
 
