@@ -10,6 +10,39 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   # takes a lock to declare that it is not held (ABSL_LOCKS_EXCLUDED
   # everywhere), which Abseil's own headers do not do.
   list(APPEND ELASTRUN_WARNINGS -Wthread-safety -Werror=thread-safety)
+
+  # The flags must catch a guarded member written without its lock (with
+  # Abseil's macros, as our code uses them); a build where they do not would
+  # pass the check without checking anything.
+  include(CheckCXXSourceCompiles)
+  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${ELASTRUN_WARNINGS}")
+  set(CMAKE_REQUIRED_QUIET ON)
+  set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)  # compile only, no link
+  set(probe [[
+    #include "absl/base/thread_annotations.h"
+    #include "absl/synchronization/mutex.h"
+    struct S {
+      absl::Mutex mu;
+      int x ABSL_GUARDED_BY(mu) = 0;
+      void Write() { LOCK x = 1; }
+    };
+    int main() { S s; s.Write(); }
+  ]])
+  string(REPLACE "LOCK" "absl::MutexLock lock(&mu);" locked "${probe}")
+  string(REPLACE "LOCK" "" unlocked "${probe}")
+  check_cxx_source_compiles("${locked}" ELASTRUN_LOCKED_WRITE_COMPILES)
+  check_cxx_source_compiles("${unlocked}" ELASTRUN_UNLOCKED_WRITE_COMPILES)
+  unset(CMAKE_REQUIRED_FLAGS)
+  unset(CMAKE_REQUIRED_QUIET)
+  unset(CMAKE_TRY_COMPILE_TARGET_TYPE)
+  if(NOT ELASTRUN_LOCKED_WRITE_COMPILES)
+    message(FATAL_ERROR "cannot compile the thread-safety probe (Abseil's headers?); "
+                        "see CMakeFiles/CMakeError.log")
+  endif()
+  if(ELASTRUN_UNLOCKED_WRITE_COMPILES)
+    message(FATAL_ERROR "-Wthread-safety does not reject a write of an ABSL_GUARDED_BY "
+                        "member without its lock: the thread-safety check would check nothing")
+  endif()
 endif()
 
 # ELASTRUN_TSAN (an option of the top-level CMakeLists.txt): everything built
