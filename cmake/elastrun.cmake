@@ -7,6 +7,7 @@ function(elastrun_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_options(${name} PRIVATE ${ELASTRUN_WARNINGS})
+  elastrun_tsan_executable(${name})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
@@ -16,3 +17,5 @@ function(elastrun_test name)
 endfunction()
 
 set(ELASTRUN_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+
+include(${CMAKE_CURRENT_LIST_DIR}/threads.cmake)

@@ -98,6 +98,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::Command>, public NodeSt
  public:
   static std::shared_ptr<WatchReactor> Make(Coordinator* coordinator, std::string node_id) {
     std::shared_ptr<WatchReactor> r(new WatchReactor(coordinator, std::move(node_id)));
+    absl::MutexLock lock(&r->mu_);  // no other thread sees r yet; the analysis wants it
     r->self_ = r;
     return r;
   }

@@ -46,7 +46,7 @@ class DaemonTest : public ::testing::Test {
 TEST_F(DaemonTest, JoinReservesAPortAndJoins) {
   daemon_->OnCommand(Join("j-1", 0));
   ASSERT_EQ(client_.joins.size(), 1u);
-  const v1::JoinRoundRequest& r = client_.joins[0];
+  const v1::JoinRoundRequest r = client_.joins[0];  // a copy: the next join grows the vector
   EXPECT_EQ(r.job_id(), "j-1");
   EXPECT_EQ(r.round(), 0);
   EXPECT_EQ(r.node_id(), "b");
