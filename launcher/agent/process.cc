@@ -74,18 +74,141 @@ class PosixProcessControl : public ProcessControl {
   }
 };
 
+// The pipes of one spawn: the worker's stdout and stderr (when captured)
+// and the one through which a child whose exec failed reports its errno.
+// All are close-on-exec, so a successful exec closes the child's ends.
+struct SpawnPipes {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  int exec_err[2] = {-1, -1};
+
+  absl::Status Open(bool capture_output) {
+    if (capture_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
+      int e = errno;
+      CloseAll();
+      return ErrnoError("pipe", e);
+    }
+    if (pipe2(exec_err, O_CLOEXEC) != 0) {
+      int e = errno;
+      CloseAll();
+      return ErrnoError("pipe", e);
+    }
+    return absl::OkStatus();
+  }
+  void CloseAll() {
+    for (int* p : {out, err, exec_err}) {
+      CloseFd(p[0]);
+      CloseFd(p[1]);
+    }
+  }
+};
+
+// What the child needs after fork, all prepared by the parent beforehand:
+// the child may not allocate (the daemon has other threads, whose locks
+// fork copies in whatever state they were).
+struct ChildPlan {
+  const ProcessSpec* spec = nullptr;
+  const char* program = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const char* cwd = nullptr;  // null: stay in the launcher's
+  pid_t parent = 0;           // to detect a launcher that died before prctl
+  const SpawnPipes* pipes = nullptr;
+};
+
+// Restores default dispositions and an empty mask: exec keeps ignored
+// dispositions and the blocked mask, and workers must see signals normally.
+// Async-signal-safe.
+void ResetSignalsForExec() {
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// The child's side of fork: its group, parent-death signal, fds, signals,
+// cwd and niceness, then execve. Never returns; on failure writes errno to
+// the exec_err pipe and exits 127. Async-signal-safe calls only.
+[[noreturn]] void RunChild(const ChildPlan& plan) {
+  const ProcessSpec& spec = *plan.spec;
+  const SpawnPipes& pipes = *plan.pipes;
+  int code = 0;
+  if (setpgid(0, spec.process_group) != 0) code = errno;
+  if (code == 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) code = errno;
+  // The launcher may have died between fork and prctl.
+  if (code == 0 && getppid() != plan.parent) _exit(1);
+  if (code == 0 && spec.capture_output) {
+    if (dup2(pipes.out[1], STDOUT_FILENO) < 0 || dup2(pipes.err[1], STDERR_FILENO) < 0) {
+      code = errno;
+    }
+  }
+  for (const auto& [from, to] : spec.pass_fds) {
+    // dup2 clears close-on-exec on the copy; same-number needs it cleared.
+    if (code == 0 && from == to && fcntl(from, F_SETFD, 0) != 0) code = errno;
+    if (code == 0 && from != to && dup2(from, to) < 0) code = errno;
+  }
+  ResetSignalsForExec();
+  if (code == 0 && plan.cwd != nullptr && chdir(plan.cwd) != 0) code = errno;
+  if (code == 0 && spec.niceness != 0) {
+    (void)setpriority(PRIO_PROCESS, 0, spec.niceness);  // best effort
+  }
+  if (code == 0) {
+    execve(plan.program, plan.argv, plan.envp);
+    code = errno;
+  }
+  ssize_t ignored = write(pipes.exec_err[1], &code, sizeof code);
+  (void)ignored;
+  _exit(127);
+}
+
+// The parent's side once `pid` is forked: waits for the child's exec (the
+// exec_err pipe closes on success, or carries the child's errno). Takes
+// the pipes' ownership: on success the read ends of the output pipes go,
+// non-blocking, to the result; on failure the child is reaped, every pipe
+// closed, and the error names `name` as given and `program` as resolved.
+absl::StatusOr<SpawnedProcess> AwaitExec(pid_t pid, SpawnPipes& pipes,
+                                         const std::string& name,
+                                         const std::string& program) {
+  CloseFd(pipes.out[1]);
+  CloseFd(pipes.err[1]);
+  CloseFd(pipes.exec_err[1]);
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = read(pipes.exec_err[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  CloseFd(pipes.exec_err[0]);
+  if (n == sizeof child_errno) {
+    // Exec failed: reap the child now so no zombie is left for the caller.
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    CloseFd(pipes.out[0]);
+    CloseFd(pipes.err[0]);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot run '", name, "' (", program, "): ", std::strerror(child_errno)));
+  }
+  SpawnedProcess p;
+  p.pid = pid;
+  p.stdout_fd = pipes.out[0];
+  p.stderr_fd = pipes.err[0];
+  for (int fd : {p.stdout_fd, p.stderr_fd}) {
+    if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  return p;
+}
+
 absl::StatusOr<SpawnedProcess> PosixProcessControl::Spawn(const ProcessSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("no program to run");
   std::string path_var = "/usr/local/bin:/usr/bin:/bin";
   for (const std::string& e : spec.env) {
     if (e.rfind("PATH=", 0) == 0) path_var = e.substr(5);
   }
-  std::string program;
-  {
-    auto resolved = ResolveProgram(spec.argv[0], path_var);
-    if (!resolved.ok()) return resolved.status();
-    program = *std::move(resolved);
-  }
+  absl::StatusOr<std::string> program = ResolveProgram(spec.argv[0], path_var);
+  if (!program.ok()) return program.status();
 
   // Everything the child touches is prepared here: after fork only
   // async-signal-safe calls are allowed (the daemon has other threads).
@@ -95,104 +218,32 @@ absl::StatusOr<SpawnedProcess> PosixProcessControl::Spawn(const ProcessSpec& spe
   std::vector<char*> envp;
   for (const std::string& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  SpawnPipes pipes;
+  if (absl::Status st = pipes.Open(spec.capture_output); !st.ok()) return st;
+  ChildPlan plan;
+  plan.spec = &spec;
+  plan.program = program->c_str();
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  plan.parent = getpid();
+  plan.pipes = &pipes;
 
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, exec_err[2] = {-1, -1};
-  auto close_all = [&] {
-    for (int* p : {out, err, exec_err}) {
-      CloseFd(p[0]);
-      CloseFd(p[1]);
-    }
-  };
-  if (spec.capture_output &&
-      (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
-    int e = errno;
-    close_all();
-    return ErrnoError("pipe", e);
-  }
-  if (pipe2(exec_err, O_CLOEXEC) != 0) {
-    int e = errno;
-    close_all();
-    return ErrnoError("pipe", e);
-  }
-
-  const pid_t parent = getpid();
   const pid_t pgid = spec.process_group;
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
-    close_all();
+    pipes.CloseAll();
     return ErrnoError("fork", e);
   }
-  if (pid == 0) {
-    // Child. Async-signal-safe calls only.
-    int code = 0;
-    if (setpgid(0, pgid) != 0) code = errno;
-    if (code == 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) code = errno;
-    // The launcher may have died between fork and prctl.
-    if (code == 0 && getppid() != parent) _exit(1);
-    if (code == 0 && spec.capture_output) {
-      if (dup2(out[1], STDOUT_FILENO) < 0 || dup2(err[1], STDERR_FILENO) < 0) code = errno;
-    }
-    for (const auto& [from, to] : spec.pass_fds) {
-      // dup2 clears close-on-exec on the copy; same-number needs it cleared.
-      if (code == 0 && from == to && fcntl(from, F_SETFD, 0) != 0) code = errno;
-      if (code == 0 && from != to && dup2(from, to) < 0) code = errno;
-    }
-    // Undo the launcher's signal set-up: exec keeps ignored dispositions
-    // and the blocked mask, and workers must see signals normally.
-    struct sigaction dfl;
-    std::memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (code == 0 && cwd != nullptr && chdir(cwd) != 0) code = errno;
-    if (code == 0 && spec.niceness != 0) {
-      (void)setpriority(PRIO_PROCESS, 0, spec.niceness);  // best effort
-    }
-    if (code == 0) {
-      execve(program.c_str(), argv.data(), envp.data());
-      code = errno;
-    }
-    ssize_t ignored = write(exec_err[1], &code, sizeof code);
-    (void)ignored;
-    _exit(127);
-  }
+  if (pid == 0) RunChild(plan);
 
   // Parent. Set the group here too, so it is in place before we return
-  // whichever of parent and child runs first (EACCES: child already exec'd).
-  if (setpgid(pid, pgid == 0 ? pid : pgid) != 0 && errno != EACCES && errno != ESRCH) {
-    // The child reports its own failure through exec_err.
-  }
-  CloseFd(out[1]);
-  CloseFd(err[1]);
-  CloseFd(exec_err[1]);
-  int child_errno = 0;
-  ssize_t n;
-  do {
-    n = read(exec_err[0], &child_errno, sizeof child_errno);
-  } while (n < 0 && errno == EINTR);
-  CloseFd(exec_err[0]);
-  if (n == sizeof child_errno) {
-    // Exec failed: reap the child now so no zombie is left for the caller.
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    CloseFd(out[0]);
-    CloseFd(err[0]);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot run '", spec.argv[0], "' (", program, "): ", std::strerror(child_errno)));
-  }
-  SpawnedProcess p;
-  p.pid = pid;
-  p.stdout_fd = out[0];
-  p.stderr_fd = err[0];
-  for (int fd : {p.stdout_fd, p.stderr_fd}) {
-    if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  }
-  return p;
+  // whichever of parent and child runs first. Errors are ignored: EACCES
+  // means the child already exec'd (having set it), and any real failure
+  // the child reports itself through exec_err.
+  (void)setpgid(pid, pgid == 0 ? pid : pgid);
+  return AwaitExec(pid, pipes, spec.argv[0], *program);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "launcher/cli/cli.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <iostream>
 
@@ -53,15 +54,30 @@ struct FlagInfo {
   bool repeatable = false;
 };
 
+// The flags of one command: a view of a constant array.
+class FlagList {
+ public:
+  // Implicit, so that a table entry names its array.
+  template <size_t N>
+  constexpr FlagList(const FlagInfo (&flags)[N]) : begin_(flags), end_(flags + N) {}
+  const FlagInfo* begin() const { return begin_; }
+  const FlagInfo* end() const { return end_; }
+
+ private:
+  const FlagInfo* begin_;
+  const FlagInfo* end_;
+};
+
+// A job command: its line in `elastrun --help` (summary) and its own help.
 struct CommandInfo {
   const char* name;
   const char* summary;
-  std::vector<FlagInfo> flags;  // beyond the service flags
-  bool takes_words;             // JOB, a job file, KEY=VALUE...
-  const char* intro;            // usage and description
+  FlagList flags;     // beyond the service flags
+  bool takes_words;   // JOB, a job file, KEY=VALUE...
+  const char* intro;  // usage and description
 };
 
-const FlagInfo kServiceFlags[] = {
+constexpr FlagInfo kServiceFlags[] = {
     {"--rendezvous", "HOST:PORT",
      "the elastrun-rendezvous service (default\n"
      "$ELASTRUN_RENDEZVOUS, else 127.0.0.1:29400)"},
@@ -72,24 +88,24 @@ const FlagInfo kServiceFlags[] = {
     {"--rpc-timeout", "DUR", "deadline of each call to the service (default 10s)"},
 };
 
-const FlagInfo kOutputFlag = {"--output", "text|json",
-                              "text for people (default), or json for scripts"};
+constexpr FlagInfo kOutputFlag = {"--output", "text|json",
+                                  "text for people (default), or json for scripts"};
 
-const std::vector<CommandInfo>& Commands() {
-  static const auto* const commands = new std::vector<CommandInfo>{
-      {"submit",
-       "submit a job (a YAML job spec, or flags and -- PROGRAM ARGS)",
-       {{"--name", "NAME", "job name ([A-Za-z0-9._-], at most 64); id NAME-N"},
-        {"--nnodes", "N|MIN:MAX", "nodes (default 1)"},
-        {"--nproc-per-node", "N", "workers per node, one slot each (default 1)"},
-        {"--max-restarts", "K", "failure-caused restarts for the job (default 0)"},
-        {"--env", "NAME=VALUE", "extra worker environment (repeatable)", true},
-        {"--working-dir", "DIR", "worker's working directory on its node"},
-        {"--last-call-timeout", "DUR",
-         "after MIN nodes joined, wait this long for more (1s)"},
-        {"--join-timeout", "DUR", "a round below MIN this long fails the job (600s)"}},
-       true,
-       R"(usage: elastrun submit [flags] JOB.yaml [KEY=VALUE...]
+// submit
+
+constexpr FlagInfo kSubmitFlags[] = {
+    {"--name", "NAME", "job name ([A-Za-z0-9._-], at most 64); id NAME-N"},
+    {"--nnodes", "N|MIN:MAX", "nodes (default 1)"},
+    {"--nproc-per-node", "N", "workers per node, one slot each (default 1)"},
+    {"--max-restarts", "K", "failure-caused restarts for the job (default 0)"},
+    {"--env", "NAME=VALUE", "extra worker environment (repeatable)", true},
+    {"--working-dir", "DIR", "worker's working directory on its node"},
+    {"--last-call-timeout", "DUR",
+     "after MIN nodes joined, wait this long for more (1s)"},
+    {"--join-timeout", "DUR", "a round below MIN this long fails the job (600s)"},
+};
+
+constexpr char kSubmitIntro[] = R"(usage: elastrun submit [flags] JOB.yaml [KEY=VALUE...]
        elastrun submit [flags] -- PROGRAM [ARGS...]
 
 Submits a job to the service and prints its id (one line, nothing else on
@@ -102,12 +118,13 @@ nproc_per_node, max_restarts, command (a list: program and arguments), env
 required. It may inherit with _base_; KEY=VALUE words after the file override
 its keys (Hydra's grammar: nnodes=2:4 sets, +env.SEED=1 adds, ~env deletes).
 Flags override the file too; the words after "--" are the program's.
-)"},
-      {"status",
-       "show a job: state, round, world size, restarts and causes, nodes",
-       {kOutputFlag},
-       true,
-       R"(usage: elastrun status JOB [--output text|json]
+)";
+
+// status, list, nodes
+
+constexpr FlagInfo kOutputFlags[] = {kOutputFlag};
+
+constexpr char kStatusIntro[] = R"(usage: elastrun status JOB [--output text|json]
 
 Shows the job's state (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED), the
 current round and its phase, world size, restarts, every round with why it
@@ -125,67 +142,87 @@ local_rank, exit_code, signal, message, traceback, time}, finish_reason,
 submit_time, finish_time. Enum values are their short names (state
 "FAILED", phase "RUNNING"), 64-bit integers are numbers, times RFC 3339 UTC
 strings, and an unset message or time is null.
-)"},
-      {"list",
-       "list jobs, oldest first",
-       {kOutputFlag},
-       false,
-       R"(usage: elastrun list [--output text|json]
+)";
+
+constexpr char kListIntro[] = R"(usage: elastrun list [--output text|json]
 
 Lists every job the service knows, oldest first. --output json prints
 {"jobs": [...]}, each job a JobStatus as `elastrun status` prints it.
-)"},
-      {"nodes",
-       "list the registered node daemons",
-       {kOutputFlag},
-       false,
-       R"(usage: elastrun nodes [--output text|json]
+)";
+
+constexpr char kNodesIntro[] = R"(usage: elastrun nodes [--output text|json]
 
 Lists the node daemons (elastrund) the service knows: id, address, state
 (ALIVE, LOST), slots and free slots, the jobs holding its slots, labels.
 --output json prints {"nodes": [...]}, each a NodeInfo (proto/elastrun/v1/
 types.proto): node_id, addr, slots, free_slots, labels, state, watching,
 registered_time, lease_expiry, jobs, lost_reason.
-)"},
-      {"cancel",
-       "cancel a job; every node stops its workers",
-       {{"--reason", "TEXT", "why, kept as the job's finish reason"}, kOutputFlag},
-       true,
-       R"(usage: elastrun cancel JOB [--reason TEXT] [--output text|json]
+)";
+
+// cancel
+
+constexpr FlagInfo kCancelFlags[] = {
+    {"--reason", "TEXT", "why, kept as the job's finish reason"},
+    kOutputFlag,
+};
+
+constexpr char kCancelIntro[] =
+    R"(usage: elastrun cancel JOB [--reason TEXT] [--output text|json]
 
 Cancels a job that has not finished: every node stops its workers and the
 job ends CANCELLED. Cancelling a finished job changes nothing. Prints the
 job's status line (or JSON, as `status`) afterwards; exits 0 when the call
 succeeded.
-)"},
-      {"wait",
-       "block until a job ends; exit 0 only if it succeeded",
-       {{"--timeout", "DUR", "give up after DUR and exit 5 (default: never)"},
-        {"--poll-interval", "DUR", "time between two looks (default 250ms)"},
-        kOutputFlag},
-       true,
-       R"(usage: elastrun wait JOB [--timeout DUR] [--poll-interval DUR] [--output text|json]
+)";
+
+// wait
+
+constexpr FlagInfo kWaitFlags[] = {
+    {"--timeout", "DUR", "give up after DUR and exit 5 (default: never)"},
+    {"--poll-interval", "DUR", "time between two looks (default 250ms)"},
+    kOutputFlag,
+};
+
+constexpr char kWaitIntro[] =
+    R"(usage: elastrun wait JOB [--timeout DUR] [--poll-interval DUR] [--output text|json]
 
 Blocks until the job ends, then prints its final status line (or JSON, as
 `status`) and exits 0 if it SUCCEEDED, 1 if it FAILED or was CANCELLED, 5 if
 --timeout passed first. A service that stays unreachable for 60s exits 3.
-)"},
-      {"logs",
-       "print a job's worker output (-f: follow until the job ends)",
-       {{"-f,--follow", "", "keep printing new lines until the job has ended"},
-        {"--rank", "R", "only rank R's lines, unprefixed"}},
-       true,
-       R"(usage: elastrun logs JOB [-f] [--rank R]
+)";
+
+// logs
+
+constexpr FlagInfo kLogsFlags[] = {
+    {"-f,--follow", "", "keep printing new lines until the job has ended"},
+    {"--rank", "R", "only rank R's lines, unprefixed"},
+};
+
+constexpr char kLogsIntro[] = R"(usage: elastrun logs JOB [-f] [--rank R]
 
 Prints the worker output the node daemons forwarded to the service, every
 line prefixed [rankN]: (with --rank R: only that rank, unprefixed). The
 service keeps the newest 8 MiB per job in memory; the complete logs stay on
 each node under the daemon's --log-dir (default /tmp/elastrund-NODE_ID), as
 LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log.
-)"},
-  };
-  return *commands;
-}
+)";
+
+// The job commands, in the order `elastrun --help` lists them (after run).
+constexpr CommandInfo kCommands[] = {
+    {"submit", "submit a job (a YAML job spec, or flags and -- PROGRAM ARGS)",
+     kSubmitFlags, /*takes_words=*/true, kSubmitIntro},
+    {"status", "show a job: state, round, world size, restarts and causes, nodes",
+     kOutputFlags, /*takes_words=*/true, kStatusIntro},
+    {"list", "list jobs, oldest first", kOutputFlags, /*takes_words=*/false, kListIntro},
+    {"nodes", "list the registered node daemons", kOutputFlags, /*takes_words=*/false,
+     kNodesIntro},
+    {"cancel", "cancel a job; every node stops its workers", kCancelFlags,
+     /*takes_words=*/true, kCancelIntro},
+    {"wait", "block until a job ends; exit 0 only if it succeeded", kWaitFlags,
+     /*takes_words=*/true, kWaitIntro},
+    {"logs", "print a job's worker output (-f: follow until the job ends)", kLogsFlags,
+     /*takes_words=*/true, kLogsIntro},
+};
 
 void AddFlag(CLI::App* app, const FlagInfo& f, const std::string& group) {
   const std::string names = flags::WithUnderscores(f.names);
@@ -276,7 +313,7 @@ std::unique_ptr<Cli> NewCli() {
                                "(torchrun's flags)",
                                kRunIntro, kRunFooter);
   AddRunFlags(cli->run);
-  for (const CommandInfo& c : Commands()) AddJobCommand(cli->app.get(), c);
+  for (const CommandInfo& c : kCommands) AddJobCommand(cli->app.get(), c);
   cli->help = flags::AddCommand(cli->app.get(), "help", "describe a command",
                                 "usage: elastrun help [COMMAND]\n\n"
                                 "Prints the help of COMMAND (as COMMAND --help), or the\n"
