@@ -10,17 +10,23 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
+#include <set>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/files.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/attempt.h"
-#include "launcher/round/context.h"
 #include "launcher/agent/port.h"
+#include "launcher/round/context.h"
 #include "launcher/round/failure.h"
 #include "rendezvous/core.h"
 
@@ -87,35 +93,213 @@ std::string Hostname() {
   return buf;
 }
 
+// What every attempt of a run shares, prepared once before the first.
+struct RunSetup {
+  std::string run_id;
+  std::string run_dir;
+  int nproc = 0;
+  GroupSpec group;
+  std::vector<std::string> base_env;
+};
+
+// Resolves the worker count, the run id and its log folder, and the group
+// every attempt starts. An error is a usage error; its message is what the
+// user is told.
+absl::StatusOr<RunSetup> PrepareRun(const RunOptions& o) {
+  RunSetup setup;
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  auto nproc = ResolveNprocPerNode(o.nproc_per_node_text, cpus, CountGpus());
+  if (!nproc.ok()) return nproc.status();
+  setup.nproc = *nproc;
+  setup.run_id = o.run_id.empty() ? RandomId() : o.run_id;
+  auto run_dir = RunDir(o, setup.run_id);
+  if (!run_dir.ok()) return run_dir.status();
+  setup.run_dir = *run_dir;
+
+  const char* py = getenv("ELASTRUN_PYTHON");
+  setup.group.argv = WorkerArgv(o, py && *py ? py : "python3");
+  setup.group.role = o.role;
+  setup.group.nproc_per_node = setup.nproc;
+  setup.group.max_restarts = o.max_restarts;
+  setup.group.redirects = o.redirects;
+  setup.group.tee = o.tee;
+  setup.group.local_ranks_filter = o.local_ranks_filter;
+  for (char** e = environ; *e != nullptr; ++e) setup.base_env.emplace_back(*e);
+  return setup;
+}
+
+// One run: the rendezvous core keeps the rounds, restart count and root
+// cause, as it does for the service; the agent runs each round's attempt.
+// An error from a step below is an internal failure: its message is said
+// and the run exits 1.
+class StandaloneRun {
+ public:
+  StandaloneRun(const RunOptions& o, RunSetup setup, Agent* agent)
+      : o_(o),
+        setup_(std::move(setup)),
+        agent_(agent),
+        core_(setup_.run_id, CoreConfig(o), absl::Now()) {}
+
+  // Attempts until one decides the run; returns the process exit code.
+  int Run() {
+    Say(absl::StrCat("run ", setup_.run_id, ": ", setup_.nproc, " worker",
+                     setup_.nproc > 1 ? "s" : "", ", max restarts ", o_.max_restarts,
+                     ", logs in ", setup_.run_dir));
+    for (;;) {
+      absl::StatusOr<const rendezvous::RoundAssignment*> a = JoinRound();
+      if (!a.ok()) return Fail(a.status());
+      absl::StatusOr<AttemptContext> ctx = PrepareAttempt(**a);
+      if (!ctx.ok()) return Fail(ctx.status());
+      absl::StatusOr<AttemptOutcome> outcome = RunAttempt(**a, *ctx);
+      if (!outcome.ok()) return Fail(outcome.status());
+      if (std::optional<int> exit_code = Settle(**a, *ctx, *outcome)) return *exit_code;
+    }
+  }
+
+ private:
+  static rendezvous::RoundConfig CoreConfig(const RunOptions& o) {
+    rendezvous::RoundConfig rc;
+    rc.min_nodes = rc.max_nodes = 1;
+    rc.max_restarts = o.max_restarts;
+    return rc;
+  }
+
+  static int Fail(const absl::Status& s) {
+    Say(std::string(s.message()));
+    return 1;
+  }
+
+  // Joins the next round as its only node. Unless --master-port pins it,
+  // each round gets a master port no earlier round used: an earlier store's
+  // socket may linger (see PickFreePort).
+  absl::StatusOr<const rendezvous::RoundAssignment*> JoinRound() {
+    rendezvous::JoinRequest join;
+    join.node_id = node_;
+    join.addr = o_.master_addr;
+    join.local_world_size = setup_.nproc;
+    if (o_.master_port != 0) {
+      join.master_port = o_.master_port;
+    } else {
+      auto port = PickFreePort(used_ports_);
+      if (!port.ok()) return port.status();
+      join.master_port = *port;
+      used_ports_.insert(*port);
+    }
+    auto joined = core_.Join(join, absl::Now());
+    const rendezvous::RoundAssignment* a = core_.assignment();
+    if (!joined.ok() || a == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("internal error: round did not close: ",
+                       joined.ok() ? "no assignment" : joined.status().message()));
+    }
+    return a;
+  }
+
+  // The round's context for this node, with a log folder per local rank.
+  absl::StatusOr<AttemptContext> PrepareAttempt(const rendezvous::RoundAssignment& a) {
+    const rendezvous::NodeAssignment* me = a.Find(node_);
+    AttemptContext ctx = ContextFor(setup_.run_id, a, *me,
+                                    absl::StrCat(setup_.run_dir, "/attempt_", a.round));
+    for (int local = 0; local < setup_.nproc; ++local) {
+      if (auto s = MakeDirs(absl::StrCat(ctx.attempt_dir, "/", local)); !s.ok()) return s;
+    }
+    return ctx;
+  }
+
+  // Starts the round's workers and waits until the attempt ends.
+  absl::StatusOr<AttemptOutcome> RunAttempt(const rendezvous::RoundAssignment& a,
+                                            const AttemptContext& ctx) {
+    AttemptSpec attempt = BuildAttempt(setup_.group, ctx, setup_.base_env);
+    attempt.next_attempt_possible = a.restart_count < o_.max_restarts;
+    attempt.store_port = ctx.master_port;  // rank 0, and so the store, runs here
+    auto outcome = agent_->RunAttempt(std::move(attempt));
+    if (!outcome.ok()) {
+      return absl::InternalError(
+          absl::StrCat("internal error: ", outcome.status().message()));
+    }
+    if (outcome->leftovers) {
+      Say("warning: some processes of the attempt could not be reaped after SIGKILL");
+    }
+    return outcome;
+  }
+
+  // What the attempt's end means for the run: its exit code, or nullopt when
+  // the core opened a new round (a restart).
+  std::optional<int> Settle(const rendezvous::RoundAssignment& a,
+                            const AttemptContext& ctx, const AttemptOutcome& outcome) {
+    switch (outcome.kind) {
+      case AttemptOutcome::Kind::kSucceeded: {
+        const int restarts = a.restart_count;
+        (void)core_.ReportSuccess(node_, ctx.round, absl::Now());
+        Say(absl::StrCat(
+            "run ", setup_.run_id, " succeeded",
+            restarts > 0 ? absl::StrCat(" after ", restarts, " restart(s)") : ""));
+        return 0;
+      }
+      case AttemptOutcome::Kind::kStopped: {
+        const int sig = outcome.stop_signal;
+        core_.Cancel(absl::StrCat("stopped by signal ", sig), absl::Now());
+        Say(absl::StrCat("run ", setup_.run_id, " stopped by SIG", sigabbrev_np(sig),
+                         "; every worker has exited"));
+        return 128 + sig;
+      }
+      case AttemptOutcome::Kind::kFailed:
+        break;
+    }
+    if (!outcome.spawn_error.ok()) return CannotStart(ctx, outcome.spawn_error);
+    return SettleFailure(ctx, outcome);
+  }
+
+  // The core decides (as for elastrund): a program that cannot be started
+  // fails the run without a restart.
+  int CannotStart(const AttemptContext& ctx, const absl::Status& spawn_error) {
+    rendezvous::Failure failure;
+    failure.node_id = node_;
+    failure.round = ctx.round;
+    failure.exit_code = 127;
+    failure.cannot_start = true;
+    failure.time = absl::Now();
+    failure.message = std::string(spawn_error.message());
+    (void)core_.ReportFailure(failure, absl::Now());
+    Say(failure.message);
+    return 127;
+  }
+
+  // A worker failed: a restart while the core has restarts left, else the
+  // root-cause summary and the failing worker's own exit code.
+  std::optional<int> SettleFailure(const AttemptContext& ctx,
+                                   const AttemptOutcome& outcome) {
+    const WorkerExit& f = *outcome.first_failure;
+    rendezvous::Failure failure = MakeFailure(node_, ctx.round, f, ctx.attempt_dir);
+    (void)core_.ReportFailure(failure, absl::Now());
+    if (core_.state() == rendezvous::JobState::kJoining) {
+      Say(absl::StrCat("worker rank ", f.rank, " failed with ", DescribeExit(f),
+                       "; restarting (", core_.restart_count(), " of ", o_.max_restarts,
+                       ")"));
+      return std::nullopt;
+    }
+    WriteAll(STDERR_FILENO,
+             FormatFailureSummary(setup_.run_id, node_, core_, outcome, ctx.attempt_dir));
+    return f.ShellCode();
+  }
+
+  const RunOptions& o_;
+  const RunSetup setup_;
+  Agent* const agent_;
+  rendezvous::RendezvousCore core_;
+  const std::string node_ = Hostname();
+  // Master ports of earlier rounds.
+  std::set<int> used_ports_;
+};
+
 }  // namespace
 
 int RunStandalone(const RunOptions& o) {
-  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
-  auto nproc = ResolveNprocPerNode(o.nproc_per_node_text, cpus, CountGpus());
-  if (!nproc.ok()) {
-    Say(std::string(nproc.status().message()));
+  absl::StatusOr<RunSetup> setup = PrepareRun(o);
+  if (!setup.ok()) {
+    Say(std::string(setup.status().message()));
     return 2;
   }
-  const std::string run_id = o.run_id.empty() ? RandomId() : o.run_id;
-  auto run_dir = RunDir(o, run_id);
-  if (!run_dir.ok()) {
-    Say(std::string(run_dir.status().message()));
-    return 2;
-  }
-
-  GroupSpec group;
-  const char* py = getenv("ELASTRUN_PYTHON");
-  group.argv = WorkerArgv(o, py && *py ? py : "python3");
-  group.role = o.role;
-  group.nproc_per_node = *nproc;
-  group.max_restarts = o.max_restarts;
-  group.redirects = o.redirects;
-  group.tee = o.tee;
-  group.local_ranks_filter = o.local_ranks_filter;
-
-  std::vector<std::string> base_env;
-  for (char** e = environ; *e != nullptr; ++e) base_env.emplace_back(*e);
-
   AgentOptions agent_options;
   agent_options.grace = o.shutdown_timeout;
   agent_options.standby = o.standby;
@@ -124,105 +308,7 @@ int RunStandalone(const RunOptions& o) {
     Say(absl::StrCat("cannot start the agent: ", agent.status().message()));
     return 1;
   }
-
-  rendezvous::RoundConfig rc;
-  rc.min_nodes = rc.max_nodes = 1;
-  rc.max_restarts = o.max_restarts;
-  rendezvous::RendezvousCore core(run_id, rc, absl::Now());
-  const std::string node = Hostname();
-  std::set<int> used_ports;
-
-  Say(absl::StrCat("run ", run_id, ": ", *nproc, " worker", *nproc > 1 ? "s" : "",
-                   ", max restarts ", o.max_restarts, ", logs in ", *run_dir));
-  for (;;) {
-    rendezvous::JoinRequest join;
-    join.node_id = node;
-    join.addr = o.master_addr;
-    join.local_world_size = *nproc;
-    if (o.master_port != 0) {
-      join.master_port = o.master_port;
-    } else {
-      auto port = PickFreePort(used_ports);
-      if (!port.ok()) {
-        Say(std::string(port.status().message()));
-        return 1;
-      }
-      join.master_port = *port;
-      used_ports.insert(*port);
-    }
-    auto joined = core.Join(join, absl::Now());
-    const rendezvous::RoundAssignment* a = core.assignment();
-    if (!joined.ok() || a == nullptr) {
-      Say(absl::StrCat("internal error: round did not close: ",
-                       joined.ok() ? "no assignment" : joined.status().message()));
-      return 1;
-    }
-    const rendezvous::NodeAssignment* me = a->Find(node);
-    AttemptContext ctx =
-        ContextFor(run_id, *a, *me, absl::StrCat(*run_dir, "/attempt_", a->round));
-    for (int local = 0; local < *nproc; ++local) {
-      if (auto s = MakeDirs(absl::StrCat(ctx.attempt_dir, "/", local)); !s.ok()) {
-        Say(std::string(s.message()));
-        return 1;
-      }
-    }
-
-    AttemptSpec attempt = BuildAttempt(group, ctx, base_env);
-    attempt.next_attempt_possible = a->restart_count < o.max_restarts;
-    attempt.store_port = ctx.master_port;  // rank 0, and so the store, runs here
-    auto outcome = (*agent)->RunAttempt(std::move(attempt));
-    if (!outcome.ok()) {
-      Say(absl::StrCat("internal error: ", outcome.status().message()));
-      return 1;
-    }
-    if (outcome->leftovers) {
-      Say("warning: some processes of the attempt could not be reaped after SIGKILL");
-    }
-    switch (outcome->kind) {
-      case AttemptOutcome::Kind::kSucceeded: {
-        const int restarts = a->restart_count;
-        (void)core.ReportSuccess(node, ctx.round, absl::Now());
-        Say(absl::StrCat("run ", run_id, " succeeded",
-                         restarts > 0 ? absl::StrCat(" after ", restarts, " restart(s)")
-                                      : ""));
-        return 0;
-      }
-      case AttemptOutcome::Kind::kStopped: {
-        const int sig = outcome->stop_signal;
-        core.Cancel(absl::StrCat("stopped by signal ", sig), absl::Now());
-        Say(absl::StrCat("run ", run_id, " stopped by SIG", sigabbrev_np(sig),
-                         "; every worker has exited"));
-        return 128 + sig;
-      }
-      case AttemptOutcome::Kind::kFailed:
-        break;
-    }
-    if (!outcome->spawn_error.ok()) {
-      // The core decides (as for elastrund): a program that cannot be
-      // started fails the run without a restart.
-      rendezvous::Failure failure;
-      failure.node_id = node;
-      failure.round = ctx.round;
-      failure.exit_code = 127;
-      failure.cannot_start = true;
-      failure.time = absl::Now();
-      failure.message = std::string(outcome->spawn_error.message());
-      (void)core.ReportFailure(failure, absl::Now());
-      Say(failure.message);
-      return 127;
-    }
-    const WorkerExit& f = *outcome->first_failure;
-    rendezvous::Failure failure = MakeFailure(node, ctx.round, f, ctx.attempt_dir);
-    (void)core.ReportFailure(failure, absl::Now());
-    if (core.state() == rendezvous::JobState::kJoining) {
-      Say(absl::StrCat("worker rank ", f.rank, " failed with ", DescribeExit(f),
-                       "; restarting (", core.restart_count(), " of ", o.max_restarts,
-                       ")"));
-      continue;
-    }
-    WriteAll(STDERR_FILENO, FormatFailureSummary(run_id, node, core, *outcome, ctx.attempt_dir));
-    return f.ShellCode();
-  }
+  return StandaloneRun(o, *std::move(setup), agent->get()).Run();
 }
 
 }  // namespace elastrun::launcher

@@ -20,12 +20,15 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/files.h"
 #include "common/flags.h"
 #include "common/strings.h"
 #include "glog/logging.h"
-#include "common/files.h"
 #include "launcher/agent/agent.h"
 #include "launcher/daemon/barrier.h"
 #include "launcher/daemon/daemon.h"
@@ -33,7 +36,6 @@
 #include "launcher/daemon/logs.h"
 #include "launcher/daemon/runner.h"
 #include "launcher/daemon/session.h"
-#include "common/strings.h"
 
 extern char** environ;
 
@@ -95,80 +97,226 @@ std::string RandomIncarnation() {
   return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
-}  // namespace
+std::optional<std::string> GetEnv(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
 
-int main(int argc, char** argv) {
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
-  DaemonFlags flags;
-  if (std::optional<int> exit = ParseDaemonFlags(
-          std::vector<std::string>(argv + 1, argv + argc),
-          [](const std::string& name) -> std::optional<std::string> {
-            const char* v = std::getenv(name.c_str());
-            if (v == nullptr) return std::nullopt;
-            return std::string(v);
-          },
-          Hostname(), std::cout, std::cerr, &flags)) {
-    return *exit;
+// The address the service hands other nodes as this node's (MASTER_ADDR
+// when it holds rank 0): --advertise-addr, else loopback for a service on
+// loopback, else this host's address on the route to the service. An error
+// is a usage error.
+absl::StatusOr<std::string> AdvertiseAddress(const DaemonFlags& flags) {
+  if (!flags.advertise_addr.empty()) return flags.advertise_addr;
+  if (elastrun::IsLoopbackHost(flags.rendezvous_host)) return std::string("127.0.0.1");
+  return RouteAddress(flags.rendezvous_host, flags.rendezvous_port);
+}
+
+// Why the daemon stops: the first stop signal, or -1 when the session ended
+// in error. Thread-safe; the signal thread, the agent's signalfd and the
+// session thread all report here and main waits.
+class StopRequest {
+ public:
+  void Request(int sig) {
+    absl::MutexLock lock(&mu_);
+    if (signal_ == 0) signal_ = sig;
   }
-  const std::string& target = flags.rendezvous;
-  const std::string& host = flags.rendezvous_host;
-  const int port = flags.rendezvous_port;
-  const std::string& node_id = flags.node_id;
-  const std::string& log_dir = flags.log_dir;
-  const std::string& token = flags.token;
-  const int slots = flags.slots;
-  std::string advertise = flags.advertise_addr;
+
+  // Blocks until a stop is requested; returns its signal (or -1).
+  int Wait() {
+    absl::MutexLock lock(&mu_);
+    auto requested = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return signal_ != 0; };
+    mu_.Await(absl::Condition(&requested));
+    return signal_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int signal_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The agent's options and its hooks into the Daemon. `router` is set once
+// the Daemon exists (atomic: the agent's thread may read it early); workers'
+// progress reports and barrier arrivals name their job, and the Daemon
+// routes them to that job's attempt.
+AgentOptions MakeAgentOptions(const DaemonFlags& flags, std::atomic<Daemon*>* router,
+                              StopRequest* stop) {
   AgentOptions agent_options;
   agent_options.standby = flags.standby;
   agent_options.grace = flags.shutdown_timeout;
-  SessionOptions session_options;
-  session_options.labels = flags.labels;
-  if (advertise.empty()) {
-    if (elastrun::IsLoopbackHost(host)) {
-      advertise = "127.0.0.1";
-    } else {
-      absl::StatusOr<std::string> a = RouteAddress(host, port);
-      if (!a.ok()) {
-        std::cerr << elastrun::flags::UsageError("elastrund", std::string(a.status().message()));
-        return elastrun::flags::kExitUsage;
-      }
-      advertise = *a;
-    }
-  }
-  if (absl::Status made = elastrun::MakeDirs(log_dir); !made.ok()) {
-    std::fprintf(stderr, "elastrund: --log-dir: %s\n", std::string(made.message()).c_str());
-    return 1;
-  }
-
-  // Set once the Daemon exists (atomic: the agent's thread may read it
-  // early). Workers' progress reports and barrier arrivals name their job;
-  // the Daemon routes them to that job's attempt.
-  std::atomic<Daemon*> router{nullptr};
   // Workers report progress on a socket in the log folder (owner-only).
-  agent_options.progress_socket = log_dir + "/agent.sock";
-  agent_options.on_progress = [&router](const elastrun::ProgressReport& report) {
-    if (Daemon* d = router.load()) d->OnProgress(report);
+  agent_options.progress_socket = flags.log_dir + "/agent.sock";
+  agent_options.on_progress = [router](const elastrun::ProgressReport& report) {
+    if (Daemon* d = router->load()) d->OnProgress(report);
   };
   // Workers' named barriers meet here, then at the service.
-  agent_options.on_barrier = [&router](const elastrun::BarrierArrival& arrival,
-                                       std::function<void(const absl::Status&)> reply) {
-    Daemon* d = router.load();
+  agent_options.on_barrier = [router](const elastrun::BarrierArrival& arrival,
+                                      std::function<void(const absl::Status&)> reply) {
+    Daemon* d = router->load();
     if (d == nullptr) {
       reply(absl::UnavailableError("the node daemon is starting"));
       return;
     }
     d->OnBarrier(arrival, std::move(reply));
   };
-  absl::Mutex mu;
-  int stop_signal = 0;  // guarded by mu
-  auto request_stop = [&](int sig) {
-    absl::MutexLock lock(&mu);
-    if (stop_signal == 0) stop_signal = sig;
-  };
   // The agent's signalfd may read a stop signal before the signal thread's
   // sigwait does: it tells main too (after passing it to the workers).
-  agent_options.on_signal = request_stop;
+  agent_options.on_signal = [stop](int sig) { stop->Request(sig); };
+  return agent_options;
+}
+
+// The Daemon's options. Output lines come tagged with their attempt's job
+// and round (several jobs may run at once), as do routed progress reports
+// and barriers; they go to the service through `logs` and `barriers`.
+DaemonOptions MakeDaemonOptions(const DaemonFlags& flags, const std::string& agent_socket,
+                                LogForwarder* logs, BarrierRelay* barriers) {
+  DaemonOptions daemon_options;
+  daemon_options.node_id = flags.node_id;
+  daemon_options.log_dir = flags.log_dir;
+  daemon_options.agent_socket = agent_socket;
+  for (char** e = environ; *e != nullptr; ++e) {
+    // The service's secret is the daemon's, not the workers'.
+    if (!absl::StartsWith(*e, "ELASTRUN_TOKEN=")) daemon_options.base_env.emplace_back(*e);
+  }
+  daemon_options.on_output_line = [logs](const std::string& job, int64_t round,
+                                         const OutputLine& line) {
+    logs->OnLine(job, round, line);
+  };
+  daemon_options.on_progress = [logs](const std::string& job, int64_t round,
+                                      const elastrun::ProgressReport& report) {
+    logs->OnProgress(job, round, report);
+  };
+  daemon_options.on_barrier = [barriers](const std::string& job, int64_t round,
+                                         const elastrun::BarrierArrival& arrival,
+                                         std::function<void(const absl::Status&)> reply) {
+    barriers->OnArrival(job, round, arrival, std::move(reply));
+  };
+  daemon_options.on_attempt_start = [barriers](const std::string& job, int64_t round) {
+    barriers->SetAttempt(job, round);
+  };
+  daemon_options.slots = flags.slots > 0 ? flags.slots : DefaultSlots();
+  daemon_options.before_reports = [logs] { logs->Flush(); };
+  return daemon_options;
+}
+
+SessionOptions MakeSessionOptions(const DaemonFlags& flags, const std::string& advertise,
+                                  int slots) {
+  SessionOptions session_options;
+  session_options.labels = flags.labels;
+  session_options.node_id = flags.node_id;
+  session_options.incarnation = RandomIncarnation();
+  session_options.addr = advertise;
+  session_options.slots = slots;
+  return session_options;
+}
+
+// Passes the stop signals, blocked in every thread, to `stop`. Detached: it
+// lives until the process exits.
+void StartSignalThread(StopRequest* stop) {
+  std::thread([stop] {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, s);
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) == 0) stop->Request(sig);
+    }
+  }).detach();
+}
+
+// Runs the session until a stop, then stops the workers and leaves.
+// Returns the exit code (128+signal, or 1 when the service refused the
+// node); exits at once when the workers outlast `grace` plus a margin.
+int ServeUntilStop(DaemonSession* session, Daemon* daemon, StopRequest* stop,
+                   absl::Duration grace) {
+  absl::Status session_status;
+  std::thread session_thread([&] {
+    session_status = session->Run();
+    if (!session_status.ok()) stop->Request(-1);
+  });
+  const int sig = stop->Wait();
+  if (sig > 0) {
+    LOG(INFO) << "signal " << sig << ": stopping the workers";
+  } else {
+    LOG(ERROR) << "the service refused this node: " << session_status;
+  }
+  const int exit_code = sig > 0 ? 128 + sig : 1;
+  daemon->Shutdown(sig > 0 ? sig : SIGTERM);
+  // Leave at once (the Watch stream closes): the service re-forms the job
+  // without this node as a membership change, instead of the other nodes
+  // seeing their collectives break while these workers wind down.
+  session->Stop();
+  session_thread.join();
+  if (!daemon->WaitIdle(grace + absl::Seconds(10))) {
+    // The runner thread still holds an attempt; exiting kills its workers
+    // (their parent-death signal is tied to that thread).
+    LOG(ERROR) << "workers did not end in time; exiting anyway";
+    google::FlushLogFiles(google::GLOG_INFO);
+    std::_Exit(exit_code);
+  }
+  return exit_code;
+}
+
+// Builds the service client, the Daemon around `agent` and its session (in
+// that order; destroyed in reverse), serves until a stop and returns the
+// exit code. `router` points at the Daemon exactly while it exists.
+int RunNode(const DaemonFlags& flags, const std::string& advertise,
+            const AgentOptions& agent_options, Agent* agent, std::atomic<Daemon*>* router,
+            StopRequest* stop) {
+  elastrun::launcher::GrpcClientOptions client_options;
+  client_options.target = flags.rendezvous;
+  client_options.token = flags.token;
+  std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
+  LogForwarderOptions log_options;
+  log_options.node_id = flags.node_id;
+  LogForwarder log_forwarder(log_options, client.get());
+  BarrierRelay barrier_relay(client.get(), flags.node_id);
+  const DaemonOptions daemon_options = MakeDaemonOptions(
+      flags, agent_options.progress_socket, &log_forwarder, &barrier_relay);
+
+  AgentRunner runner(agent);
+  Daemon daemon(daemon_options, client.get(), &runner);
+  router->store(&daemon);
+  DaemonSession session(MakeSessionOptions(flags, advertise, daemon_options.slots),
+                        client.get(), &daemon);
+  LOG(INFO) << "elastrund " << flags.node_id << ": service " << flags.rendezvous
+            << ", advertising " << advertise << ", " << daemon_options.slots
+            << " slots, logs in " << flags.log_dir;
+
+  StartSignalThread(stop);
+  const int exit_code = ServeUntilStop(&session, &daemon, stop, agent_options.grace);
+  router->store(nullptr);  // the Daemon goes first; the agent's hooks see none
+  LOG(INFO) << "elastrund " << flags.node_id << " exits";
+  return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  DaemonFlags flags;
+  if (std::optional<int> exit =
+          ParseDaemonFlags(std::vector<std::string>(argv + 1, argv + argc), GetEnv,
+                           Hostname(), std::cout, std::cerr, &flags)) {
+    return *exit;
+  }
+  absl::StatusOr<std::string> advertise = AdvertiseAddress(flags);
+  if (!advertise.ok()) {
+    std::cerr << elastrun::flags::UsageError("elastrund",
+                                             std::string(advertise.status().message()));
+    return elastrun::flags::kExitUsage;
+  }
+  if (absl::Status made = elastrun::MakeDirs(flags.log_dir); !made.ok()) {
+    std::fprintf(stderr, "elastrund: --log-dir: %s\n",
+                 std::string(made.message()).c_str());
+    return 1;
+  }
+
+  std::atomic<Daemon*> router{nullptr};
+  StopRequest stop;
+  const AgentOptions agent_options = MakeAgentOptions(flags, &router, &stop);
   // Before any thread: blocks the stop signals and SIGCHLD for all threads.
   absl::StatusOr<std::unique_ptr<Agent>> agent = Agent::Create(agent_options);
   if (!agent.ok()) {
@@ -176,98 +324,5 @@ int main(int argc, char** argv) {
                  std::string(agent.status().message()).c_str());
     return 1;
   }
-
-  DaemonOptions daemon_options;
-  daemon_options.node_id = node_id;
-  daemon_options.log_dir = log_dir;
-  daemon_options.agent_socket = agent_options.progress_socket;
-  for (char** e = environ; *e != nullptr; ++e) {
-    // The service's secret is the daemon's, not the workers'.
-    if (!absl::StartsWith(*e, "ELASTRUN_TOKEN=")) daemon_options.base_env.emplace_back(*e);
-  }
-  elastrun::launcher::GrpcClientOptions client_options;
-  client_options.target = target;
-  client_options.token = token;
-  std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
-  LogForwarderOptions log_options;
-  log_options.node_id = node_id;
-  LogForwarder log_forwarder(log_options, client.get());
-  BarrierRelay barrier_relay(client.get(), node_id);
-  // Output lines come tagged with their attempt's job and round (several
-  // jobs may run at once), as do routed progress reports and barriers.
-  daemon_options.on_output_line = [&log_forwarder](const std::string& job, int64_t round,
-                                                   const OutputLine& line) {
-    log_forwarder.OnLine(job, round, line);
-  };
-  daemon_options.on_progress = [&log_forwarder](const std::string& job, int64_t round,
-                                                const elastrun::ProgressReport& report) {
-    log_forwarder.OnProgress(job, round, report);
-  };
-  daemon_options.on_barrier = [&barrier_relay](const std::string& job, int64_t round,
-                                               const elastrun::BarrierArrival& arrival,
-                                               std::function<void(const absl::Status&)> reply) {
-    barrier_relay.OnArrival(job, round, arrival, std::move(reply));
-  };
-  daemon_options.on_attempt_start = [&barrier_relay](const std::string& job, int64_t round) {
-    barrier_relay.SetAttempt(job, round);
-  };
-  daemon_options.slots = slots > 0 ? slots : DefaultSlots();
-  daemon_options.before_reports = [&log_forwarder] { log_forwarder.Flush(); };
-
-  AgentRunner runner(agent->get());
-  Daemon daemon(daemon_options, client.get(), &runner);
-  router.store(&daemon);
-
-  session_options.node_id = node_id;
-  session_options.incarnation = RandomIncarnation();
-  session_options.addr = advertise;
-  session_options.slots = daemon_options.slots;
-  DaemonSession session(session_options, client.get(), &daemon);
-  LOG(INFO) << "elastrund " << node_id << ": service " << target << ", advertising "
-            << advertise << ", " << session_options.slots << " slots, logs in " << log_dir;
-
-  std::thread([&request_stop] {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, s);
-    for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) == 0) request_stop(sig);
-    }
-  }).detach();
-
-  absl::Status session_status;
-  std::thread session_thread([&] {
-    session_status = session.Run();
-    if (!session_status.ok()) request_stop(-1);
-  });
-
-  int sig = 0;
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(+[](int* s) { return *s != 0; }, &stop_signal));
-    sig = stop_signal;
-  }
-  if (sig > 0) {
-    LOG(INFO) << "signal " << sig << ": stopping the workers";
-  } else {
-    LOG(ERROR) << "the service refused this node: " << session_status;
-  }
-  const int exit_code = sig > 0 ? 128 + sig : 1;
-  daemon.Shutdown(sig > 0 ? sig : SIGTERM);
-  // Leave at once (the Watch stream closes): the service re-forms the job
-  // without this node as a membership change, instead of the other nodes
-  // seeing their collectives break while these workers wind down.
-  session.Stop();
-  session_thread.join();
-  if (!daemon.WaitIdle(agent_options.grace + absl::Seconds(10))) {
-    // The runner thread still holds an attempt; exiting kills its workers
-    // (their parent-death signal is tied to that thread).
-    LOG(ERROR) << "workers did not end in time; exiting anyway";
-    google::FlushLogFiles(google::GLOG_INFO);
-    std::_Exit(exit_code);
-  }
-  router.store(nullptr);  // the Daemon goes first; the agent's hooks see none
-  LOG(INFO) << "elastrund " << node_id << " exits";
-  return exit_code;
+  return RunNode(flags, *advertise, agent_options, agent->get(), &router, &stop);
 }

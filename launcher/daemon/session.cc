@@ -30,32 +30,24 @@ bool DaemonSession::connected() const {
   return stream_ != nullptr;
 }
 
+bool DaemonSession::IsStopped() const {
+  absl::MutexLock lock(&mu_);
+  return stopped_;
+}
+
+bool DaemonSession::WaitBackoff(absl::Duration* backoff) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopped_), *backoff);
+  *backoff = std::min(*backoff * 2, options_.max_backoff);
+  return !stopped_;
+}
+
 absl::Status DaemonSession::Run() {
   absl::Duration backoff = options_.initial_backoff;
-  // Waits `backoff` unless stopped; returns false when stopped.
-  auto wait = [&]() {
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&stopped_), backoff);
-    backoff = std::min(backoff * 2, options_.max_backoff);
-    return !stopped_;
-  };
   bool logged_away = false;
   for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopped_) return absl::OkStatus();
-    }
-    v1::RegisterNodeRequest reg;
-    reg.set_node_id(options_.node_id);
-    reg.set_incarnation(options_.incarnation);
-    reg.set_addr(options_.addr);
-    reg.set_slots(options_.slots);
-    for (const auto& [k, v] : options_.labels) (*reg.mutable_labels())[k] = v;
-    for (const v1::RunningAttempt& a : daemon_->Running()) *reg.add_running() = a;
-    // The service re-sends the joins it still wants; one whose EndJob was
-    // lost while it was away must not hold this node's slots for good.
-    daemon_->ForgetJoins();
-    absl::StatusOr<v1::RegisterNodeResponse> registered = client_->RegisterNode(reg);
+    if (IsStopped()) return absl::OkStatus();
+    absl::StatusOr<v1::RegisterNodeResponse> registered = Register();
     if (!registered.ok()) {
       if (absl::IsInvalidArgument(registered.status()) ||
           absl::IsUnauthenticated(registered.status())) {
@@ -66,7 +58,7 @@ absl::Status DaemonSession::Run() {
                      << registered.status();
         logged_away = true;
       }
-      if (!wait()) return absl::OkStatus();
+      if (!WaitBackoff(&backoff)) return absl::OkStatus();
       continue;
     }
     logged_away = false;
@@ -74,47 +66,67 @@ absl::Status DaemonSession::Run() {
         std::max(rendezvous::FromProto(registered->heartbeat_interval()),
                  absl::Milliseconds(10));
     const absl::Duration lease = rendezvous::FromProto(registered->lease_timeout());
+    const StreamEnd end = Serve(interval, lease);
+    if (IsStopped()) return absl::OkStatus();
+    if (absl::IsUnauthenticated(end.status)) return end.status;
+    LOG(WARNING) << "Watch stream ended (" << end.status << "); reconnecting";
+    if (end.lasted >= kStableStream) backoff = options_.initial_backoff;
+    if (!WaitBackoff(&backoff)) return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<v1::RegisterNodeResponse> DaemonSession::Register() {
+  v1::RegisterNodeRequest reg;
+  reg.set_node_id(options_.node_id);
+  reg.set_incarnation(options_.incarnation);
+  reg.set_addr(options_.addr);
+  reg.set_slots(options_.slots);
+  for (const auto& [k, v] : options_.labels) (*reg.mutable_labels())[k] = v;
+  for (const v1::RunningAttempt& a : daemon_->Running()) *reg.add_running() = a;
+  // The service re-sends the joins it still wants; one whose EndJob was
+  // lost while it was away must not hold this node's slots for good.
+  daemon_->ForgetJoins();
+  absl::StatusOr<v1::RegisterNodeResponse> registered = client_->RegisterNode(reg);
+  if (registered.ok()) {
     LOG(INFO) << "registered as " << options_.node_id << " (" << options_.addr << ", "
               << options_.slots << " slots, incarnation " << options_.incarnation
               << ", running " << reg.running_size() << ")";
-
-    v1::WatchRequest w;
-    w.set_node_id(options_.node_id);
-    w.set_incarnation(options_.incarnation);
-    std::unique_ptr<WatchStream> stream = client_->Watch(w);
-    uint64_t generation;
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopped_) {
-        stream->Cancel();
-      }
-      stream_ = stream.get();
-      generation = generation_;
-    }
-    std::thread heartbeat([this, generation, interval, lease] {
-      HeartbeatLoop(generation, interval, lease);
-    });
-    // Reports kept while the service was away, now that it knows us again.
-    daemon_->FlushReports();
-    const absl::Time opened = absl::Now();
-    v1::Command command;
-    while (stream->Read(&command)) daemon_->OnCommand(command);
-    absl::Status end = stream->Finish();
-    {
-      absl::MutexLock lock(&mu_);
-      stream_ = nullptr;
-      ++generation_;
-    }
-    heartbeat.join();
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopped_) return absl::OkStatus();
-    }
-    if (absl::IsUnauthenticated(end)) return end;
-    LOG(WARNING) << "Watch stream ended (" << end << "); reconnecting";
-    if (absl::Now() - opened >= kStableStream) backoff = options_.initial_backoff;
-    if (!wait()) return absl::OkStatus();
   }
+  return registered;
+}
+
+DaemonSession::StreamEnd DaemonSession::Serve(absl::Duration interval,
+                                              absl::Duration lease) {
+  v1::WatchRequest w;
+  w.set_node_id(options_.node_id);
+  w.set_incarnation(options_.incarnation);
+  std::unique_ptr<WatchStream> stream = client_->Watch(w);
+  uint64_t generation;
+  {
+    absl::MutexLock lock(&mu_);
+    // Stop() came before the stream existed: it ends at once.
+    if (stopped_) stream->Cancel();
+    stream_ = stream.get();
+    generation = generation_;
+  }
+  std::thread heartbeat([this, generation, interval, lease] {
+    HeartbeatLoop(generation, interval, lease);
+  });
+  // Reports kept while the service was away, now that it knows us again.
+  daemon_->FlushReports();
+  const absl::Time opened = absl::Now();
+  v1::Command command;
+  while (stream->Read(&command)) daemon_->OnCommand(command);
+  StreamEnd end;
+  end.status = stream->Finish();
+  {
+    absl::MutexLock lock(&mu_);
+    stream_ = nullptr;
+    ++generation_;
+  }
+  heartbeat.join();
+  end.lasted = absl::Now() - opened;
+  return end;
 }
 
 void DaemonSession::HeartbeatLoop(uint64_t generation, absl::Duration interval,

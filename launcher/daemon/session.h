@@ -16,10 +16,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "launcher/daemon/daemon.h"
 #include "launcher/daemon/client.h"
+#include "launcher/daemon/daemon.h"
 
 namespace elastrun::launcher {
 
@@ -52,6 +53,26 @@ class DaemonSession {
   bool connected() const;
 
  private:
+  // How a Watch stream ended, and how long it had been open.
+  struct StreamEnd {
+    absl::Status status;
+    absl::Duration lasted;
+  };
+
+  bool IsStopped() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Waits `*backoff` unless stopped, then doubles it up to max_backoff.
+  // Returns false when stopped.
+  bool WaitBackoff(absl::Duration* backoff) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Registers the node with the attempts it still runs. Returns the
+  // service's answer, or the RPC's error.
+  absl::StatusOr<v1::RegisterNodeResponse> Register();
+
+  // Opens a Watch stream and feeds its commands to the Daemon, heartbeating
+  // every `interval` beside it, until the stream ends.
+  StreamEnd Serve(absl::Duration interval, absl::Duration lease) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Heartbeats every `interval` until the stream `generation` ends; cancels
   // the stream when the service no longer knows the node or cannot be
   // reached for `lease`.
