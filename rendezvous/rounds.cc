@@ -14,17 +14,6 @@
 #include "rendezvous/placement.h"
 
 namespace elastrun::rendezvous {
-namespace {
-
-bool InWaiting(const std::map<int64_t, WaitingNode>& m, const std::string& node_id) {
-  for (const auto& [seq, w] : m) {
-    if (w.request.node_id == node_id) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 void Rounds::Restored(Outbox& out) {
   const absl::Time now = clock_.Now();
   for (JobRecord* job : jobs_.by_seq()) {

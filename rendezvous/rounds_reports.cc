@@ -13,13 +13,6 @@
 namespace elastrun::rendezvous {
 namespace {
 
-bool InWaiting(const std::map<int64_t, WaitingNode>& m, const std::string& node_id) {
-  for (const auto& [seq, w] : m) {
-    if (w.request.node_id == node_id) return true;
-  }
-  return false;
-}
-
 // Checks of a JoinRound that need no core.
 absl::Status CheckJoin(const v1::JoinRoundRequest& r, const JobRecord& job,
                        const NodeRecord* node) {

@@ -147,4 +147,11 @@ absl::Status ValidateRendezvousState(const RendezvousState& s) {
   return absl::OkStatus();
 }
 
+bool InWaiting(const std::map<int64_t, WaitingNode>& waiting, absl::string_view node_id) {
+  for (const auto& [seq, w] : waiting) {
+    if (w.request.node_id == node_id) return true;
+  }
+  return false;
+}
+
 }  // namespace elastrun::rendezvous

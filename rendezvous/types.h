@@ -141,6 +141,9 @@ struct WaitingNode {
   absl::Time joined_time;
 };
 
+// Whether `node_id` waits in `waiting` (a state's joined nodes or spares).
+bool InWaiting(const std::map<int64_t, WaitingNode>& waiting, absl::string_view node_id);
+
 // Everything the core knows: persist this, Restore() from it. Plain data.
 struct RendezvousState {
   std::string run_id;

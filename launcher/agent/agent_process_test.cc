@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/test_specs.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -22,19 +23,7 @@ namespace {
 using ::testing::ElementsAre;
 
 AttemptSpec Shell(const std::vector<std::string>& scripts) {
-  AttemptSpec spec;
-  for (size_t i = 0; i < scripts.size(); ++i) {
-    WorkerSpec w;
-    w.local_rank = w.rank = static_cast<int>(i);
-    w.process.argv = {"/bin/sh", "-c", scripts[i]};
-    w.process.env = {"PATH=/usr/bin:/bin"};
-    spec.workers.push_back(w);
-    WorkerOutput o;
-    o.stdout_to_console = o.stderr_to_console = false;
-    spec.outputs.push_back(o);
-  }
-  spec.next_attempt_possible = false;
-  return spec;
+  return testing::ShellAttempt(scripts);
 }
 
 bool Alive(pid_t pid) { return kill(pid, 0) == 0; }

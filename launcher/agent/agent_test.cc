@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "launcher/agent/fake_processes.h"
 #include "launcher/agent/output.h"
+#include "launcher/agent/test_specs.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -25,21 +26,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-// Workers with ranks 0..n-1 and no log files.
+// Workers with ranks 0..n-1 and no log files (fake processes: argv unused).
 AttemptSpec Spec(int n) {
-  AttemptSpec spec;
-  for (int i = 0; i < n; ++i) {
-    WorkerSpec w;
-    w.local_rank = i;
-    w.rank = i;
-    w.process.argv = {"worker"};
-    spec.workers.push_back(w);
-    WorkerOutput o;
-    o.stdout_to_console = o.stderr_to_console = false;
-    spec.outputs.push_back(o);
-  }
-  spec.next_attempt_possible = false;
-  return spec;
+  return testing::AttemptOf(std::vector<std::vector<std::string>>(n, {"worker"}));
 }
 
 // Reads what is waiting on a non-blocking-read copy of a descriptor.

@@ -9,22 +9,12 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "launcher/agent/test_specs.h"
 
 namespace elastrun::launcher {
 namespace {
 
-AttemptSpec Shell(const std::string& script) {
-  AttemptSpec spec;
-  WorkerSpec w;
-  w.process.argv = {"/bin/sh", "-c", script};
-  w.process.env = {"PATH=/usr/bin:/bin"};
-  spec.workers.push_back(w);
-  WorkerOutput o;
-  o.stdout_to_console = o.stderr_to_console = false;
-  spec.outputs.push_back(o);
-  spec.next_attempt_possible = false;
-  return spec;
-}
+AttemptSpec Shell(const std::string& script) { return testing::ShellAttempt({script}); }
 
 // One attempt's end, as its `done` saw it.
 struct Ended {
