@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -16,40 +17,81 @@ namespace elastrun::trainer {
 namespace {
 
 constexpr char kMagic[] = "ELASTRUN-CKPT";
-constexpr char kVersion[] = "1";
+constexpr char kVersion[] = "2";
 // Far above any real model of this trainer; bounds what a bad header makes
 // us allocate.
 constexpr int64_t kMaxPayload = int64_t{8} << 30;
 
+struct Header {
+  CheckpointBlob blob;  // Key and run; no payload.
+  int64_t size = 0;
+  std::string sha256;
+};
+
+// Parses the header line of `in`. Version 1 (no run fields) gives an empty
+// identity.
+absl::StatusOr<Header> ReadHeader(std::istream& in, const std::string& path) {
+  std::string line;
+  if (!std::getline(in, line) || line.size() > 1024) {
+    return absl::DataLossError(absl::StrCat(path, ": not a checkpoint (no header line)"));
+  }
+  std::vector<std::string> f = absl::StrSplit(line, ' ');
+  Header h;
+  if (f.size() < 5 || f[0] != kMagic || !absl::SimpleAtoi(f[2], &h.blob.key) ||
+      !absl::SimpleAtoi(f[3], &h.size) || h.size < 0 || h.size > kMaxPayload ||
+      f[4].size() != 64) {
+    return absl::DataLossError(absl::StrCat(path, ": not a checkpoint (bad header)"));
+  }
+  if (f[1] != "1" && f[1] != kVersion) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": checkpoint format ", f[1], ", this build reads 1 and ", kVersion));
+  }
+  const size_t fields = f[1] == "1" ? 5 : 7;
+  if (f.size() != fields ||
+      (fields == 7 && !DecodeRunIdField(f[5], &h.blob.run.run_id))) {
+    return absl::DataLossError(absl::StrCat(path, ": not a checkpoint (bad header)"));
+  }
+  if (fields == 7) h.blob.run.config_digest = f[6] == "%" ? "" : f[6];
+  h.sha256 = f[4];
+  return h;
+}
+
+// Whether `path` is absent or holds a checkpoint of `run` (a file this run
+// may overwrite).
+bool MayOverwrite(const std::string& path, const RunIdentity& run) {
+  absl::StatusOr<CheckpointBlob> header = ReadCheckpointHeader(path);
+  if (absl::IsNotFound(header.status())) return true;
+  return header.ok() && header->run == run;
+}
+
 }  // namespace
 
 absl::Status WriteCheckpointFile(const std::string& path, const CheckpointBlob& blob) {
-  std::string contents = absl::StrCat(kMagic, " ", kVersion, " ", blob.key, " ",
-                                      blob.payload.size(), " ", Sha256Hex(blob.payload), "\n");
+  const std::string& digest = blob.run.config_digest;
+  std::string contents = absl::StrCat(
+      kMagic, " ", kVersion, " ", blob.key, " ", blob.payload.size(), " ",
+      Sha256Hex(blob.payload), " ", EncodeRunIdField(blob.run.run_id), " ",
+      digest.empty() || digest.find_first_of(" \n%") != std::string::npos ? "%" : digest,
+      "\n");
   contents += blob.payload;
   return WriteFileAtomically(path, contents);
+}
+
+absl::StatusOr<CheckpointBlob> ReadCheckpointHeader(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
+  absl::StatusOr<Header> h = ReadHeader(in, path);
+  if (!h.ok()) return h.status();
+  return std::move(h->blob);
 }
 
 absl::StatusOr<CheckpointBlob> ReadCheckpointFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
-  std::string header;
-  if (!std::getline(in, header) || header.size() > 256) {
-    return absl::DataLossError(absl::StrCat(path, ": not a checkpoint (no header line)"));
-  }
-  std::vector<std::string> f = absl::StrSplit(header, ' ');
-  int64_t key = 0;
-  int64_t size = 0;
-  if (f.size() != 5 || f[0] != kMagic || !absl::SimpleAtoi(f[2], &key) ||
-      !absl::SimpleAtoi(f[3], &size) || size < 0 || size > kMaxPayload || f[4].size() != 64) {
-    return absl::DataLossError(absl::StrCat(path, ": not a checkpoint (bad header)"));
-  }
-  if (f[1] != kVersion) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": checkpoint format ", f[1], ", this build reads ", kVersion));
-  }
-  CheckpointBlob blob;
-  blob.key = key;
+  absl::StatusOr<Header> h = ReadHeader(in, path);
+  if (!h.ok()) return h.status();
+  CheckpointBlob blob = std::move(h->blob);
+  const int64_t size = h->size;
   blob.payload.resize(static_cast<size_t>(size));
   in.read(blob.payload.data(), size);
   if (in.gcount() != size) {
@@ -59,7 +101,7 @@ absl::StatusOr<CheckpointBlob> ReadCheckpointFile(const std::string& path) {
   if (in.peek() != std::char_traits<char>::eof()) {
     return absl::DataLossError(absl::StrCat(path, ": longer than its header says"));
   }
-  if (Sha256Hex(blob.payload) != f[4]) {
+  if (Sha256Hex(blob.payload) != h->sha256) {
     return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (corrupt)"));
   }
   return blob;
@@ -69,18 +111,40 @@ std::string CheckpointDir(const std::string& output_dir) {
   return output_dir + "/checkpoints";
 }
 
-std::string NumberedCheckpointPath(const std::string& dir, int64_t key) {
-  return absl::StrFormat("%s/ckpt_%010d.ckpt", dir, key);
+std::string NumberedCheckpointPath(const std::string& dir, int64_t key,
+                                   const std::string& tag) {
+  if (tag.empty()) return absl::StrFormat("%s/ckpt_%010d.ckpt", dir, key);
+  return absl::StrFormat("%s/ckpt_%010d_%s.ckpt", dir, key, tag);
 }
+
+namespace {
+
+// The key of a numbered checkpoint's file name and its tag ("" untagged);
+// false for any other name.
+bool ParseNumberedName(const std::string& name, int64_t* key, std::string* tag) {
+  if (name.size() < 20 || name.rfind("ckpt_", 0) != 0 ||
+      name.compare(name.size() - 5, 5, ".ckpt") != 0 ||
+      !absl::SimpleAtoi(name.substr(5, 10), key)) {
+    return false;
+  }
+  if (name.size() == 20) {
+    tag->clear();
+    return true;
+  }
+  if (name[15] != '_' || name.size() == 21) return false;
+  *tag = name.substr(16, name.size() - 21);
+  return true;
+}
+
+}  // namespace
 
 std::vector<std::string> ListCheckpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
     int64_t key = 0;
-    if (name.size() == 20 && name.rfind("ckpt_", 0) == 0 &&
-        name.compare(15, 5, ".ckpt") == 0 && absl::SimpleAtoi(name.substr(5, 10), &key)) {
+    std::string tag;
+    if (ParseNumberedName(entry.path().filename().string(), &key, &tag)) {
       found.emplace_back(key, entry.path().string());
     }
   }
@@ -93,45 +157,57 @@ std::vector<std::string> ListCheckpoints(const std::string& dir) {
 absl::Status SaveCheckpoint(const std::string& dir, const CheckpointBlob& blob, bool best,
                             int keep) {
   if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
-  if (absl::Status s = WriteCheckpointFile(NumberedCheckpointPath(dir, blob.key), blob);
+  const std::string tag = blob.run.Tag();
+  if (absl::Status s = WriteCheckpointFile(NumberedCheckpointPath(dir, blob.key, tag), blob);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = WriteCheckpointFile(dir + "/last.ckpt", blob); !s.ok()) return s;
-  if (best) {
-    if (absl::Status s = WriteCheckpointFile(dir + "/best.ckpt", blob); !s.ok()) return s;
+  for (const std::string& name : {std::string("last.ckpt"), std::string("best.ckpt")}) {
+    if (name == "best.ckpt" && !best) continue;
+    const std::string path = dir + "/" + name;
+    if (!MayOverwrite(path, blob.run)) continue;  // Another run's: left alone.
+    if (absl::Status s = WriteCheckpointFile(path, blob); !s.ok()) return s;
   }
-  std::vector<std::string> all = ListCheckpoints(dir);
-  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < all.size(); ++i) {
+  // Prune only this run's numbered files (ListCheckpoints: newest first).
+  int kept = 0;
+  for (const std::string& path : ListCheckpoints(dir)) {
+    int64_t key = 0;
+    std::string file_tag;
+    const std::string name = std::filesystem::path(path).filename().string();
+    if (!ParseNumberedName(name, &key, &file_tag) || file_tag != tag) continue;
+    if (++kept <= std::max(keep, 1)) continue;
     std::error_code ec;
-    std::filesystem::remove(all[i], ec);
+    std::filesystem::remove(path, ec);
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<CheckpointBlob> LoadNewestCheckpoint(const std::string& dir,
-                                                    std::vector<std::string>* skipped) {
+                                                    const RunIdentity& run,
+                                                    std::vector<std::string>* skipped,
+                                                    std::vector<std::string>* foreign) {
+  std::optional<CheckpointBlob> found;
+  // Every file's header, so that all other runs' files are named, not only
+  // those newer than this run's newest.
   for (const std::string& path : ListCheckpoints(dir)) {
+    absl::StatusOr<CheckpointBlob> header = ReadCheckpointHeader(path);
+    if (header.ok() && header->run != run) {
+      if (foreign != nullptr) {
+        foreign->push_back(absl::StrCat(path, " (", header->run.Describe(), ": ",
+                                        header->run.DiffersFrom(run), ")"));
+      }
+      continue;
+    }
+    if (found.has_value()) continue;
     absl::StatusOr<CheckpointBlob> blob = ReadCheckpointFile(path);
-    if (blob.ok()) return blob;
-    if (skipped != nullptr) skipped->push_back(std::string(blob.status().message()));
+    if (blob.ok()) {
+      found = *std::move(blob);
+    } else if (skipped != nullptr) {
+      skipped->push_back(std::string(blob.status().message()));
+    }
   }
+  if (found.has_value()) return *std::move(found);
   return absl::NotFoundError(absl::StrCat("no usable checkpoint in ", dir));
-}
-
-absl::StatusOr<bool> SetAsideOldCheckpoints(const std::string& dir) {
-  std::error_code ec;
-  if (ListCheckpoints(dir).empty() && !std::filesystem::exists(dir + "/last.ckpt", ec)) {
-    return false;
-  }
-  const std::string prev = dir + ".prev";
-  std::filesystem::remove_all(prev, ec);
-  std::filesystem::rename(dir, prev, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot move old checkpoints ", dir, " to ", prev, ": ", ec.message()));
-  }
-  return true;
 }
 
 }  // namespace elastrun::trainer

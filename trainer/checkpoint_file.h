@@ -2,9 +2,13 @@
 // the serialized state (checkpoint.h makes the payload), atomic writes, and
 // the run's list of checkpoints, newest first.
 //
-// Envelope: one text line "ELASTRUN-CKPT 1 <key> <payload bytes> <sha256>\n"
+// Envelope: one text line
+//   "ELASTRUN-CKPT 2 <key> <payload bytes> <sha256> <run id> <config digest>\n"
 // then the payload. `key` orders checkpoints of a run (the global iteration
-// at which it was taken); a reader checks length and checksum, so a
+// at which it was taken); the run id (EncodeRunIdField) and config digest
+// say which run wrote it (run_identity.h), readable without the payload.
+// Version 1 files (no identity) are still read, with an empty identity: they
+// belong to no run of this build. A reader checks length and checksum, so a
 // truncated or corrupt file is detected, never half-loaded.
 #ifndef ELASTRUN_TRAINER_CHECKPOINT_FILE_H_
 #define ELASTRUN_TRAINER_CHECKPOINT_FILE_H_
@@ -16,11 +20,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "trainer/run_identity.h"
 
 namespace elastrun::trainer {
 
 struct CheckpointBlob {
   int64_t key = -1;
+  RunIdentity run;  // Who wrote it.
   std::string payload;
 };
 
@@ -32,30 +38,39 @@ absl::Status WriteCheckpointFile(const std::string& path, const CheckpointBlob& 
 // its header says, or the checksum does not match.
 absl::StatusOr<CheckpointBlob> ReadCheckpointFile(const std::string& path);
 
+// Reads only the header line: key and run, payload empty and unverified.
+// Errors as ReadCheckpointFile's for the header.
+absl::StatusOr<CheckpointBlob> ReadCheckpointHeader(const std::string& path);
+
 // Where a run keeps its checkpoints: <output_dir>/checkpoints.
 std::string CheckpointDir(const std::string& output_dir);
-// Name of the numbered checkpoint for `key`: ckpt_<key, 10 digits>.ckpt.
-std::string NumberedCheckpointPath(const std::string& dir, int64_t key);
+// Name of the numbered checkpoint for `key` of the run tagged `tag`
+// (RunIdentity::Tag): ckpt_<key, 10 digits>_<tag>.ckpt, or
+// ckpt_<key, 10 digits>.ckpt when `tag` is empty. Runs sharing a folder
+// thus never overwrite each other's files.
+std::string NumberedCheckpointPath(const std::string& dir, int64_t key,
+                                   const std::string& tag = "");
 
-// Numbered checkpoints in `dir`, newest (highest key) first; empty when the
-// folder does not exist.
+// Numbered checkpoints in `dir` of every run, newest (highest key) first;
+// empty when the folder does not exist.
 std::vector<std::string> ListCheckpoints(const std::string& dir);
 
-// Writes `blob` as the numbered checkpoint and as last.ckpt (and best.ckpt
-// when `best`), then deletes numbered ones beyond the newest `keep`.
+// Writes `blob` as its run's numbered checkpoint and as last.ckpt (and
+// best.ckpt when `best`), then deletes that run's numbered ones beyond its
+// newest `keep`. Another run's files are never removed or overwritten:
+// when last.ckpt or best.ckpt is another run's, this run's copy is skipped
+// (its numbered files remain).
 absl::Status SaveCheckpoint(const std::string& dir, const CheckpointBlob& blob, bool best,
                             int keep = 2);
 
-// The newest numbered checkpoint of `dir` that verifies; corrupt ones are
-// skipped and described in `*skipped` (one line each). NotFound when none.
+// The newest numbered checkpoint of `dir` written by `run` that verifies.
+// Corrupt ones are skipped and described in `*skipped`; other runs' are
+// left alone and described in `*foreign` as "<path> (<its run>: <why>)"
+// (either may be null). NotFound when none.
 absl::StatusOr<CheckpointBlob> LoadNewestCheckpoint(const std::string& dir,
-                                                    std::vector<std::string>* skipped);
-
-// A fresh run in a folder that holds another run's checkpoints must not
-// resume (or prune) them on its first restart: moves `dir` to `dir`.prev
-// (replacing an older one) when it holds any checkpoint. Returns whether it
-// moved anything; errors name the folders.
-absl::StatusOr<bool> SetAsideOldCheckpoints(const std::string& dir);
+                                                    const RunIdentity& run,
+                                                    std::vector<std::string>* skipped,
+                                                    std::vector<std::string>* foreign = nullptr);
 
 }  // namespace elastrun::trainer
 

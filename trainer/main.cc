@@ -97,8 +97,9 @@ int Main(int argc, char** argv) {
       return 2;
     }
     run.env = *env;
-    // An elastic restart continues from the newest checkpoint of the run.
-    if (env->restart_count > 0 && !run.resume.has_value()) run.resume = "";
+    // The run's id: with it, any restart or re-form (whatever the restart
+    // count) continues from the newest checkpoint of this run.
+    run.run_id = env->run_id;
     // Tests: ELASTRUN_TRAIN_FAIL_AT=RANK:ITERATION kills that rank there, in
     // the first attempt only.
     if (const char* fail = std::getenv("ELASTRUN_TRAIN_FAIL_AT");

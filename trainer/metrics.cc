@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,6 +28,29 @@ absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path, bool 
   if (!had_rows) std::fprintf(f, "%s\n", kMetricsHeader);
   std::fflush(f);
   return MetricsWriter(f, path);
+}
+
+absl::StatusOr<std::string> KeepEarlierMetrics(const std::string& output_dir) {
+  const std::string metrics = output_dir + "/metrics.csv";
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(metrics, ec);
+  // A header alone (a run that died in its first epoch) is nothing to keep.
+  if (ec || size <= std::strlen(kMetricsHeader) + 1) return std::string();
+  int n = 1;
+  while (std::filesystem::exists(absl::StrCat(output_dir, "/metrics.", n, ".csv"), ec)) ++n;
+  const std::pair<const char*, const char*> files[] = {
+      {"metrics", ".csv"}, {"config", ".yaml"}, {"plots", ".svg"}};
+  for (const auto& [stem, ext] : files) {
+    const std::string from = absl::StrCat(output_dir, "/", stem, ext);
+    if (!std::filesystem::exists(from, ec)) continue;
+    const std::string to = absl::StrCat(output_dir, "/", stem, ".", n, ext);
+    std::filesystem::rename(from, to, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot keep ", from, " as ", to, ": ", ec.message()));
+    }
+  }
+  return absl::StrCat("metrics.", n, ".csv");
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -68,6 +68,14 @@ class Progress {
   bool open_line_ = false;
 };
 
+// A fresh run in a folder whose metrics.csv already has rows (an earlier
+// run's: a fresh run has no checkpoint of its own) keeps them, as YOLOv5
+// keeps earlier runs: renames metrics.csv, config.yaml and plots.svg to
+// metrics.<N>.csv, config.<N>.yaml and plots.<N>.svg with the first free N.
+// Returns the new metrics file's name, or "" when nothing had to move.
+// Errors name the file that could not be renamed.
+absl::StatusOr<std::string> KeepEarlierMetrics(const std::string& output_dir);
+
 // Writes `contents` to `path` atomically: temporary file, fsync, rename,
 // fsync of the folder. Errors name the path and the failing call.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);

@@ -47,7 +47,10 @@ const Schema& TrainSchema() {
         .Optional("log_period", Type::Int(), "50", "Progress line every N iterations.")
         .Optional("threads", Type::Int(), "1", "Intra-op threads per rank.")
         .Optional("amp", Type::Bool(), "false",
-                  "Mixed precision; CPU build: fp32 with dynamic loss scaling, no autocast.");
+                  "Mixed precision; CPU build: fp32 with dynamic loss scaling, no autocast.")
+        .Optional("run_name", Type::String(), "''",
+                  "Run id in checkpoints (default: the launcher's); the same name resumes "
+                  "across submissions.");
     return s;
   }();
   return *schema;
@@ -77,6 +80,7 @@ TrainOptions TrainOptionsFrom(const Node& n) {
   o.log_period = n.Find("log_period")->as_int();
   o.threads = n.Find("threads")->as_int();
   o.amp = n.Find("amp")->as_bool();
+  o.run_name = n.Find("run_name")->ScalarText();
   return o;
 }
 

@@ -53,6 +53,10 @@ struct TrainOptions {
   // Mixed precision: a dynamic loss scaler (loss_scaler.h). There is no
   // CUDA build yet, so no autocast: the scaler runs alone, in fp32.
   bool amp = false;
+  // Names the run in its checkpoints (run_identity.h) in place of the
+  // launcher's run id, so a later submission with the same name (and
+  // config) resumes it. "": the launcher's TORCHELASTIC_RUN_ID.
+  std::string run_name;
 };
 
 const config::Schema& DataSchema();

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "trainer/checkpoint_file.h"
 #include "worker/process_group.h"
@@ -14,22 +15,44 @@
 namespace elastrun::trainer {
 namespace {
 
-// This rank's candidate: the named file, or the run's newest checkpoint
-// that verifies. A blob with key -1 when this rank has none; only a named
-// file that exists but cannot be read is an error.
-absl::StatusOr<CheckpointBlob> LoadLocalCheckpoint(const std::string& path,
+// Where this rank's messages go: rank 0's to the run's output, the others'
+// to stderr (their launcher logs it).
+std::FILE* MessagesOf(const RunOptions& run, int rank) {
+  return rank == 0 ? run.out : stderr;
+}
+
+// This rank's candidate: the named file, or the newest checkpoint of this
+// run that verifies. A blob with key -1 when this rank has none; only a
+// named file that exists but cannot be read is an error. Other runs'
+// checkpoints are named in one message and left alone.
+absl::StatusOr<CheckpointBlob> LoadLocalCheckpoint(const RunOptions& run,
+                                                   const RunIdentity& identity,
                                                    const std::string& output_dir,
                                                    int rank) {
+  const std::string& path = *run.resume;
   if (!path.empty()) {
     absl::StatusOr<CheckpointBlob> blob = ReadCheckpointFile(path);
+    if (blob.ok() && blob->run != identity) {
+      std::fprintf(MessagesOf(run, rank),
+                   "warning: rank %d: --resume %s is not a checkpoint of this run (%s); "
+                   "resuming from it as asked\n",
+                   rank, path.c_str(), blob->run.DiffersFrom(identity).c_str());
+    }
     if (blob.ok() || !absl::IsNotFound(blob.status())) return blob;
     return CheckpointBlob{};
   }
   std::vector<std::string> skipped;
+  std::vector<std::string> foreign;
   absl::StatusOr<CheckpointBlob> blob =
-      LoadNewestCheckpoint(CheckpointDir(output_dir), &skipped);
+      LoadNewestCheckpoint(CheckpointDir(output_dir), identity, &skipped, &foreign);
   for (const std::string& why : skipped) {
     std::fprintf(stderr, "rank %d: skipping checkpoint: %s\n", rank, why.c_str());
+  }
+  if (!foreign.empty()) {
+    std::fprintf(MessagesOf(run, rank),
+                 "rank %d: not resuming from checkpoints of another run (this is %s); "
+                 "left in place: %s\n",
+                 rank, identity.Describe().c_str(), absl::StrJoin(foreign, "; ").c_str());
   }
   if (!blob.ok()) return CheckpointBlob{};
   return blob;
@@ -77,13 +100,13 @@ absl::Status SumOverRanks(worker::ProcessGroup* group, std::vector<double>& valu
 
 int64_t CheckpointKey(const TrainPosition& p) { return p.epoch * 1000000 + p.iteration; }
 
-absl::StatusOr<bool> Resume(const RunOptions& run, const TrainerConfig& cfg, int world,
-                            int rank, worker::ProcessGroup* group,
-                            torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                            TrainPosition* position) {
+absl::StatusOr<bool> Resume(const RunOptions& run, const RunIdentity& identity,
+                            const TrainerConfig& cfg, int world, int rank,
+                            worker::ProcessGroup* group, torch::nn::Module& model,
+                            torch::optim::Optimizer& optimizer, TrainPosition* position) {
   const std::string& path = *run.resume;
   ASSIGN_OR_RETURN(CheckpointBlob local,
-                   LoadLocalCheckpoint(path, cfg.train.output_dir, rank));
+                   LoadLocalCheckpoint(run, identity, cfg.train.output_dir, rank));
   ASSIGN_OR_RETURN(const int source, NewestHolder(group, world, rank, local.key));
   if (source < 0) {
     if (!path.empty()) {
@@ -91,7 +114,7 @@ absl::StatusOr<bool> Resume(const RunOptions& run, const TrainerConfig& cfg, int
           absl::StrCat("--resume ", path, ": no rank has this file"));
     }
     if (rank == 0) {
-      std::fprintf(run.out, "no checkpoint in %s; starting fresh\n",
+      std::fprintf(run.out, "no checkpoint of this run in %s; starting fresh\n",
                    CheckpointDir(cfg.train.output_dir).c_str());
     }
     return false;

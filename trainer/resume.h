@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "trainer/checkpoint.h"
+#include "trainer/run_identity.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_pch.h"
 
@@ -24,18 +25,23 @@ absl::Status SumOverRanks(worker::ProcessGroup* group, std::vector<double>& valu
 // Orders checkpoints of a run: epoch-major, then batches done.
 int64_t CheckpointKey(const TrainPosition& position);
 
-// Finds the newest checkpoint any rank holds (see RunOptions::resume, which
-// must be set), broadcasts it from that rank, and restores model, optimizer
-// and `*position` on every rank. A collective. Returns false when starting
-// fresh (no rank holds one and no path was named). When the world size
-// changed, a partly done epoch restarts (position->iteration = 0). Rank 0
-// says on `run.out` where it resumed from. Errors: NotFound when the named
-// path is on no rank; DataLoss for a corrupt named file or bytes that do
-// not fit the model; the process group's.
-absl::StatusOr<bool> Resume(const RunOptions& run, const TrainerConfig& cfg, int world,
-                            int rank, worker::ProcessGroup* group,
-                            torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                            TrainPosition* position);
+// Finds the newest checkpoint of `identity`'s run that any rank holds (or
+// the file RunOptions::resume names, when it names one), broadcasts it from
+// that rank, and restores model, optimizer and `*position` on every rank.
+// A collective. Checkpoints of other runs in the folder are never used:
+// each rank names them in one message and leaves them in place. A named
+// file of another run (or config) is used, with a warning saying what
+// differs (printed by the rank that holds it). Returns false when starting
+// fresh (no rank holds a checkpoint of this run and no path was named).
+// When the world size changed, a partly done epoch restarts
+// (position->iteration = 0). Rank 0 says on `run.out` where it resumed
+// from. Errors: NotFound when the named path is on no rank; DataLoss for a
+// corrupt named file or bytes that do not fit the model; the process
+// group's.
+absl::StatusOr<bool> Resume(const RunOptions& run, const RunIdentity& identity,
+                            const TrainerConfig& cfg, int world, int rank,
+                            worker::ProcessGroup* group, torch::nn::Module& model,
+                            torch::optim::Optimizer& optimizer, TrainPosition* position);
 
 }  // namespace elastrun::trainer
 

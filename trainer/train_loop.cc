@@ -108,6 +108,8 @@ absl::StatusOr<std::unique_ptr<TrainLoop>> TrainLoop::Create(
     const TrainerConfig& cfg, const RunOptions& run, worker::ProcessGroup* group) {
   std::unique_ptr<TrainLoop> loop(new TrainLoop(cfg, run, group));
   if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
+  loop->identity_.run_id = ChooseRunId(cfg.train.run_name, run.run_id);
+  loop->identity_.config_digest = ConfigDigest(cfg.resolved);
   RETURN_IF_ERROR(loop->Build());
   RETURN_IF_ERROR(loop->RestorePosition());
   if (group != nullptr) {
@@ -153,8 +155,12 @@ absl::Status TrainLoop::Build() {
 // Resumes (when asked) and fits the position and the loss scaler to this
 // world.
 absl::Status TrainLoop::RestorePosition() {
-  if (run_.resume.has_value()) {
-    ASSIGN_OR_RETURN(resumed_, Resume(run_, cfg_, world_, rank_, group_, *model_,
+  // A run with an id resumes whenever one of its checkpoints exists (its
+  // own only: Resume ignores other runs'), whatever the restart count says.
+  if (run_.resume.has_value() || !identity_.run_id.empty()) {
+    RunOptions run = run_;
+    if (!run.resume.has_value()) run.resume = "";
+    ASSIGN_OR_RETURN(resumed_, Resume(run, identity_, cfg_, world_, rank_, group_, *model_,
                                       optimizer_->torch_optimizer(), &pos_));
   }
   if (resumed_ && pos_.world_size != world_) {
@@ -185,10 +191,11 @@ absl::Status TrainLoop::PrepareRunFolder() {
   const TrainOptions& train = cfg_.train;
   RETURN_IF_ERROR(MakeDirs(train.output_dir));
   if (!resumed_) {
-    ASSIGN_OR_RETURN(bool moved, SetAsideOldCheckpoints(checkpoint_dir_));
-    if (moved) {
-      std::fprintf(run_.out, "fresh run: moved the folder's old checkpoints to %s.prev\n",
-                   checkpoint_dir_.c_str());
+    // Another run's record stays; its checkpoints are left where they are.
+    ASSIGN_OR_RETURN(std::string kept, KeepEarlierMetrics(train.output_dir));
+    if (!kept.empty()) {
+      std::fprintf(run_.out, "fresh run: kept the folder's earlier metrics.csv as %s\n",
+                   kept.c_str());
     }
   }
   RETURN_IF_ERROR(WriteFileAtomically(train.output_dir + "/config.yaml", config_yaml_));
@@ -319,6 +326,7 @@ absl::Status TrainLoop::TakeCheckpoint(bool best) {
   if (!leader_) return absl::OkStatus();
   CheckpointBlob blob;
   blob.key = CheckpointKey(pos_);
+  blob.run = identity_;
   if (scaler_) {
     pos_.amp_scale = scaler_->scale();
     pos_.amp_growth_tracker = scaler_->growth_tracker();

@@ -21,6 +21,7 @@
 #include "trainer/ddp.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/metrics.h"
+#include "trainer/run_identity.h"
 #include "trainer/models.h"
 #include "trainer/optimizer.h"
 #include "trainer/sampler.h"
@@ -37,8 +38,8 @@ class TrainLoop {
  public:
   // Builds what the run needs, restores its position (run.resume; a
   // collective), wraps the model in DDP, and on rank 0 prepares the run
-  // folder (config.yaml, metrics.csv, old checkpoints set aside on a fresh
-  // run) and opens run.sample_log. Errors: as Train's (trainer.h).
+  // folder (config.yaml, metrics.csv; on a fresh run an earlier run's
+  // metrics are kept under a new name) and opens run.sample_log. Errors: as Train's (trainer.h).
   static absl::StatusOr<std::unique_ptr<TrainLoop>> Create(const TrainerConfig& cfg,
                                                            const RunOptions& run,
                                                            worker::ProcessGroup* group);
@@ -119,6 +120,7 @@ class TrainLoop {
   Progress progress_;
   std::string checkpoint_dir_;
   std::string config_yaml_;  // The resolved config, saved with every checkpoint.
+  RunIdentity identity_;     // Recorded in every checkpoint; resume matches it.
   int sample_log_ = -1;      // run.sample_log's descriptor, or -1.
 
   EpochState epoch_;

@@ -33,6 +33,13 @@ struct RunOptions {
   // rank with the newest one broadcasts it, so all ranks start bitwise
   // identical even when only one node holds the file.
   std::optional<std::string> resume;
+  // The launcher's run id (TORCHELASTIC_RUN_ID; "" when started by hand).
+  // With train.run_name it names the run in its checkpoints
+  // (run_identity.h). When the run has an id (either is set), the trainer
+  // resumes whenever a checkpoint of this run exists on any rank, even
+  // with `resume` unset: after a worker restart, a node-loss re-form, a
+  // scale-up, or a resubmission under the same train.run_name.
+  std::string run_id;
   // Fault injection for tests: rank `fail_rank` kills itself (SIGKILL) when
   // it reaches global iteration `fail_at_iteration`. -1: never.
   int fail_rank = -1;

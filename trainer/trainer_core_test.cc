@@ -482,17 +482,6 @@ TEST(CheckpointFileTest, RoundTripAndListing) {
   EXPECT_TRUE(ListCheckpoints(dir + "/none").empty());
 }
 
-TEST(CheckpointFileTest, FreshRunSetsOldCheckpointsAside) {
-  const std::string dir = TestDir() + "/checkpoints";
-  EXPECT_FALSE(*SetAsideOldCheckpoints(dir));
-  CheckpointBlob b;
-  b.key = 7;
-  ASSERT_TRUE(SaveCheckpoint(dir, b, false).ok());
-  EXPECT_TRUE(*SetAsideOldCheckpoints(dir));
-  EXPECT_TRUE(ListCheckpoints(dir).empty());
-  EXPECT_EQ(ListCheckpoints(dir + ".prev").size(), 1u);
-}
-
 TEST(CheckpointFileTest, CorruptOrTruncatedNewestFallsBackToPrevious) {
   const std::string dir = TestDir();
   for (int64_t key : {1, 2}) {
@@ -513,7 +502,7 @@ TEST(CheckpointFileTest, CorruptOrTruncatedNewestFallsBackToPrevious) {
   EXPECT_THAT(std::string(ReadCheckpointFile(newest).status().message()),
               HasSubstr("checksum mismatch"));
   std::vector<std::string> skipped;
-  auto b = LoadNewestCheckpoint(dir, &skipped);
+  auto b = LoadNewestCheckpoint(dir, RunIdentity{}, &skipped);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->key, 1);
   ASSERT_EQ(skipped.size(), 1u);
@@ -525,8 +514,8 @@ TEST(CheckpointFileTest, CorruptOrTruncatedNewestFallsBackToPrevious) {
   std::ofstream(newest, std::ios::binary) << "hello\n";
   EXPECT_THAT(std::string(ReadCheckpointFile(newest).status().message()),
               HasSubstr("not a checkpoint"));
-  EXPECT_EQ(LoadNewestCheckpoint(dir, nullptr)->key, 1);
-  EXPECT_TRUE(absl::IsNotFound(LoadNewestCheckpoint(dir + "/empty", nullptr).status()));
+  EXPECT_EQ(LoadNewestCheckpoint(dir, RunIdentity{}, nullptr)->key, 1);
+  EXPECT_TRUE(absl::IsNotFound(LoadNewestCheckpoint(dir + "/empty", RunIdentity{}, nullptr).status()));
 }
 
 }  // namespace
