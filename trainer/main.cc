@@ -84,12 +84,7 @@ int Main(int argc, char** argv) {
   trainer::RunOptions run;
   run.resume = flags->resume;
   // Started by a launcher (RANK set): join its group; by hand: one process.
-  // A standby worker (`elastrun run --standby`) learns its RANK only when it
-  // is activated: wait for that before deciding whether this is a rank.
-  if (absl::Status standby = worker::AwaitStandbyActivation(); !standby.ok()) {
-    std::fprintf(stderr, "elastrun-train: %s\n", std::string(standby.message()).c_str());
-    return 2;
-  }
+  // (A standby worker learned its RANK above, when it was activated.)
   if (std::getenv("RANK") != nullptr) {
     absl::StatusOr<worker::WorkerEnv> env = worker::WorkerEnv::FromEnvironment();
     if (!env.ok()) {
