@@ -21,6 +21,8 @@ using ::elastrun::trainer::testing::RunTwoRanks;
 using ::elastrun::trainer::testing::TestDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::elastrun::trainer::testing::ReadAll;
+using ::elastrun::trainer::testing::RunCommand;
 
 // A small MLP run on synthetic data (8 iterations per epoch), without
 // dropout: ranks run as threads here, sharing one CPU generator.
@@ -36,14 +38,6 @@ TrainerConfig Config(const std::string& out_dir, const std::vector<std::string>&
   auto cfg = LoadTrainerConfig(path, overrides);
   EXPECT_TRUE(cfg.ok()) << cfg.status();
   return *cfg;
-}
-
-std::string ReadAll(std::FILE* f) {
-  std::rewind(f);
-  std::string all;
-  char line[1024];
-  while (std::fgets(line, sizeof line, f)) all += line;
-  return all;
 }
 
 // One process, as a launcher with run id `run_id` would start it.
@@ -148,16 +142,6 @@ TEST(RunIdentityRunTest, RanksAgreeOnTheNewestCheckpointOfThisRun) {
 }
 
 // ------------------------------------------------------------ the binary
-
-std::string RunCommand(const std::string& command, int* status) {
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *status = ::pclose(p);
-  return out;
-}
 
 std::string Field(const std::string& out, const std::string& key) {
   const size_t at = out.find(key + "=", out.find("final: "));

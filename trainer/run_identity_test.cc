@@ -12,6 +12,7 @@
 #include "trainer/checkpoint_file.h"
 #include "trainer/digest.h"
 #include "trainer/metrics.h"
+#include "trainer/test_files.h"
 
 namespace elastrun::trainer {
 namespace {
@@ -19,15 +20,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string TestDir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir = std::filesystem::path(ELASTRUN_TRAINER_TEST_DIR) /
-                              info->test_suite_name() / info->name();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+using ::elastrun::trainer::testing::TestDir;
 
 constexpr char kConfig[] = R"(
 model: {_target_: mlp, hidden: 32}

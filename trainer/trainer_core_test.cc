@@ -20,21 +20,14 @@
 #include "trainer/plot.h"
 #include "trainer/sampler.h"
 #include "trainer/schedule.h"
+#include "trainer/test_files.h"
 
 namespace elastrun::trainer {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::string TestDir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir = std::filesystem::path(ELASTRUN_TRAINER_TEST_DIR) /
-                              info->test_suite_name() / info->name();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+using ::elastrun::trainer::testing::TestDir;
 
 // ---------------------------------------------------------------- schedule
 

@@ -33,6 +33,8 @@ using worker::ProcessGroup;
 using worker::WorkerEnv;
 using ::elastrun::trainer::testing::Env;
 using ::elastrun::trainer::testing::FastOptions;
+using ::elastrun::trainer::testing::ReadAll;
+using ::elastrun::trainer::testing::RunCommand;
 using ::elastrun::trainer::testing::RunTwoRanks;
 using ::elastrun::trainer::testing::TestDir;
 
@@ -108,14 +110,6 @@ TEST(TrainTest, TwoRanksEndWithIdenticalParameters) {
 }
 
 // ----------------------------------------------------- checkpoint / resume
-
-std::string ReadAll(FILE* f) {
-  std::rewind(f);
-  std::string all;
-  char line[512];
-  while (std::fgets(line, sizeof line, f)) all += line;
-  return all;
-}
 
 absl::StatusOr<TrainResult> TrainQuietly(const TrainerConfig& cfg,
                                          std::optional<std::string> resume,
@@ -228,16 +222,6 @@ TEST(CheckpointTest, TwoRanksResumeFromTheRankThatHasTheFile) {
 }
 
 // ------------------------------------------------------------ the binary
-
-std::string RunCommand(const std::string& command, int* status) {
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *status = ::pclose(p);
-  return out;
-}
 
 TEST(BinaryTest, PrintConfigListTargetsAndErrors) {
   const std::string bin = ELASTRUN_TRAIN_BINARY;

@@ -9,20 +9,10 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "trainer/test_files.h"
 #include "worker/process_group.h"
 
 namespace elastrun::trainer::testing {
-
-// A new empty folder for the running test (under the build tree, so
-// concurrent checkouts never wipe each other's).
-inline std::string TestDir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir = std::filesystem::path(ELASTRUN_TRAINER_TEST_DIR) /
-                              info->test_suite_name() / info->name();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
 
 inline worker::WorkerEnv Env(int rank, int world, int port) {
   worker::WorkerEnv env;
