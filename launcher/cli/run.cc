@@ -253,13 +253,8 @@ class StandaloneRun {
   // The core decides (as for elastrund): a program that cannot be started
   // fails the run without a restart.
   int CannotStart(const AttemptContext& ctx, const absl::Status& spawn_error) {
-    rendezvous::Failure failure;
-    failure.node_id = node_;
-    failure.round = ctx.round;
-    failure.exit_code = 127;
-    failure.cannot_start = true;
-    failure.time = absl::Now();
-    failure.message = std::string(spawn_error.message());
+    const rendezvous::Failure failure = NotStartedFailure(
+        node_, ctx.round, std::string(spawn_error.message()), /*cannot_start=*/true);
     (void)core_.ReportFailure(failure, absl::Now());
     Say(failure.message);
     return 127;

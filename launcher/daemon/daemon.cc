@@ -22,8 +22,6 @@ namespace {
 
 // How many recent MASTER_PORTs to keep clear of.
 constexpr size_t kRecentPorts = 32;
-// Exit code reported when a worker cannot be started at all (as a shell).
-constexpr int kCannotStart = 127;
 // JoinRound tries, and the delay before the n-th retry (times n).
 constexpr int kJoinAttempts = 3;
 constexpr absl::Duration kJoinRetryDelay = absl::Milliseconds(100);
@@ -180,15 +178,13 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
                  << " workers: " << others << " of this node's " << options_.slots
                  << " slots are taken by " << HoldersLocked(job);
       ran_.insert({job, round});
-      rendezvous::Failure f;
-      f.node_id = options_.node_id;
-      f.round = round;
-      f.exit_code = kCannotStart;
-      f.time = absl::Now();
-      f.message = absl::StrCat("elastrund on ", options_.node_id, ": ", options_.slots,
-                               " slots, ", others, " taken by ", HoldersLocked(job),
-                               "; no room for ", nproc, " workers");
-      reports_.push_back(FailureReport(options_.node_id, job, round, f));
+      reports_.push_back(FailureReport(
+          options_.node_id, job, round,
+          NotStartedFailure(options_.node_id, round,
+                            absl::StrCat("elastrund on ", options_.node_id, ": ", options_.slots,
+                                         " slots, ", others, " taken by ", HoldersLocked(job),
+                                         "; no room for ", nproc, " workers"),
+                            /*cannot_start=*/false)));
       MaybeForgetLocked(job);
       refused = true;
     } else if (j.current) {
@@ -243,14 +239,11 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
     made = MakeDirs(absl::StrCat(attempt_dir, "/", local));
   }
   if (!made.ok()) {
-    rendezvous::Failure f;
-    f.node_id = options_.node_id;
-    f.round = a.round();
-    f.exit_code = kCannotStart;
-    f.cannot_start = true;
-    f.time = absl::Now();
-    f.message = absl::StrCat("elastrund on ", options_.node_id, ": ", made.message());
-    reports_.push_back(FailureReport(options_.node_id, start.job_id(), a.round(), f));
+    reports_.push_back(FailureReport(
+        options_.node_id, start.job_id(), a.round(),
+        NotStartedFailure(options_.node_id, a.round(),
+                          absl::StrCat("elastrund on ", options_.node_id, ": ", made.message()),
+                          /*cannot_start=*/true)));
     return std::nullopt;
   }
   std::vector<std::string> env = options_.base_env;
@@ -359,14 +352,10 @@ void Daemon::QueueEndReport(const Attempt& a, const AttemptOutcome& outcome) {
   // A worker that failed before any stop was asked is a root cause even
   // when a stop followed; exits caused by the stop are not failures.
   if (outcome.kind == Kind::kFailed && !outcome.spawn_error.ok()) {
-    rendezvous::Failure f;
-    f.node_id = options_.node_id;
-    f.round = a.round;
-    f.exit_code = kCannotStart;
-    f.cannot_start = true;
-    f.time = absl::Now();
-    f.message = std::string(outcome.spawn_error.message());
-    reports_.push_back(FailureReport(options_.node_id, a.job_id, a.round, f));
+    reports_.push_back(FailureReport(
+        options_.node_id, a.job_id, a.round,
+        NotStartedFailure(options_.node_id, a.round, std::string(outcome.spawn_error.message()),
+                          /*cannot_start=*/true)));
   } else if (outcome.kind == Kind::kFailed && outcome.first_failure) {
     const WorkerExit& e = *outcome.first_failure;
     LOG(INFO) << "job " << a.job_id << " round " << a.round << ": rank " << e.rank

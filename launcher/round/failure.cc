@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "launcher/agent/attempt.h"
 #include "worker/error_file.h"
@@ -20,6 +21,18 @@ std::string Indent(const std::string& text, const std::string& pad) {
 }
 
 }  // namespace
+
+rendezvous::Failure NotStartedFailure(const std::string& node, int64_t round,
+                                      std::string message, bool cannot_start) {
+  rendezvous::Failure f;
+  f.node_id = node;
+  f.round = round;
+  f.exit_code = 127;
+  f.cannot_start = cannot_start;
+  f.time = absl::Now();
+  f.message = std::move(message);
+  return f;
+}
 
 rendezvous::Failure MakeFailure(const std::string& node, int64_t round,
                                 const WorkerExit& exit, const std::string& attempt_dir) {

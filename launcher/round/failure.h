@@ -17,6 +17,14 @@ namespace elastrun::launcher {
 rendezvous::Failure MakeFailure(const std::string& node, int64_t round,
                                 const WorkerExit& exit, const std::string& attempt_dir);
 
+// The report for the workers of `node` that never started in `round`, with
+// exit code 127 as a shell gives: `cannot_start` when restarting cannot help
+// (the program is missing or not executable, no log folder; the core then
+// fails the job at once), false when a later round may do better (no free
+// slots on the node now).
+rendezvous::Failure NotStartedFailure(const std::string& node, int64_t round,
+                                      std::string message, bool cannot_start);
+
 // The multi-line summary of a failed run.
 std::string FormatFailureSummary(const std::string& run_id, const std::string& node,
                                  const rendezvous::RendezvousCore& core,
