@@ -37,8 +37,9 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
   app->add_option("--node-id", f->node_id, "this node's stable id (default: the host name).")
       ->type_name("ID");
   app->add_option("--slots", raw->slots,
-                  "worker slots (GPUs or CPUs) offered, >= 1 (default:\n"
-                  "the number of /dev/nvidiaN devices, else of CPUs).")
+                  "worker slots (GPUs or CPUs) offered, >= 1: jobs run\n"
+                  "here at once while their workers fit (default: the\n"
+                  "number of /dev/nvidiaN devices, else of CPUs).")
       ->type_name("N");
   app->add_option("--advertise-addr", f->advertise_addr,
                   "address other nodes reach this one at (MASTER_ADDR\n"
