@@ -137,7 +137,7 @@ TEST(CheckpointTest, ResumeAfterAnEpochIsBitwiseIdentical) {
   std::string out;
   auto resumed = TrainQuietly(cfg, "", &out);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_THAT(out, HasSubstr("resumed from rank 0's checkpoint: epoch 2, iteration 0"));
+  EXPECT_THAT(out, HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(resumed->params_sha256, uninterrupted->params_sha256);
   EXPECT_EQ(resumed->test_acc, uninterrupted->test_acc);
   // metrics.csv: epoch 1 from the first run, epoch 2 appended.
@@ -176,7 +176,7 @@ TEST(CheckpointTest, MidEpochResumeAndCorruptNewestFallsBack) {
   std::string out;
   auto resumed = TrainQuietly(cfg, "", &out);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_THAT(out, HasSubstr("resumed from rank 0's checkpoint: epoch 1, iteration 15"));
+  EXPECT_THAT(out, HasSubstr("resumed at epoch 1, iteration 15 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(resumed->params_sha256, uninterrupted->params_sha256);
 
   // An explicit path that is corrupt is an error naming it.
@@ -217,7 +217,7 @@ TEST(CheckpointTest, TwoRanksResumeFromTheRankThatHasTheFile) {
   });
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
-  EXPECT_THAT(outs[0], HasSubstr("resumed from rank 1's checkpoint: epoch 2"));
+  EXPECT_THAT(outs[0], HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 1"));
   EXPECT_EQ(results[0]->params_sha256, results[1]->params_sha256);
 }
 
@@ -303,7 +303,7 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
                  &status);
   ASSERT_EQ(status, 0) << killed;
   EXPECT_THAT(killed, HasSubstr("injected SIGKILL at iteration 12"));
-  EXPECT_THAT(killed, HasSubstr("resumed from rank 0's checkpoint: epoch 2, iteration 3"));
+  EXPECT_THAT(killed, HasSubstr("resumed at epoch 2, iteration 3 from the checkpoint on disk of rank 0"));
   ASSERT_THAT(final_line(plain), HasSubstr("params_sha256="));
   // Weights and accuracy exactly; the loss up to the order of its sums.
   auto field = [&](const std::string& line, const std::string& key) {
