@@ -60,7 +60,21 @@ MAX_RESTARTS = 1000
 GLOBAL_BATCH = 2 * 128  # 2 ranks x the config's data.batch_size
 
 PROGRESS = re.compile(r"epoch (\d+)/(\d+) iter (\d+)/(\d+)")
+# ddp_reference.py: "resumed from <source>: epoch E, iteration I";
+# elastrun-train: "resumed at epoch E, iteration I from the <tier> of rank R".
 RESUMED = re.compile(r"resumed from (.*?):? epoch (\d+), iteration (\d+)")
+RESUMED_AT = re.compile(r"resumed at epoch (\d+), iteration (\d+) from the (.*?) of rank")
+
+
+def parse_resumed(line):
+    """(source, epoch, iteration) of a resume line, or None."""
+    m = RESUMED_AT.search(line)
+    if m:
+        return m.group(3), int(m.group(1)), int(m.group(2))
+    m = RESUMED.search(line)
+    if m:
+        return m.group(1), int(m.group(2)), int(m.group(3))
+    return None
 BANNER = re.compile(r"(elastrun-train|ddp_reference): \d+ rank\(s\)")
 RANK_PREFIX = re.compile(r"^\[rank\d+\]:")
 FINAL = re.compile(r"final: epoch=(\d+) test_acc=([\d.]+) train_loss=([\d.]+)")
@@ -147,7 +161,7 @@ class LogWatcher(threading.Thread):
                 m = PROGRESS.search(line)
                 if m:
                     self.latest = tuple(int(g) for g in m.groups())
-                elif RESUMED.search(line):
+                elif parse_resumed(line):
                     print(f"    {self.tag} t={t:6.1f}s: {RANK_PREFIX.sub('', line).strip()}",
                           flush=True)
                 elif FINAL.search(line):
@@ -253,11 +267,11 @@ def attempts(lines):
         return []
     out, pending = [], None
     for _, line in lines:
-        m = RESUMED.search(line)
-        if m:
+        r = parse_resumed(line)
+        if r:
             # "rank 1's checkpoint", "checkpoint /x/last.pt": what, not where.
-            source = re.sub(r"rank \d+'s |\s*\S*/\S*", "", m.group(1)).strip()
-            at = ((int(m.group(2)) - 1) * nb + int(m.group(3)), source)
+            source = re.sub(r"rank \d+'s |\s*\S*/\S*", "", r[0]).strip()
+            at = ((r[1] - 1) * nb + r[2], source)
             if out and out[-1]["first"] is None and out[-1]["resumed_at"] is None:
                 out[-1]["resumed_at"], out[-1]["source"] = at
             else:

@@ -25,7 +25,7 @@ elastrun: worker rank 1 failed with signal 9 (SIGKILL); restarting (1 of 1000)
 [rank0]:epoch 2/3 iter 1/10 loss 2.0 lr 0 5.8 it/s eta 7s
 [rank0]:epoch 3/3 iter 7/10 loss 2.0 lr 0 5.8 it/s eta 7s
 elastrun: worker rank 0 failed with signal 9 (SIGKILL); restarting (2 of 1000)
-[rank0]:resumed from rank 1's checkpoint: epoch 3, iteration 0
+[rank0]:resumed at epoch 3, iteration 0 from the snapshot in memory of rank 1 (every rank had it)
 [rank0]:elastrun-train: 2 rank(s), 2560 train / 1024 test samples, batch 128 x 2, 10 iterations/epoch, warm-up 100 iterations, accumulate 1
 [rank0]:epoch 3/3 iter 10/10 loss 2.0 lr 0 5.8 it/s eta 0s
 [rank0]:final: epoch=3 test_acc=1.0000 train_loss=0.0321 params_sha256=ab
@@ -43,7 +43,7 @@ class AttemptsTest(unittest.TestCase):
         self.assertEqual(r["restarts"], 2)
         # Reached step 14 (epoch 2 iter 4), resumed at 10; reached 27, resumed at 20.
         self.assertEqual(r["redone"], [4, 7])
-        self.assertEqual(r["sources"], ["checkpoint", "checkpoint"])
+        self.assertEqual(r["sources"], ["checkpoint", "snapshot in memory"])
         self.assertEqual(r["final"], "acc 1.0000 loss 0.0321")
         self.assertEqual(r["status"], "ok")
 
