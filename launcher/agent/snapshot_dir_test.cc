@@ -53,7 +53,10 @@ bool IsEmptyDir(const std::string& path) {
   DIR* d = opendir(path.c_str());
   if (d == nullptr) return false;
   int n = 0;
-  while (dirent* e = readdir(d)) n += std::string(e->d_name) != "." && std::string(e->d_name) != "..";
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    n += name != "." && name != "..";
+  }
   closedir(d);
   return n == 0;
 }
