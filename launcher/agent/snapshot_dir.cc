@@ -6,6 +6,7 @@
 #include <linux/magic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -226,6 +227,21 @@ absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base, const std
   if (!fd.ok()) return fd.status();
   close(*fd);
   return path;
+}
+
+absl::StatusOr<int> LockSnapshotDir(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, absl::StrCat("cannot open snapshot folder ", path));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("snapshot folder ", path, " is in use by another launcher"));
+    }
+    return Errno(err, absl::StrCat("cannot lock snapshot folder ", path));
+  }
+  return fd;
 }
 
 absl::Status RemoveSnapshotDir(const std::string& path) {

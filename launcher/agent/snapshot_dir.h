@@ -61,6 +61,14 @@ std::string SnapshotUserRoot(const std::string& base);
 absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
                                               const std::string& name);
 
+// Takes an exclusive lock (flock) on the folder `path` for as long as the
+// returned descriptor stays open (close it to release; it is close-on-exec,
+// so workers never hold it), so that two launchers never share a folder:
+// FailedPrecondition naming the path when another open descriptor holds the
+// lock (another process, or an earlier call); the errno's status when the
+// folder cannot be opened (a symlink is not followed).
+absl::StatusOr<int> LockSnapshotDir(const std::string& path);
+
 // Removes the folder `path` (as returned by CreateSnapshotDir) and
 // everything in it, without following symlinks (a symlink inside is
 // removed, not its target). OK when it does not exist. Errors name the

@@ -229,6 +229,21 @@ TEST_F(SnapshotDirTest, RemoveDeletesFilesAndFoldersButNotLinkTargets) {
   EXPECT_TRUE(RemoveSnapshotDir(*dir).ok());  // already gone: fine
 }
 
+TEST_F(SnapshotDirTest, OneLockHolderAtATime) {
+  absl::StatusOr<std::string> dir = CreateSnapshotDir(base_, "job");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<int> first = LockSnapshotDir(*dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<int> second = LockSnapshotDir(*dir);
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.status().message(), HasSubstr(*dir + " is in use by another launcher"));
+  close(*first);
+  absl::StatusOr<int> again = LockSnapshotDir(*dir);
+  ASSERT_TRUE(again.ok()) << again.status();
+  close(*again);
+  EXPECT_FALSE(LockSnapshotDir(root_ + "/missing").ok());
+}
+
 TEST_F(SnapshotDirTest, LeftoversAreOnlyOurMatchingFolders) {
   for (const char* name : {"j1@n1", "j2@n1", "j1@n2", "run-x"}) {
     absl::StatusOr<std::string> dir = CreateSnapshotDir(base_, name);

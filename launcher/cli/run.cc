@@ -293,19 +293,27 @@ class StandaloneRun {
   std::set<int> used_ports_;
 };
 
-// The run's snapshot folder, named by its id; "" (after a warning saying
-// why) when it cannot be had: snapshots are an optimisation, not a reason
-// to refuse a run.
-std::string MakeSnapshotDir(const RunOptions& o, const std::string& run_id) {
-  if (o.no_snapshots) return "";
+// The run's snapshot folder, named by its id, and the lock that keeps
+// another run with the same id out of it while this one lives.
+struct RunSnapshots {
+  std::string dir;  // empty: none
+  int lock_fd = -1;
+};
+
+// Makes and locks the run's folder; none (after a warning saying why) when
+// it cannot be had: snapshots are an optimisation, not a reason to refuse
+// a run.
+RunSnapshots MakeSnapshotDir(const RunOptions& o, const std::string& run_id) {
+  if (o.no_snapshots) return {};
   absl::StatusOr<std::string> dir =
       CreateSnapshotDir(DefaultSnapshotBase(), SnapshotFolderName(run_id));
-  if (!dir.ok()) {
+  absl::StatusOr<int> lock = dir.ok() ? LockSnapshotDir(*dir) : dir.status();
+  if (!lock.ok()) {
     Say(absl::StrCat("warning: workers run without ", env::kSnapshot,
-                     " (no in-memory snapshots): ", dir.status().message()));
-    return "";
+                     " (no in-memory snapshots): ", lock.status().message()));
+    return {};
   }
-  return *dir;
+  return {*dir, *lock};
 }
 
 }  // namespace
@@ -319,13 +327,14 @@ int RunStandalone(const RunOptions& o) {
   // Every attempt, restarts and standbys included, shares the folder; it
   // goes when the run ends, however it ends (a stop signal ends the run
   // through the agent, so this runs then too).
-  const std::string snapshot_dir = MakeSnapshotDir(o, setup->run_id);
-  setup->group.snapshot_dir = snapshot_dir;
-  absl::Cleanup remove_snapshots = [&snapshot_dir] {
-    if (snapshot_dir.empty()) return;
-    if (absl::Status st = RemoveSnapshotDir(snapshot_dir); !st.ok()) {
+  const RunSnapshots snapshots = MakeSnapshotDir(o, setup->run_id);
+  setup->group.snapshot_dir = snapshots.dir;
+  absl::Cleanup remove_snapshots = [&snapshots] {
+    if (snapshots.dir.empty()) return;
+    if (absl::Status st = RemoveSnapshotDir(snapshots.dir); !st.ok()) {
       Say(absl::StrCat("warning: ", st.message()));
     }
+    close(snapshots.lock_fd);
   };
   AgentOptions agent_options;
   agent_options.grace = o.shutdown_timeout;

@@ -128,6 +128,23 @@ TEST_F(RunSnapshotTest, FolderIsGoneAfterAStopSignal) {
   }
 }
 
+TEST_F(RunSnapshotTest, ASecondRunWithTheSameIdKeepsOutOfTheFirstOnesFolder) {
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> first = testing::Subprocess::Start(
+      Command({"--nproc-per-node", "1"}, Worker(seen_, "exec sleep 600")), Env());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(testing::WaitForFiles(seen_, "0.0", 1, kWait).ok()) << (*first)->Output();
+  const std::string others = testing::MakeTempDir("seen_second");
+  RunResult second = RunOrDie(Command({"--nproc-per-node", "1"}, Worker(others, "exit 0")));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_THAT(second.output, HasSubstr(folder_ + " is in use by another launcher"));
+  EXPECT_EQ(ReadFile(others + "/0.0"), "|\n");
+  // The first run's folder is still its own, with its worker's file.
+  EXPECT_TRUE(FileExists(folder_ + "/rank0.slot0"));
+  (*first)->Signal(SIGTERM);
+  ASSERT_TRUE((*first)->Wait(kWait).ok());
+  EXPECT_FALSE(FileExists(folder_));
+}
+
 TEST_F(RunSnapshotTest, PlantedSymlinkIsRefusedAndNothingIsWrittenThroughIt) {
   const std::string target = testing::MakeTempDir("symlink_target");
   ASSERT_EQ(mkdir(root_.c_str(), 0700), 0);
