@@ -154,6 +154,7 @@ absl::Status Restore(const std::string& payload, torch::nn::Module& model,
   RETURN_IF_ERROR(RestoreState(payload, model, optimizer, &extras->position,
                                &extras->config_yaml));
   extras->position.sums_global = true;  // Older checkpoints summed over ranks.
+  extras->rows_carried = false;
   return absl::OkStatus();
 }
 

@@ -34,6 +34,9 @@ struct StateExtras {
   TrainPosition position;
   std::string config_yaml;   // The resolved config the run trains with.
   std::string metrics_rows;  // metrics.csv's rows so far, without the header.
+  // False for a checkpoint of an older build (no rows): metrics.csv is then
+  // appended to as it stands.
+  bool rows_carried = true;
   at::Tensor rng;            // The CPU generator's state (dropout).
 };
 

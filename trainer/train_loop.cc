@@ -242,6 +242,7 @@ void TrainLoop::ApplyResumed(const StateExtras& extras, bool own_snapshots) {
   resumed_ = true;
   pos_ = extras.position;
   metrics_rows_ = extras.metrics_rows;
+  rows_carried_ = extras.rows_carried;
   own_sums_ = own_snapshots;
   if (extras.rng.defined()) {
     SetGeneratorState(extras.rng);
@@ -266,7 +267,7 @@ absl::Status TrainLoop::PrepareRunFolder() {
   const std::string metrics_csv = train.output_dir + "/metrics.csv";
   // A resumed run's record is the one its state carries, whichever node
   // wrote metrics.csv before (rank 0 may now be on another node).
-  if (resumed_) RETURN_IF_ERROR(WriteMetricsRows(metrics_csv, metrics_rows_));
+  if (resumed_ && rows_carried_) RETURN_IF_ERROR(WriteMetricsRows(metrics_csv, metrics_rows_));
   ASSIGN_OR_RETURN(MetricsWriter w, MetricsWriter::Open(metrics_csv, resumed_));
   metrics_.emplace(std::move(w));
   std::fprintf(
@@ -498,9 +499,9 @@ absl::Status TrainLoop::UseProcessMemory(const absl::Status& why) {
                rank_, std::string(why.message()).c_str());
   if (persister_) RETURN_IF_ERROR(persister_->Flush());
   persister_.reset();
-  ASSIGN_OR_RETURN(area_, worker::SnapshotArea::Open("", absl::StrCat("rank", rank_)));
-  area_shared_ = false;
   const int local_rank = run_.env ? run_.env->local_rank : rank_;
+  ASSIGN_OR_RETURN(area_, worker::SnapshotArea::Open("", absl::StrCat("rank", local_rank)));
+  area_shared_ = false;
   if (local_rank == 0) {
     persister_ = std::make_unique<CheckpointPersister>(area_.get(), checkpoint_dir_, identity_);
   }

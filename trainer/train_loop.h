@@ -158,6 +158,7 @@ class TrainLoop {
   RunIdentity identity_;     // Recorded in every checkpoint; resume matches it.
   int sample_log_ = -1;      // run.sample_log's descriptor, or -1.
   std::string metrics_rows_;  // metrics.csv's rows so far, carried in every capture.
+  bool rows_carried_ = true;  // False: resumed from an older build's checkpoint.
 
   // Snapshots and checkpoints. The persister goes before the memory it reads.
   std::unique_ptr<worker::SnapshotArea> area_;
