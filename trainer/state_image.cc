@@ -1,10 +1,13 @@
 #include "trainer/state_image.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <utility>
 
@@ -164,6 +167,18 @@ std::string StateImage::ToString() const {
   std::string out(size_, '\0');
   WriteTo(out.data());
   return out;
+}
+
+at::Tensor CpuGeneratorState() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void SetCpuGeneratorState(const at::Tensor& state) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
 }
 
 bool IsStateImage(absl::string_view bytes) {

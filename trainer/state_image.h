@@ -75,6 +75,10 @@ bool IsStateImage(absl::string_view bytes);
 absl::Status RestoreImage(absl::string_view bytes, torch::nn::Module& model,
                           torch::optim::Optimizer& optimizer, StateExtras* extras);
 
+// The default CPU generator's state (dropout draws), and setting it.
+at::Tensor CpuGeneratorState();
+void SetCpuGeneratorState(const at::Tensor& state);
+
 // The image's position and blobs only (no model needed).
 absl::Status ReadImageExtras(absl::string_view bytes, StateExtras* extras);
 
