@@ -23,8 +23,23 @@ images_per_sec is measured as the trainer does: from the start of the epoch
 (summed) / rank 0's seconds; evaluation is not in it. Rank 0 writes
 <output_dir>/metrics.csv with elastrun-train's columns.
 
+With data.synthetic: true it draws the trainer's synthetic set
+(trainer/data.cc: class prototypes from the seed, noise per split) instead of
+reading files.
+
+Checkpoints (off by default; bench/goodput.py turns them on), as YOLOv5's
+train.py: --checkpoint-dir DIR makes rank 0 save DIR/last.pt at the end of
+every epoch (model, optimizer, epoch, the optimizer-step counter and the RNG
+state; written to a temporary file, fsynced and renamed, so a kill mid-save
+leaves the previous one, as elastrun-train's checkpoints do). With --resume
+every rank loads DIR/last.pt when it exists and training continues at the
+next epoch ("resumed from ...: epoch E, iteration 0"); the work of a partly
+done epoch is lost, as in YOLOv5. --log-period N prints elastrun-train's
+non-tty progress line ("epoch E/N iter I/T loss ...") every N iterations.
+
 Usage: /usr/bin/python3 bench/ddp_reference.py --config resolved.yaml \
-           [--output-dir DIR] [--epochs N]
+           [--output-dir DIR] [--epochs N] [--log-period N] \
+           [--checkpoint-dir DIR [--resume]]
 Run alone (1 process) or under `elastrun run` / torchrun (env:// Gloo).
 """
 
@@ -68,6 +83,25 @@ def load_split(root, train):
     images = read_idx(f"{root}/{prefix}-images-idx3-ubyte.gz", 3)
     labels = read_idx(f"{root}/{prefix}-labels-idx1-ubyte.gz", 1).to(torch.long)
     return images.unsqueeze(1), labels  # [n, 1, 28, 28] uint8, [n] int64
+
+
+def synthetic_split(data, train, seed):
+    """trainer/data.cc Synthetic(): learnable random images, same generators."""
+    n = int(data.get("synthetic_train_size" if train else "synthetic_test_size",
+                     60000 if train else 10000))
+    s, classes = int(data.get("image_size", 28)), int(data.get("num_classes", 10))
+    protos = torch.Generator().manual_seed(seed)
+    noise = torch.Generator().manual_seed(seed * 2 + (1 if train else 2))
+    prototypes = torch.rand((classes, 1, s, s), generator=protos)
+    labels = torch.randint(classes, (n,), generator=noise, dtype=torch.long)
+    x = prototypes.index_select(0, labels) * 0.6 + torch.rand((n, 1, s, s), generator=noise) * 0.4
+    return (x * 255).round().clamp(0, 255).to(torch.uint8), labels
+
+
+def load_data(data, train, seed):
+    if data.get("synthetic", False):
+        return synthetic_split(data, train, seed)
+    return load_split(data["root"], train)
 
 
 def make_batch(images, labels, idx):
@@ -169,6 +203,29 @@ class Schedule:
         return dict(bias_lr=target, lr=target, momentum=mom, accumulate=self.accumulate)
 
 
+# ---- checkpoints (YOLOv5's last.pt, every epoch) ------------------------------
+
+def save_checkpoint(path, model, optimizer, epoch, last_opt_step, final):
+    """Rank 0 after epoch `epoch` (0-based): atomically replaces `path`."""
+    state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), epoch=epoch,
+                 last_opt_step=last_opt_step, rng=torch.get_rng_state(), final=final)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path, model, optimizer):
+    """Returns (next epoch, last_opt_step, final) from `path`."""
+    state = torch.load(path, map_location="cpu")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    return state["epoch"] + 1, state["last_opt_step"], state["final"]
+
+
 # ---- the loop (trainer/trainer.cc) --------------------------------------------
 
 def main():
@@ -176,7 +233,15 @@ def main():
     ap.add_argument("--config", required=True, help="resolved YAML (--print-config)")
     ap.add_argument("--output-dir", help="overrides train.output_dir")
     ap.add_argument("--epochs", type=int, help="overrides train.epochs (and the schedule's)")
+    ap.add_argument("--log-period", type=int, default=0,
+                    help="progress line every N iterations on rank 0 (default: none)")
+    ap.add_argument("--checkpoint-dir",
+                    help="rank 0 saves DIR/last.pt after every epoch (default: no checkpoints)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from DIR/last.pt when it exists (needs --checkpoint-dir)")
     args = ap.parse_args()
+    if args.resume and not args.checkpoint_dir:
+        ap.error("--resume needs --checkpoint-dir")
     with open(args.config) as f:
         cfg = yaml.safe_load(f)
     data, train, opt, sched = cfg["data"], cfg["train"], cfg["optimizer"], cfg["scheduler"]
@@ -197,8 +262,8 @@ def main():
 
     torch.manual_seed(seed)
     model = make_model(cfg["model"], int(data.get("image_size", 28)))
-    train_x, train_y = load_split(data["root"], True)
-    test_x, test_y = load_split(data["root"], False)
+    train_x, train_y = load_data(data, True, seed)
+    test_x, test_y = load_data(data, False, seed)
     sampler = torch.utils.data.DistributedSampler(
         range(len(train_y)), num_replicas=world, rank=rank, shuffle=True, seed=seed,
         drop_last=bool(data.get("drop_last", False)))
@@ -219,21 +284,32 @@ def main():
             kinds.append(kind)
     optimizer = torch.optim.SGD(groups, lr=lr0, momentum=float(opt["momentum"]),
                                 nesterov=bool(opt.get("nesterov", True)))
+    start_epoch, last_opt_step, final = 0, -1, None
+    last_pt = os.path.join(args.checkpoint_dir, "last.pt") if args.checkpoint_dir else None
+    if args.resume and os.path.exists(last_pt):
+        # Before DDP's constructor, which broadcasts rank 0's parameters anyway.
+        start_epoch, last_opt_step, final = load_checkpoint(last_pt, model, optimizer)
+        if leader:
+            print(f"resumed from checkpoint {last_pt}: epoch {start_epoch + 1}, iteration 0",
+                  flush=True)
     net = nn.parallel.DistributedDataParallel(model) if distributed else model
 
     metrics = None
     if leader:
         os.makedirs(output_dir, exist_ok=True)
-        metrics = open(os.path.join(output_dir, "metrics.csv"), "w")
-        metrics.write("epoch,train_loss,test_loss,test_acc,lr,seconds,images_per_sec\n")
+        if last_pt:
+            os.makedirs(args.checkpoint_dir, exist_ok=True)
+        metrics = open(os.path.join(output_dir, "metrics.csv"), "a" if start_epoch else "w")
+        if not start_epoch:
+            metrics.write("epoch,train_loss,test_loss,test_acc,lr,seconds,images_per_sec\n")
         print(f"ddp_reference: {world} rank(s), batch {bs} x {world}, {nb} iterations/epoch, "
               f"warm-up {schedule.warmup_iters}, accumulate {schedule.accumulate}, "
               f"torch {torch.__version__}, threads {torch.get_num_threads()}", flush=True)
 
     model.train()
-    last_opt_step, micro = -1, 0
+    micro = 0
     epochs = int(train["epochs"])
-    for epoch in range(epochs):
+    for epoch in range(start_epoch, epochs):
         epoch_start = time.perf_counter()
         sampler.set_epoch(epoch)
         indices = torch.tensor(list(iter(sampler)), dtype=torch.long)
@@ -265,8 +341,14 @@ def main():
                 optimizer.zero_grad()
                 micro, last_opt_step = 0, ni
             n = float(len(idx))
-            loss_sum += loss.item() * n
+            loss_item = loss.item()
+            loss_sum += loss_item * n
             seen += n
+            if leader and args.log_period > 0 and ((i + 1) % args.log_period == 0 or i + 1 == nb):
+                rate = (i + 1) / max(time.perf_counter() - epoch_start, 1e-9)
+                print(f"epoch {epoch + 1}/{epochs} iter {i + 1}/{nb} loss {loss_item:.4f} "
+                      f"lr {v['lr']:.4g} {rate:.1f} it/s eta {(nb - i - 1) / rate:.0f}s",
+                      flush=True)
         train_s = time.perf_counter() - epoch_start
         sums = torch.tensor([loss_sum, seen], dtype=torch.float64)
         if distributed:
@@ -297,10 +379,13 @@ def main():
             print(f"epoch {epoch + 1}/{epochs}: train_loss {train_loss:.4f} test_loss "
                   f"{test_loss:.4f} test_acc {test_acc:.4f} lr {lr:.5g} {epoch_s:.1f}s "
                   f"{ips:.0f} img/s", flush=True)
+            final = dict(test_acc=test_acc, train_loss=train_loss)
+            if last_pt:
+                save_checkpoint(last_pt, model, optimizer, epoch, last_opt_step, final)
     if leader:
         metrics.close()
-        print(f"final: epoch={epochs} test_acc={test_acc:.4f} train_loss={train_loss:.4f}",
-              flush=True)
+        print(f"final: epoch={epochs} test_acc={final['test_acc']:.4f} "
+              f"train_loss={final['train_loss']:.4f}", flush=True)
     if distributed:
         dist.barrier()
         dist.destroy_process_group()

@@ -32,7 +32,8 @@ inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 inline constexpr char kAgentSocket[] = "ELASTRUN_AGENT_SOCKET";
 // Rendezvous round id of this attempt (equal on every node).
 inline constexpr char kRound[] = "ELASTRUN_ROUND";
-// Name of the shared-memory checkpoint snapshot of this job on this node.
+// The folder of this job's in-memory snapshots on this node (owned by the
+// launcher or node daemon, kept across restarts; worker/snapshot_area.h).
 inline constexpr char kSnapshot[] = "ELASTRUN_SNAPSHOT";
 // Set for workers started as standbys (`elastrun run --standby`): the number
 // of a socket on which the worker reports that it has started and waits for

@@ -2,8 +2,8 @@
 # The thread checks, one clang build for both (build-tsan/, torch off):
 #   1. clang's -Wthread-safety as errors (cmake/threads.cmake): the
 #      ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED annotations must hold;
-#   2. ThreadSanitizer: the service, daemon, agent and CLI unit tests run
-#      instrumented, and any race report fails them.
+#   2. ThreadSanitizer: the service, daemon, agent, CLI, snapshot-area and
+#      trainer-core (checkpoint persister) unit tests run instrumented, and any race report fails them.
 # Exits non-zero on a broken build, a failing test or a race report.
 #
 #   scripts/check_threads.sh            # build + run
@@ -24,7 +24,8 @@ start=$SECONDS
 # Abseil's locks are not taken for races.
 TESTS=(tsan_canary_test common_test flags_test rendezvous_core_test rendezvous_service_test
        rendezvous_coordinator_test rendezvous_server_test rendezvous_flags_test
-       agent_test agent_process_test runner_test daemon_test daemon_flags_test cli_test)
+       agent_test agent_process_test runner_test daemon_test daemon_flags_test cli_test
+       worker_snapshot_test trainer_core_test)
 BINARIES=(elastrun-rendezvous elastrund elastrun)
 
 fail() { echo "check_threads: $*" >&2; exit 1; }

@@ -3,6 +3,9 @@
 // unmodified torchrun-style PyTorch DDP script. Every test tags what it
 // starts with a unique environment entry, and checks that nothing is left.
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <set>
 #include <string>
@@ -35,6 +38,8 @@ class LauncherTest : public ::testing::Test {
   void SetUp() override {
     log_dir_ = MakeTempDir("logs");
     ready_dir_ = MakeTempDir("ready");
+    // Runs inherit it: their snapshot folders stay off the real /dev/shm.
+    setenv("ELASTRUN_SNAPSHOT_BASE", MakeTempDir("snapshots").c_str(), 1);
     marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=", ::testing::UnitTest::GetInstance()
                                                         ->current_test_info()
                                                         ->name(),
@@ -298,6 +303,50 @@ TEST_F(LauncherTest, StandbyWorkersTakeOverOnRestart) {
                              {marker_});
   ASSERT_TRUE(p.ok()) << p.status();
   ExpectStandbysTakeOverOnRestart(**p, marker_, ready_dir_);
+}
+
+// The run's snapshot folder reaches every worker: both ranks of attempt 0
+// and the standbys that become attempt 1 (they are started before the
+// failure, so it must be in what they start with). Gone after SIGTERM.
+TEST_F(LauncherTest, StandbysStartWithTheRunsSnapshotFolder) {
+  const std::string base = MakeTempDir("snapshot_base");
+  const std::string folder = absl::StrCat(base, "/elastrun-", geteuid(), "/job");
+  const std::string entry = "ELASTRUN_SNAPSHOT=" + folder;
+  auto p = Subprocess::Start(Command({"--nproc-per-node", "2", "--max-restarts", "1",
+                                      "--standby"},
+                                     {"--ready-dir", ready_dir_, "--hang"}),
+                             {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base});
+  ASSERT_TRUE(p.ok()) << p.status();
+  Subprocess& launcher = **p;
+  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.0.", 2, kRunTimeout).ok())
+      << launcher.Output();
+  std::set<pid_t> standbys;
+  const absl::Time deadline = absl::Now() + kRunTimeout;
+  while (standbys.size() < 2 && absl::Now() < deadline) {
+    standbys = Tagged(marker_, "");
+    standbys.erase(launcher.pid());
+    // Waiting for processes has no file to watch; a short pause per check.
+    if (standbys.size() < 2) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(standbys.size(), 2u) << launcher.Output();
+  std::set<pid_t> with_folder = Tagged(marker_, entry);
+  for (pid_t pid : standbys) EXPECT_EQ(with_folder.count(pid), 1u) << "standby " << pid;
+  EXPECT_EQ(with_folder.size(), 4u) << "2 ranks and 2 standbys";
+  struct stat st;
+  ASSERT_EQ(lstat(folder.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+
+  std::set<pid_t> rank1 = Tagged(marker_, "RANK=1");
+  ASSERT_EQ(rank1.size(), 1u);
+  kill(*rank1.begin(), SIGKILL);
+  ASSERT_TRUE(testing::WaitForFiles(ready_dir_, "ready.1.", 2, kRunTimeout).ok())
+      << launcher.Output();
+  for (pid_t pid : standbys) EXPECT_EQ(kill(pid, 0), 0) << "standby " << pid << " is gone";
+  launcher.Signal(SIGTERM);
+  ASSERT_TRUE(launcher.Wait(kRunTimeout).ok());
+  EXPECT_EQ(*launcher.exit_code(), 128 + SIGTERM) << launcher.Output();
+  EXPECT_FALSE(FileExists(folder)) << launcher.Output();
 }
 
 TEST_F(LauncherTest, StandbyIsHarmlessForProgramsWithoutTheProtocol) {

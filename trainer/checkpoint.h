@@ -25,13 +25,25 @@ struct TrainPosition {
   int64_t micro_batches = 0;  // Backwards accumulated since that step.
   int64_t world_size = 1;     // Ranks when it was taken.
   double best_acc = -1;       // Best test accuracy so far.
-  // Loss sum and samples of `epoch` so far, over all ranks (mid-epoch
-  // checkpoints), so the epoch's train_loss survives a resume.
+  // Loss sum and samples of `epoch` so far, over all ranks, so the epoch's
+  // train_loss survives a resume. Valid when `sums_global` (checkpoints to
+  // disk sum them; per-step snapshots do not, to stay a memcpy).
   double loss_sum = 0;
   double seen = 0;
+  bool sums_global = false;
+  // The same sums on the rank that took the state alone.
+  double local_loss_sum = 0;
+  double local_seen = 0;
   // The loss scaler's state (train.amp).
   double amp_scale = 0;
   int64_t amp_growth_tracker = 0;
+  // State taken at the end of epoch `epoch - 1` between optimizer steps
+  // (gradient accumulation across the epoch's end): batches `tail_begin`
+  // to the end of that epoch were trained after the last step and their
+  // gradients are not stored (they differ by rank). A resume on as many
+  // ranks recomputes them from the same weights and generator state
+  // (TrainLoop's replay). -1: none.
+  int64_t tail_begin = -1;
 };
 
 // The state as bytes (torch::serialize archive).

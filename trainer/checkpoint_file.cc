@@ -1,6 +1,9 @@
 #include "trainer/checkpoint_file.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -68,14 +71,31 @@ bool MayOverwrite(const std::string& path, const RunIdentity& run) {
 
 absl::Status WriteCheckpointFile(const std::string& path, const CheckpointBlob& blob) {
   const std::string& digest = blob.run.config_digest;
-  std::string contents = absl::StrCat(
+  const std::string header = absl::StrCat(
       kMagic, " ", kVersion, " ", blob.key, " ", blob.payload.size(), " ",
       Sha256Hex(blob.payload), " ", EncodeRunIdField(blob.run.run_id), " ",
       digest.empty() || digest.find_first_of(" \n%") != std::string::npos ? "%" : digest,
       "\n");
-  contents += blob.payload;
-  return WriteFileAtomically(path, contents);
+  return WriteFileAtomically(path, {absl::string_view(header), absl::string_view(blob.payload)});
 }
+
+namespace {
+
+// Makes `path` another name of the written file `from` (a hard link put in
+// place by rename, so readers see the old file or the new one), or a copy
+// where the folder cannot hold links.
+absl::Status LinkOrWrite(const std::string& from, const std::string& path,
+                         const CheckpointBlob& blob) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = absl::StrCat(path, ".link.", ::getpid(), ".", counter++);
+  if (::link(from.c_str(), tmp.c_str()) == 0) {
+    if (::rename(tmp.c_str(), path.c_str()) == 0) return absl::OkStatus();
+    ::unlink(tmp.c_str());
+  }
+  return WriteCheckpointFile(path, blob);
+}
+
+}  // namespace
 
 absl::StatusOr<CheckpointBlob> ReadCheckpointHeader(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -158,15 +178,13 @@ absl::Status SaveCheckpoint(const std::string& dir, const CheckpointBlob& blob, 
                             int keep) {
   if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
   const std::string tag = blob.run.Tag();
-  if (absl::Status s = WriteCheckpointFile(NumberedCheckpointPath(dir, blob.key, tag), blob);
-      !s.ok()) {
-    return s;
-  }
+  const std::string numbered = NumberedCheckpointPath(dir, blob.key, tag);
+  if (absl::Status s = WriteCheckpointFile(numbered, blob); !s.ok()) return s;
   for (const std::string& name : {std::string("last.ckpt"), std::string("best.ckpt")}) {
     if (name == "best.ckpt" && !best) continue;
     const std::string path = dir + "/" + name;
     if (!MayOverwrite(path, blob.run)) continue;  // Another run's: left alone.
-    if (absl::Status s = WriteCheckpointFile(path, blob); !s.ok()) return s;
+    if (absl::Status s = LinkOrWrite(numbered, path, blob); !s.ok()) return s;
   }
   // Prune only this run's numbered files (ListCheckpoints: newest first).
   int kept = 0;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -57,10 +58,18 @@ MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
+std::string MetricsRow(const EpochMetrics& m) {
+  return absl::StrFormat("%d,%.6f,%.6f,%.6f,%.8g,%.3f,%.1f\n", m.epoch, m.train_loss,
+                         m.test_loss, m.test_acc, m.lr, m.seconds, m.images_per_sec);
+}
+
+absl::Status WriteMetricsRows(const std::string& path, const std::string& rows) {
+  return WriteFileAtomically(path, absl::StrCat(kMetricsHeader, "\n", rows));
+}
+
 absl::Status MetricsWriter::Append(const EpochMetrics& m) {
-  std::fprintf(file_, "%lld,%.6f,%.6f,%.6f,%.8g,%.3f,%.1f\n",
-               static_cast<long long>(m.epoch), m.train_loss, m.test_loss, m.test_acc,
-               m.lr, m.seconds, m.images_per_sec);
+  const std::string row = MetricsRow(m);
+  std::fputs(row.c_str(), file_);
   if (std::fflush(file_) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot write ", path_, ": ", std::strerror(errno)));
@@ -105,7 +114,15 @@ void Progress::Finish() {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  return WriteFileAtomically(path, {absl::string_view(contents)});
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::initializer_list<absl::string_view> parts) {
+  // Unique per writer: ranks that share a folder (threads in tests, or
+  // processes on one machine) may write the same file at once.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter++);
   auto fail = [&](const char* what) {
     const int err = errno;
     ::unlink(tmp.c_str());
@@ -114,15 +131,17 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail("open");
-  size_t off = 0;
-  while (off < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + off, contents.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      return fail("write");
+  for (absl::string_view contents : parts) {
+    size_t off = 0;
+    while (off < contents.size()) {
+      const ssize_t n = ::write(fd, contents.data() + off, contents.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        ::close(fd);
+        return fail("write");
+      }
+      off += static_cast<size_t>(n);
     }
-    off += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0) {
     ::close(fd);

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/files.h"  // MakeDirs, used with these helpers
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace elastrun::trainer {
 
@@ -26,6 +28,14 @@ struct EpochMetrics {
 };
 
 extern const char kMetricsHeader[];
+
+// One row of metrics.csv, with its newline.
+std::string MetricsRow(const EpochMetrics& m);
+
+// Replaces `path` (atomically) with the header and `rows` (MetricsRow's,
+// concatenated): a resumed run's record, carried in its state, whichever
+// node now writes it.
+absl::Status WriteMetricsRows(const std::string& path, const std::string& rows);
 
 // Writes metrics.csv. Rows are flushed as they come, so a crash keeps the
 // epochs already done. Not thread-safe.
@@ -79,6 +89,9 @@ absl::StatusOr<std::string> KeepEarlierMetrics(const std::string& output_dir);
 // Writes `contents` to `path` atomically: temporary file, fsync, rename,
 // fsync of the folder. Errors name the path and the failing call.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+// The same for contents in parts, written one after the other.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::initializer_list<absl::string_view> parts);
 
 }  // namespace elastrun::trainer
 

@@ -43,7 +43,11 @@ const Schema& TrainSchema() {
         .Optional("checkpoint_period", Type::Int(), "1",
                   "Checkpoint every N epochs (0: never).")
         .Optional("checkpoint_iters", Type::Int(), "0",
-                  "Also checkpoint every N iterations within an epoch (0: off).")
+                  "Also checkpoint every N iterations within an epoch (0: off); taken at "
+                  "the next optimizer step.")
+        .Optional("snapshot_iters", Type::Int(), "0",
+                  "Snapshot the state into the agent's memory every N optimizer steps "
+                  "(0: every step, or fewer if a copy costs over 2% of a step; -1: off).")
         .Optional("log_period", Type::Int(), "50", "Progress line every N iterations.")
         .Optional("threads", Type::Int(), "1", "Intra-op threads per rank.")
         .Optional("amp", Type::Bool(), "false",
@@ -77,6 +81,7 @@ TrainOptions TrainOptionsFrom(const Node& n) {
   o.output_dir = n.Find("output_dir")->ScalarText();
   o.checkpoint_period = n.Find("checkpoint_period")->as_int();
   o.checkpoint_iters = n.Find("checkpoint_iters")->as_int();
+  o.snapshot_iters = n.Find("snapshot_iters")->as_int();
   o.log_period = n.Find("log_period")->as_int();
   o.threads = n.Find("threads")->as_int();
   o.amp = n.Find("amp")->as_bool();

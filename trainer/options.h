@@ -46,6 +46,10 @@ struct TrainOptions {
   int64_t checkpoint_period = 1;
   // Also checkpoint every N iterations inside an epoch; 0: only at epoch ends.
   int64_t checkpoint_iters = 0;
+  // Snapshot the state into memory every N optimizer steps (tier 1, see
+  // train_loop.h); 0: every step unless a copy costs over 2% of a step,
+  // then as often as that budget allows; -1: never.
+  int64_t snapshot_iters = 0;
   // Rank 0 prints a progress line every N iterations (0: only per epoch).
   int64_t log_period = 50;
   // Intra-op threads per rank (torch::set_num_threads).

@@ -8,8 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "trainer/checkpoint_file.h"
+#include "trainer/digest.h"
 #include "worker/process_group.h"
 
 namespace elastrun::trainer {
@@ -58,19 +60,6 @@ absl::StatusOr<CheckpointBlob> LoadLocalCheckpoint(const RunOptions& run,
   return blob;
 }
 
-// The rank holding the newest checkpoint, or -1 when no rank holds one.
-absl::StatusOr<int> NewestHolder(worker::ProcessGroup* group, int world, int rank,
-                                 int64_t local_key) {
-  // Slot r holds rank r's key + 1 (0: none); a sum gathers them.
-  std::vector<double> keys(static_cast<size_t>(world), 0.0);
-  keys[static_cast<size_t>(rank)] = static_cast<double>(local_key + 1);
-  RETURN_IF_ERROR(SumOverRanks(group, keys));
-  const int source =
-      static_cast<int>(std::max_element(keys.begin(), keys.end()) - keys.begin());
-  if (keys[static_cast<size_t>(source)] == 0) return -1;
-  return source;
-}
-
 // Replaces `*payload` on every rank with `source`'s (no-op without a group).
 absl::Status BroadcastPayload(worker::ProcessGroup* group, int source, int rank,
                               std::string* payload) {
@@ -100,15 +89,93 @@ absl::Status SumOverRanks(worker::ProcessGroup* group, std::vector<double>& valu
 
 int64_t CheckpointKey(const TrainPosition& p) { return p.epoch * 1000000 + p.iteration; }
 
-absl::StatusOr<bool> Resume(const RunOptions& run, const RunIdentity& identity,
-                            const TrainerConfig& cfg, int world, int rank,
-                            worker::ProcessGroup* group, torch::nn::Module& model,
-                            torch::optim::Optimizer& optimizer, TrainPosition* position) {
-  const std::string& path = *run.resume;
-  ASSIGN_OR_RETURN(CheckpointBlob local,
+// The run id hashed: any length of id fits the slot's meta.
+std::string SnapshotMeta(const RunIdentity& identity, int world) {
+  return absl::StrCat(Sha256Hex(identity.run_id), " ",
+                      identity.config_digest.empty() ? "%" : identity.config_digest, " ",
+                      world);
+}
+
+bool SnapshotOfRun(const std::string& meta, const RunIdentity& identity) {
+  std::vector<std::string> f = absl::StrSplit(meta, ' ');
+  return f.size() == 3 && !identity.run_id.empty() && f[0] == Sha256Hex(identity.run_id) &&
+         (f[1] == "%" ? "" : f[1]) == identity.config_digest;
+}
+
+namespace {
+
+enum class Tier { kNone = 0, kMemory = 1, kDisk = 2, kFile = 3 };
+
+const char* TierName(Tier t) {
+  switch (t) {
+    case Tier::kMemory: return "snapshot in memory";
+    case Tier::kDisk: return "checkpoint on disk";
+    case Tier::kFile: return "named file";
+    case Tier::kNone: break;
+  }
+  return "nothing";
+}
+
+// This rank's newest state of the run: its snapshots and its checkpoints.
+struct Local {
+  int64_t key = -1;
+  Tier tier = Tier::kNone;
+  std::string payload;
+};
+
+absl::StatusOr<Local> NewestLocal(const RunOptions& run, const RunIdentity& identity,
+                                  const TrainerConfig& cfg, int rank,
+                                  worker::SnapshotArea* area) {
+  Local local;
+  ASSIGN_OR_RETURN(CheckpointBlob disk,
                    LoadLocalCheckpoint(run, identity, cfg.train.output_dir, rank));
-  ASSIGN_OR_RETURN(const int source, NewestHolder(group, world, rank, local.key));
-  if (source < 0) {
+  if (disk.key >= 0) {
+    local.key = disk.key;
+    local.tier = run.resume->empty() ? Tier::kDisk : Tier::kFile;
+    local.payload = std::move(disk.payload);
+  }
+  if (area == nullptr || !run.resume->empty()) return local;
+  for (const worker::SnapshotSlot& slot : area->Valid()) {
+    // Newest first; on a tie the snapshot wins: its loss sums are this
+    // rank's own, and it needs no file read.
+    if (!SnapshotOfRun(slot.meta, identity) || slot.key < local.key) continue;
+    local.key = slot.key;
+    local.tier = Tier::kMemory;
+    local.payload.assign(slot.bytes.data(), slot.bytes.size());
+    break;
+  }
+  return local;
+}
+
+// Restores `payload` (an image, or a torch archive of an older build).
+absl::Status Restore(const std::string& payload, torch::nn::Module& model,
+                     torch::optim::Optimizer& optimizer, StateExtras* extras) {
+  if (IsStateImage(payload)) return RestoreImage(payload, model, optimizer, extras);
+  RETURN_IF_ERROR(RestoreState(payload, model, optimizer, &extras->position,
+                               &extras->config_yaml));
+  extras->position.sums_global = true;  // Older checkpoints summed over ranks.
+  extras->rows_carried = false;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Resumed> Resume(const RunOptions& run, const RunIdentity& identity,
+                               const TrainerConfig& cfg, int world, int rank,
+                               worker::ProcessGroup* group, torch::nn::Module& model,
+                               torch::optim::Optimizer& optimizer,
+                               worker::SnapshotArea* area) {
+  const std::string& path = *run.resume;
+  ASSIGN_OR_RETURN(Local local, NewestLocal(run, identity, cfg, rank, area));
+  // Every rank's key + 1 (0: none) and tier, gathered by one sum.
+  const size_t w = static_cast<size_t>(world);
+  std::vector<double> all(2 * w, 0.0);
+  all[static_cast<size_t>(rank)] = static_cast<double>(local.key + 1);
+  all[w + static_cast<size_t>(rank)] = static_cast<double>(local.tier);
+  RETURN_IF_ERROR(SumOverRanks(group, all));
+  const auto newest = std::max_element(all.begin(), all.begin() + world);
+  Resumed out;
+  if (*newest == 0) {
     if (!path.empty()) {
       return absl::NotFoundError(
           absl::StrCat("--resume ", path, ": no rank has this file"));
@@ -117,29 +184,40 @@ absl::StatusOr<bool> Resume(const RunOptions& run, const RunIdentity& identity,
       std::fprintf(run.out, "no checkpoint of this run in %s; starting fresh\n",
                    CheckpointDir(cfg.train.output_dir).c_str());
     }
-    return false;
+    return out;
   }
-  std::string payload = std::move(local.payload);
-  RETURN_IF_ERROR(BroadcastPayload(group, source, rank, &payload));
-  RETURN_IF_ERROR(RestoreState(payload, model, optimizer, position, nullptr));
-  if (position->world_size != world && position->iteration > 0) {
+  const int source = static_cast<int>(newest - all.begin());
+  const bool everyone = std::count(all.begin(), all.begin() + world, *newest) == world;
+  // Each rank's own copy when all hold it; otherwise the holder's bytes.
+  if (!everyone) RETURN_IF_ERROR(BroadcastPayload(group, source, rank, &local.payload));
+  RETURN_IF_ERROR(Restore(local.payload, model, optimizer, &out.extras));
+  out.resumed = true;
+  out.own_snapshots =
+      everyone && std::all_of(all.begin() + world, all.end(), [](double t) {
+        return t == static_cast<double>(Tier::kMemory);
+      });
+  TrainPosition& p = out.extras.position;
+  if (p.world_size != world && p.iteration > 0) {
     // Shards depend on the world size: a partly done epoch cannot be
     // continued exactly, so it restarts.
     if (rank == 0) {
       std::fprintf(run.out,
-                   "checkpoint taken on %lld ranks, now %d: epoch %lld restarts\n",
-                   static_cast<long long>(position->world_size), world,
-                   static_cast<long long>(position->epoch + 1));
+                   "state taken on %lld ranks, now %d: epoch %lld restarts\n",
+                   static_cast<long long>(p.world_size), world,
+                   static_cast<long long>(p.epoch + 1));
     }
-    position->iteration = 0;
+    p.iteration = 0;
   }
   if (rank == 0) {
+    const Tier tier = static_cast<Tier>(static_cast<int>(all[w + static_cast<size_t>(source)]));
     std::fprintf(run.out,
-                 "resumed from rank %d's checkpoint: epoch %lld, iteration %lld\n",
-                 source, static_cast<long long>(position->epoch + 1),
-                 static_cast<long long>(position->iteration));
+                 "resumed at epoch %lld, iteration %lld from the %s of rank %d%s\n",
+                 static_cast<long long>(p.epoch + 1), static_cast<long long>(p.iteration),
+                 TierName(tier), source,
+                 everyone ? " (every rank had it)" : ", broadcast to every rank");
+    std::fflush(run.out);
   }
-  return true;
+  return out;
 }
 
 }  // namespace elastrun::trainer

@@ -59,7 +59,7 @@ std::string RunIdentity::DiffersFrom(const RunIdentity& other) const {
 const std::vector<std::string>& ResumableKeys() {
   static const std::vector<std::string>* keys = new std::vector<std::string>{
       "train.epochs",      "train.output_dir", "train.checkpoint_period",
-      "train.checkpoint_iters", "train.log_period", "train.threads",
+      "train.checkpoint_iters", "train.snapshot_iters", "train.log_period", "train.threads",
       "train.run_name",    "data.root",        "data.num_workers",
       "scheduler.epochs"};
   return *keys;

@@ -17,6 +17,7 @@
 #include "trainer/digest.h"
 #include "trainer/plot.h"
 #include "trainer/resume.h"
+#include "trainer/state_image.h"
 #include "worker/process_group.h"
 #include "worker/progress.h"
 
@@ -110,14 +111,15 @@ absl::StatusOr<std::unique_ptr<TrainLoop>> TrainLoop::Create(
   if (cfg.train.threads > 0) torch::set_num_threads(static_cast<int>(cfg.train.threads));
   loop->identity_.run_id = ChooseRunId(cfg.train.run_name, run.run_id);
   loop->identity_.config_digest = ConfigDigest(cfg.resolved);
+  loop->checkpoint_dir_ = CheckpointDir(cfg.train.output_dir);
+  loop->config_yaml_ = config::ToYaml(cfg.resolved);
   RETURN_IF_ERROR(loop->Build());
+  RETURN_IF_ERROR(loop->OpenSnapshots());
   RETURN_IF_ERROR(loop->RestorePosition());
   if (group != nullptr) {
     ASSIGN_OR_RETURN(loop->ddp_,
                      DistributedDataParallel::Create(loop->model_.ptr(), group->gloo()));
   }
-  loop->checkpoint_dir_ = CheckpointDir(cfg.train.output_dir);
-  loop->config_yaml_ = config::ToYaml(cfg.resolved);
   if (loop->leader_) RETURN_IF_ERROR(loop->PrepareRunFolder());
   RETURN_IF_ERROR(loop->OpenSampleLog());
   return loop;
@@ -155,20 +157,23 @@ absl::Status TrainLoop::Build() {
 // Resumes (when asked) and fits the position and the loss scaler to this
 // world.
 absl::Status TrainLoop::RestorePosition() {
-  // A run with an id resumes whenever one of its checkpoints exists (its
-  // own only: Resume ignores other runs'), whatever the restart count says.
+  // A run with an id resumes whenever a state of its own exists (its own
+  // only: Resume ignores other runs'), whatever the restart count says.
   if (run_.resume.has_value() || !identity_.run_id.empty()) {
     RunOptions run = run_;
     if (!run.resume.has_value()) run.resume = "";
-    ASSIGN_OR_RETURN(resumed_, Resume(run, identity_, cfg_, world_, rank_, group_, *model_,
-                                      optimizer_->torch_optimizer(), &pos_));
+    ASSIGN_OR_RETURN(Resumed r, Resume(run, identity_, cfg_, world_, rank_, group_, *model_,
+                                       optimizer_->torch_optimizer(), area_.get()));
+    if (r.resumed) ApplyResumed(r.extras, r.own_snapshots);
   }
+  if (!rng_at_step_.defined()) rng_at_step_ = CpuGeneratorState();
   if (resumed_ && pos_.world_size != world_) {
     // Iterations per epoch depend on the world size, so the schedule's step
     // counter restarts here, and gradients accumulated for the old group
-    // are dropped.
+    // are dropped (and a tail is not recomputed: its shards are gone).
     pos_.last_opt_step = pos_.epoch * batches_per_epoch_ + pos_.iteration - 1;
     pos_.micro_batches = 0;
+    pos_.tail_begin = -1;
     optimizer_->ZeroGrad();
   }
   pos_.world_size = world_;
@@ -185,6 +190,18 @@ absl::Status TrainLoop::RestorePosition() {
   return absl::OkStatus();
 }
 
+void TrainLoop::ApplyResumed(const StateExtras& extras, bool own_snapshots) {
+  resumed_ = true;
+  pos_ = extras.position;
+  metrics_rows_ = extras.metrics_rows;
+  rows_carried_ = extras.rows_carried;
+  own_sums_ = own_snapshots;
+  if (extras.rng.defined()) {
+    SetCpuGeneratorState(extras.rng);
+    rng_at_step_ = extras.rng;
+  }
+}
+
 // Rank 0's run folder: config.yaml, metrics.csv (appended to when
 // resumed), and the banner.
 absl::Status TrainLoop::PrepareRunFolder() {
@@ -199,8 +216,11 @@ absl::Status TrainLoop::PrepareRunFolder() {
     }
   }
   RETURN_IF_ERROR(WriteFileAtomically(train.output_dir + "/config.yaml", config_yaml_));
-  ASSIGN_OR_RETURN(MetricsWriter w,
-                   MetricsWriter::Open(train.output_dir + "/metrics.csv", resumed_));
+  const std::string metrics_csv = train.output_dir + "/metrics.csv";
+  // A resumed run's record is the one its state carries, whichever node
+  // wrote metrics.csv before (rank 0 may now be on another node).
+  if (resumed_ && rows_carried_) RETURN_IF_ERROR(WriteMetricsRows(metrics_csv, metrics_rows_));
+  ASSIGN_OR_RETURN(MetricsWriter w, MetricsWriter::Open(metrics_csv, resumed_));
   metrics_.emplace(std::move(w));
   std::fprintf(
       run_.out,
@@ -229,6 +249,7 @@ absl::Status TrainLoop::OpenSampleLog() {
 
 absl::StatusOr<TrainResult> TrainLoop::Run() {
   model_->train();
+  if (pos_.tail_begin >= 0 && pos_.epoch < cfg_.train.epochs) RETURN_IF_ERROR(ReplayTail());
   for (int64_t epoch = pos_.epoch; epoch < cfg_.train.epochs; ++epoch) {
     RETURN_IF_ERROR(RunEpoch(epoch));
   }
@@ -239,12 +260,10 @@ absl::Status TrainLoop::RunEpoch(int64_t epoch) {
   const int64_t checkpoint_iters = cfg_.train.checkpoint_iters;
   StartEpoch(epoch);
   for (int64_t i = epoch_.first; i < batches_per_epoch_; ++i) {
+    // Due here, taken at the next optimizer step (all ranks then hold the
+    // same state); the end of the epoch takes it if none comes before.
+    if (checkpoint_iters > 0 && (i + 1) % checkpoint_iters == 0) checkpoint_pending_ = true;
     RETURN_IF_ERROR(TrainBatch(epoch, i));
-    // Not after the last batch: the end of the epoch checkpoints that.
-    if (checkpoint_iters > 0 && (i + 1) % checkpoint_iters == 0 &&
-        i + 1 < batches_per_epoch_) {
-      RETURN_IF_ERROR(CheckpointMidEpoch(i + 1));
-    }
   }
   return EndEpoch(epoch);
 }
@@ -255,12 +274,27 @@ void TrainLoop::StartEpoch(int64_t epoch) {
   epoch_.first = epoch == pos_.epoch ? pos_.iteration : 0;
   pos_.epoch = epoch;
   epoch_.indices = sampler_->Indices(epoch_.first * cfg_.data.batch_size);
-  const bool resumed_mid_epoch = epoch_.first > 0;
-  // A resumed epoch starts from the sums saved over all ranks (counted
-  // once, on rank 0).
-  epoch_.loss_sum = resumed_mid_epoch && leader_ ? pos_.loss_sum : 0;
-  epoch_.seen = resumed_mid_epoch && leader_ ? pos_.seen : 0;
-  epoch_.seen_at_start = resumed_mid_epoch ? pos_.seen : 0;
+  epoch_.loss_sum = 0;
+  epoch_.seen = 0;
+  epoch_.seen_at_start = 0;
+  if (epoch_.first == 0) return;
+  // A resumed epoch starts from the sums so far: each rank's own when every
+  // rank restored its own snapshot; else the sums over all ranks (counted
+  // once, on rank 0), which a per-step snapshot does not hold: then rank 0
+  // estimates them from its source's own (the mean of one rank).
+  const double w = static_cast<double>(world_);
+  if (own_sums_) {
+    epoch_.loss_sum = pos_.local_loss_sum;
+    epoch_.seen = pos_.local_seen;
+    epoch_.seen_at_start = pos_.local_seen * w;
+  } else {
+    const bool global = pos_.sums_global;
+    epoch_.seen_at_start = global ? pos_.seen : pos_.local_seen * w;
+    if (leader_) {
+      epoch_.loss_sum = global ? pos_.loss_sum : pos_.local_loss_sum * w;
+      epoch_.seen = epoch_.seen_at_start;
+    }
+  }
 }
 
 absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t i) {
@@ -296,7 +330,7 @@ absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t i) {
     worker::ReportProgress(
         ni + 1, {{"epoch", static_cast<double>(epoch + 1)}, {"loss", l}, {"lr", v.lr}});
   }
-  return absl::OkStatus();
+  return step ? AfterStep(i) : absl::OkStatus();
 }
 
 void TrainLoop::OptimizerStep(int64_t ni) {
@@ -312,59 +346,45 @@ void TrainLoop::OptimizerStep(int64_t ni) {
   pos_.last_opt_step = ni;
 }
 
-absl::Status TrainLoop::CheckpointMidEpoch(int64_t done) {
-  pos_.iteration = done;
-  // The epoch's sums so far, so its train_loss survives a resume.
-  std::vector<double> sums = {epoch_.loss_sum, epoch_.seen};
-  RETURN_IF_ERROR(SumOverRanks(group_, sums));
-  pos_.loss_sum = sums[0];
-  pos_.seen = sums[1];
-  return TakeCheckpoint(/*best=*/false);
-}
-
-absl::Status TrainLoop::TakeCheckpoint(bool best) {
-  if (!leader_) return absl::OkStatus();
-  CheckpointBlob blob;
-  blob.key = CheckpointKey(pos_);
-  blob.run = identity_;
-  if (scaler_) {
-    pos_.amp_scale = scaler_->scale();
-    pos_.amp_growth_tracker = scaler_->growth_tracker();
-  }
-  blob.payload =
-      SerializeState(*model_, optimizer_->torch_optimizer(), pos_, config_yaml_);
-  return SaveCheckpoint(checkpoint_dir_, blob, best);
-}
-
 absl::Status TrainLoop::EndEpoch(int64_t epoch) {
   const TrainOptions& train = cfg_.train;
   const double train_s = SecondsSince(epoch_.start);
   std::vector<double> train_sums = {epoch_.loss_sum, epoch_.seen};
   RETURN_IF_ERROR(SumOverRanks(group_, train_sums));
   ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_));
-  const double epoch_s = SecondsSince(epoch_.start);
   result_.epoch = epoch + 1;
   result_.train_loss = train_sums[0] / train_sums[1];
   result_.test_acc = eval.acc;
   result_.test_loss = eval.loss;
   const bool best = eval.acc > pos_.best_acc;
   if (best) pos_.best_acc = eval.acc;
-  pos_.epoch = epoch + 1;
-  pos_.iteration = 0;
-  if (train.checkpoint_period > 0 &&
-      ((epoch + 1) % train.checkpoint_period == 0 || epoch + 1 == train.epochs)) {
-    RETURN_IF_ERROR(TakeCheckpoint(best));
-  }
-  if (!leader_) return absl::OkStatus();
   EpochMetrics m;
   m.epoch = epoch + 1;
   m.train_loss = result_.train_loss;
   m.test_loss = eval.loss;
   m.test_acc = eval.acc;
   m.lr = optimizer_->lr();
-  m.seconds = epoch_s;
+  m.seconds = SecondsSince(epoch_.start);
   // Training only (this run's part of the epoch when resumed mid-way).
   m.images_per_sec = (train_sums[1] - epoch_.seen_at_start) / train_s;
+  // Every rank keeps the rows: any node may hold rank 0 after a re-form.
+  metrics_rows_ += MetricsRow(m);
+  pos_.epoch = epoch + 1;
+  pos_.iteration = 0;
+  // Inside an accumulation, the batches since the last step are recomputed
+  // on resume (their gradients differ by rank and are not stored); when
+  // that step lies in an earlier epoch, they are dropped.
+  const int64_t tail = pos_.last_opt_step + 1 - epoch * batches_per_epoch_;
+  pos_.tail_begin = pos_.micro_batches > 0 && tail >= 0 ? tail : -1;
+  // A mid-epoch checkpoint still pending (no step since it was due) is
+  // this one.
+  const bool due = checkpoint_pending_ ||
+                   (train.checkpoint_period > 0 &&
+                    ((epoch + 1) % train.checkpoint_period == 0 || epoch + 1 == train.epochs));
+  checkpoint_pending_ = false;
+  RETURN_IF_ERROR(CaptureState(Capture::kEpochEnd, due, best));
+  pos_.tail_begin = -1;
+  if (!leader_) return absl::OkStatus();
   return ReportEpoch(m);
 }
 
@@ -394,6 +414,16 @@ absl::StatusOr<TrainResult> TrainLoop::Finish() {
   }
   result_.params_sha256 = ParamsSha256(*model_);
   result_.seconds = SecondsSince(start_);
+  // The run's last checkpoint is on disk before anyone reports success.
+  if (persister_) RETURN_IF_ERROR(persister_->Flush());
+  if (leader_ && captures_.taken > 0) {
+    std::fprintf(run_.out,
+                 "state captures: %lld (skipped %lld), training thread stalled %.2f ms each "
+                 "(max %.2f ms)\n",
+                 static_cast<long long>(captures_.taken), static_cast<long long>(captures_.skipped),
+                 captures_.seconds * 1e3 / static_cast<double>(captures_.taken),
+                 captures_.max_seconds * 1e3);
+  }
   if (group_ != nullptr) RETURN_IF_ERROR(group_->Barrier());
   if (leader_) {
     std::fprintf(run_.out, "%s\n", FinalLine(result_).c_str());

@@ -2,7 +2,20 @@
 // the run's state: set-up (model, data, sampler, schedule, optimizer,
 // resume, DDP, the run folder), then epochs of batches. Its private methods
 // are the seams where training state is taken or changes: one optimizer
-// step, a checkpoint of the position now, the end of an epoch.
+// step, a capture of the state, the end of an epoch.
+//
+// Where the state lives (DESIGN.md, "tiers"): after optimizer steps, where
+// every rank holds the same state, the loop copies it (state_image.h, one
+// memcpy per tensor) into its snapshot memory (worker/snapshot_area.h): a
+// folder the node's agent owns (ELASTRUN_SNAPSHOT), which outlives this
+// process, every `train.snapshot_iters` steps (tier 1). When a checkpoint
+// is due (train.checkpoint_iters, train.checkpoint_period) the capture is
+// also handed to this node's persister (its local rank 0 only), which
+// writes it to the node's own checkpoint folder in the background (tier 2).
+// Captures are taken at optimizer steps only, so gradients accumulated
+// between steps (different on every rank) are never stored; the one
+// exception, the end of an epoch inside an accumulation, records which
+// batches to recompute instead (TrainPosition::tail_begin, ReplayTail).
 #ifndef ELASTRUN_TRAINER_TRAIN_LOOP_H_
 #define ELASTRUN_TRAINER_TRAIN_LOOP_H_
 
@@ -24,10 +37,13 @@
 #include "trainer/run_identity.h"
 #include "trainer/models.h"
 #include "trainer/optimizer.h"
+#include "trainer/persister.h"
 #include "trainer/sampler.h"
 #include "trainer/schedule.h"
+#include "trainer/state_image.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_pch.h"
+#include "worker/snapshot_area.h"
 
 namespace elastrun::trainer {
 
@@ -66,9 +82,15 @@ class TrainLoop {
 
   TrainLoop(const TrainerConfig& cfg, const RunOptions& run, worker::ProcessGroup* group);
 
+  // What a capture is for: a snapshot in memory only; a checkpoint, also
+  // persisted; the end of an epoch (persisted when due).
+  enum class Capture { kSnapshot, kCheckpoint, kEpochEnd };
+
   // Set-up, in this order (see Create).
   absl::Status Build();
+  absl::Status OpenSnapshots();
   absl::Status RestorePosition();
+  void ApplyResumed(const StateExtras& extras, bool own_snapshots);
   absl::Status PrepareRunFolder();
   absl::Status OpenSampleLog();
 
@@ -81,15 +103,28 @@ class TrainLoop {
   // The optimizer step at global iteration `ni`: averages the accumulated
   // gradients, unscales them, and steps (or skips an inf/nan step).
   void OptimizerStep(int64_t ni);
-  // Records `done` batches of the epoch and checkpoints that position.
-  absl::Status CheckpointMidEpoch(int64_t done);
-  // Rank 0 saves the position now (every rank holds the same state).
-  absl::Status TakeCheckpoint(bool best);
+  // After the optimizer step at batch `i`: a capture when one is due.
+  absl::Status AfterStep(int64_t i);
+  bool SnapshotDue();
+  // Every rank measures a snapshot's copy against a step; together they
+  // pick how many steps apart snapshots go (train.snapshot_iters = 0).
+  absl::Status CalibrateSnapshots();
+  // Copies the state now into the snapshot memory (all ranks), and for a
+  // checkpoint hands it to this node's persister. `persist`: write it to
+  // disk; `best`: also as best.ckpt.
+  absl::Status CaptureState(Capture kind, bool persist, bool best);
+  // Falls back to this process's memory when the agent's is full.
+  absl::Status UseProcessMemory(const absl::Status& why);
+  // Recomputes the gradients of the batches after the last optimizer step
+  // of the epoch before (a capture at an epoch's end inside an
+  // accumulation), as the uninterrupted run holds them.
+  absl::Status ReplayTail();
   // Sums the epoch's loss, evaluates, advances the position to the next
   // epoch, checkpoints it when due, and reports the epoch (rank 0).
   absl::Status EndEpoch(int64_t epoch);
   absl::Status ReportEpoch(const EpochMetrics& m);
-  // After the last epoch: the result, the barrier and the final line.
+  // After the last epoch: the checkpoints on disk, the result, the barrier
+  // and the final line.
   absl::StatusOr<TrainResult> Finish();
 
   absl::Status LogSamples(int64_t epoch, int64_t i, size_t begin, size_t end);
@@ -122,6 +157,24 @@ class TrainLoop {
   std::string config_yaml_;  // The resolved config, saved with every checkpoint.
   RunIdentity identity_;     // Recorded in every checkpoint; resume matches it.
   int sample_log_ = -1;      // run.sample_log's descriptor, or -1.
+  std::string metrics_rows_;  // metrics.csv's rows so far, carried in every capture.
+  bool rows_carried_ = true;  // False: resumed from an older build's checkpoint.
+
+  // Snapshots and checkpoints. The persister goes before the memory it reads.
+  std::unique_ptr<worker::SnapshotArea> area_;
+  bool area_shared_ = false;  // In the agent's memory: outlives this process.
+  std::unique_ptr<CheckpointPersister> persister_;  // This node's local rank 0.
+  int64_t steps_ = 0;           // Optimizer steps this process took.
+  int64_t snapshot_every_ = 1;  // Steps between snapshots (auto mode).
+  bool checkpoint_pending_ = false;  // Due at the next optimizer step.
+  bool own_sums_ = false;       // Resumed from every rank's own snapshot.
+  at::Tensor rng_at_step_;      // Generator state at the last optimizer step.
+  struct CaptureStats {
+    int64_t taken = 0, skipped = 0;
+    double seconds = 0, max_seconds = 0;
+  };
+  CaptureStats captures_;
+  Clock::time_point first_step_;  // Of this process, for calibration.
 
   EpochState epoch_;
   TrainResult result_;

@@ -137,7 +137,7 @@ TEST(CheckpointTest, ResumeAfterAnEpochIsBitwiseIdentical) {
   std::string out;
   auto resumed = TrainQuietly(cfg, "", &out);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_THAT(out, HasSubstr("resumed from rank 0's checkpoint: epoch 2, iteration 0"));
+  EXPECT_THAT(out, HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(resumed->params_sha256, uninterrupted->params_sha256);
   EXPECT_EQ(resumed->test_acc, uninterrupted->test_acc);
   // metrics.csv: epoch 1 from the first run, epoch 2 appended.
@@ -176,7 +176,7 @@ TEST(CheckpointTest, MidEpochResumeAndCorruptNewestFallsBack) {
   std::string out;
   auto resumed = TrainQuietly(cfg, "", &out);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_THAT(out, HasSubstr("resumed from rank 0's checkpoint: epoch 1, iteration 15"));
+  EXPECT_THAT(out, HasSubstr("resumed at epoch 1, iteration 15 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(resumed->params_sha256, uninterrupted->params_sha256);
 
   // An explicit path that is corrupt is an error naming it.
@@ -217,7 +217,7 @@ TEST(CheckpointTest, TwoRanksResumeFromTheRankThatHasTheFile) {
   });
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
-  EXPECT_THAT(outs[0], HasSubstr("resumed from rank 1's checkpoint: epoch 2"));
+  EXPECT_THAT(outs[0], HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 1"));
   EXPECT_EQ(results[0]->params_sha256, results[1]->params_sha256);
 }
 
@@ -267,9 +267,9 @@ SampleLog ReadSampleLog(const std::string& path) {
 }
 
 // A rank killed in the middle of epoch 2 under `elastrun run --max-restarts 1`:
-// the run resumes from the newest checkpoint and ends with exactly the
-// weights of an uninterrupted run with the same checkpoints, and no sample
-// of the epoch goes into those weights twice (or not at all).
+// the run resumes from the newest state (the snapshot in memory of the step
+// it died at) and ends with exactly the weights of an uninterrupted run,
+// and no sample of the epoch goes into those weights twice (or not at all).
 TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
   const std::string elastrun = ELASTRUN_LAUNCHER_BINARY;
   if (!fs::exists(elastrun)) GTEST_SKIP() << elastrun << " is not built";
@@ -280,7 +280,7 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
   std::ofstream(cfg) << "_base_: " << ELASTRUN_CONFIGS_DIR << "/fashion_mnist_mlp.yaml\n"
                      << "data: {synthetic: true, synthetic_train_size: 512,\n"
                      << "       synthetic_test_size: 256, batch_size: 32}\n"
-                     << "train: {epochs: 2, checkpoint_iters: 3, log_period: 0}\n";
+                     << "train: {epochs: 2, checkpoint_iters: 3, snapshot_iters: 1, log_period: 0}\n";
   auto final_line = [](const std::string& out) {
     const size_t at = out.find("final: ");
     return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
@@ -294,7 +294,8 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
                      ELASTRUN_TRAIN_BINARY + " --config " + cfg + " train.output_dir=" + dir + "/a",
                  &status);
   ASSERT_EQ(status, 0) << plain;
-  // Global iteration 12 = iteration 4 of epoch 2, after the checkpoint at 3.
+  // Global iteration 12 = iteration 4 of epoch 2: the snapshot of the step
+  // before it (every step; accumulate 1) is newer than the checkpoint at 3.
   const std::string killed =
       RunCommand("ELASTRUN_TRAIN_SAMPLE_LOG=" + dir + "/b_samples " +
                      "ELASTRUN_TRAIN_FAIL_AT=1:12 " + run + "--max-restarts 1 " +
@@ -303,7 +304,7 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
                  &status);
   ASSERT_EQ(status, 0) << killed;
   EXPECT_THAT(killed, HasSubstr("injected SIGKILL at iteration 12"));
-  EXPECT_THAT(killed, HasSubstr("resumed from rank 0's checkpoint: epoch 2, iteration 3"));
+  EXPECT_THAT(killed, HasSubstr("resumed at epoch 2, iteration 4 from the snapshot in memory of rank 0"));
   ASSERT_THAT(final_line(plain), HasSubstr("params_sha256="));
   // Weights and accuracy exactly; the loss up to the order of its sums.
   auto field = [&](const std::string& line, const std::string& key) {
@@ -319,9 +320,9 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
               std::stod(field(a, "train_loss").substr(11)), 2e-4);
 
   // The samples. Epoch 2 (index 1) of the interrupted run is what attempt 0
-  // trained before the checkpoint that attempt 1 resumed from, then what
+  // trained before the state that attempt 1 resumed from, then what
   // attempt 1 trained; attempt 1 trains nothing of epoch 1 and starts epoch
-  // 2 at that checkpoint (iteration 3), not at its beginning.
+  // 2 where it died (iteration 4), not at its beginning.
   std::set<int64_t> epoch2;
   for (int r = 0; r < 2; ++r) {
     const std::string name = "/rank" + std::to_string(r) + ".log";
@@ -337,7 +338,7 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
       if (resumed_at < 0) resumed_at = iteration;
       lineage[{epoch, iteration}] = batch;
     }
-    EXPECT_EQ(resumed_at, 3) << "rank " << r;
+    EXPECT_EQ(resumed_at, 4) << "rank " << r;
     for (const auto& [key, batch] : resumed) {
       const auto [attempt, epoch, iteration] = key;
       if (attempt == 0 && (epoch == 0 || iteration < resumed_at)) lineage[{epoch, iteration}] = batch;

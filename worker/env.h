@@ -62,7 +62,9 @@ struct WorkerEnv {
   std::optional<int> omp_num_threads;  // OMP_NUM_THREADS, when set.
   std::string agent_socket;            // ELASTRUN_AGENT_SOCKET; may be empty.
   std::optional<int64_t> round;        // ELASTRUN_ROUND, when set.
-  std::string snapshot;                // ELASTRUN_SNAPSHOT; may be empty.
+  // ELASTRUN_SNAPSHOT: the job's snapshot folder on this node, the same in
+  // every attempt; empty when the launcher has none.
+  std::string snapshot;
 
   // Reads and validates the contract from the process environment. A worker
   // started as a standby (`elastrun run --standby`) first waits here for its

@@ -25,7 +25,7 @@ AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
       env::kGroupRank, env::kGroupWorldSize, env::kRoleRank, env::kRoleWorldSize,
       env::kRoleName, env::kMasterAddr, env::kMasterPort, env::kRestartCount,
       env::kMaxRestarts, env::kRunId, env::kErrorFile, env::kUseAgentStore,
-      env::kAgentSocket, env::kRound, env::kStandbyFd};
+      env::kAgentSocket, env::kRound, env::kStandbyFd, env::kSnapshot};
   std::vector<std::string> common;
   bool has_omp = false;
   for (const std::string& e : base_env) {
@@ -36,6 +36,11 @@ AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
     common.push_back(e);
   }
   if (!has_omp && n > 1) common.push_back(absl::StrCat(env::kOmpNumThreads, "=1"));
+  // The same folder in every attempt: a standby activated for a restart
+  // must find what the failed attempt's workers left there.
+  if (!group.snapshot_dir.empty()) {
+    common.push_back(absl::StrCat(env::kSnapshot, "=", group.snapshot_dir));
+  }
   AttemptSpec spec;
   spec.standby_argv = group.argv;
   spec.standby_env = common;  // nothing that depends on the attempt

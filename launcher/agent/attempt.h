@@ -25,6 +25,10 @@ struct GroupSpec {
   std::optional<std::set<int>> local_ranks_filter;
   // Unix socket of the local agent service, exported to workers if set.
   std::string agent_socket;
+  // The job's snapshot folder on this node (snapshot_dir.h), exported to
+  // every worker, standbys included, as ELASTRUN_SNAPSHOT; empty: none (an
+  // ELASTRUN_SNAPSHOT inherited from the launcher is dropped then too).
+  std::string snapshot_dir;
 };
 
 // Where this node stands in one round.

@@ -35,6 +35,7 @@ TEST(BuildAttemptTest, TorchrunEnvironmentForEveryWorker) {
   c.rank_offset = 2;
   c.attempt_dir = "/logs/r1/attempt_4";
   // Stale contract variables in the launcher's environment are replaced.
+  g.snapshot_dir = "/dev/shm/elastrun-0/r1";
   AttemptSpec a = BuildAttempt(g, c, {"PATH=/bin", "RANK=99", "HOME=/root"});
   ASSERT_EQ(a.workers.size(), 2u);
   auto e = EnvMap(a.workers[1].process.env);
@@ -56,7 +57,10 @@ TEST(BuildAttemptTest, TorchrunEnvironmentForEveryWorker) {
   EXPECT_EQ(e["TORCHELASTIC_ERROR_FILE"], "/logs/r1/attempt_4/1/error.json");
   EXPECT_EQ(e["OMP_NUM_THREADS"], "1");
   EXPECT_EQ(e["ELASTRUN_ROUND"], "4");
+  EXPECT_EQ(e["ELASTRUN_SNAPSHOT"], "/dev/shm/elastrun-0/r1");
   EXPECT_EQ(e["PATH"], "/bin");
+  // A standby gets the folder before it knows its attempt.
+  EXPECT_EQ(EnvMap(a.standby_env)["ELASTRUN_SNAPSHOT"], "/dev/shm/elastrun-0/r1");
   EXPECT_EQ(a.outputs[1].stdout_log, "/logs/r1/attempt_4/1/stdout.log");
   EXPECT_EQ(a.outputs[1].prefix, "[rank3]:");
 }
@@ -71,6 +75,16 @@ TEST(BuildAttemptTest, UserOmpThreadsKeptAndSingleWorkerUntouched) {
   g.nproc_per_node = 1;
   auto one = EnvMap(BuildAttempt(g, c, {}).workers[0].process.env);
   EXPECT_EQ(one.count("OMP_NUM_THREADS"), 0u);
+}
+
+TEST(BuildAttemptTest, NoSnapshotFolderDropsAnInheritedOne) {
+  GroupSpec g;
+  g.argv = {"w"};
+  AttemptContext c;
+  AttemptSpec a = BuildAttempt(g, c, {"ELASTRUN_SNAPSHOT=/dev/shm/someone-elses", "A=1"});
+  EXPECT_EQ(EnvMap(a.workers[0].process.env).count("ELASTRUN_SNAPSHOT"), 0u);
+  EXPECT_EQ(EnvMap(a.standby_env).count("ELASTRUN_SNAPSHOT"), 0u);
+  EXPECT_EQ(EnvMap(a.workers[0].process.env)["A"], "1");
 }
 
 TEST(BuildAttemptTest, RedirectsTeeAndFilterRouteConsole) {

@@ -18,14 +18,17 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/files.h"
+#include "common/worker_env.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/attempt.h"
 #include "launcher/agent/port.h"
+#include "launcher/agent/snapshot_dir.h"
 #include "launcher/round/context.h"
 #include "launcher/round/failure.h"
 #include "rendezvous/core.h"
@@ -144,7 +147,10 @@ class StandaloneRun {
   int Run() {
     Say(absl::StrCat("run ", setup_.run_id, ": ", setup_.nproc, " worker",
                      setup_.nproc > 1 ? "s" : "", ", max restarts ", o_.max_restarts,
-                     ", logs in ", setup_.run_dir));
+                     ", logs in ", setup_.run_dir,
+                     setup_.group.snapshot_dir.empty()
+                         ? ""
+                         : absl::StrCat(", snapshots in ", setup_.group.snapshot_dir)));
     for (;;) {
       absl::StatusOr<const rendezvous::RoundAssignment*> a = JoinRound();
       if (!a.ok()) return Fail(a.status());
@@ -287,6 +293,29 @@ class StandaloneRun {
   std::set<int> used_ports_;
 };
 
+// The run's snapshot folder, named by its id, and the lock that keeps
+// another run with the same id out of it while this one lives.
+struct RunSnapshots {
+  std::string dir;  // empty: none
+  int lock_fd = -1;
+};
+
+// Makes and locks the run's folder; none (after a warning saying why) when
+// it cannot be had: snapshots are an optimisation, not a reason to refuse
+// a run.
+RunSnapshots MakeSnapshotDir(const RunOptions& o, const std::string& run_id) {
+  if (o.no_snapshots) return {};
+  absl::StatusOr<std::string> dir =
+      CreateSnapshotDir(DefaultSnapshotBase(), SnapshotFolderName(run_id));
+  absl::StatusOr<int> lock = dir.ok() ? LockSnapshotDir(*dir) : dir.status();
+  if (!lock.ok()) {
+    Say(absl::StrCat("warning: workers run without ", env::kSnapshot,
+                     " (no in-memory snapshots): ", lock.status().message()));
+    return {};
+  }
+  return {*dir, *lock};
+}
+
 }  // namespace
 
 int RunStandalone(const RunOptions& o) {
@@ -295,6 +324,18 @@ int RunStandalone(const RunOptions& o) {
     Say(std::string(setup.status().message()));
     return 2;
   }
+  // Every attempt, restarts and standbys included, shares the folder; it
+  // goes when the run ends, however it ends (a stop signal ends the run
+  // through the agent, so this runs then too).
+  const RunSnapshots snapshots = MakeSnapshotDir(o, setup->run_id);
+  setup->group.snapshot_dir = snapshots.dir;
+  absl::Cleanup remove_snapshots = [&snapshots] {
+    if (snapshots.dir.empty()) return;
+    if (absl::Status st = RemoveSnapshotDir(snapshots.dir); !st.ok()) {
+      Say(absl::StrCat("warning: ", st.message()));
+    }
+    close(snapshots.lock_fd);
+  };
   AgentOptions agent_options;
   agent_options.grace = o.shutdown_timeout;
   agent_options.standby = o.standby;
@@ -303,7 +344,9 @@ int RunStandalone(const RunOptions& o) {
     Say(absl::StrCat("cannot start the agent: ", agent.status().message()));
     return 1;
   }
-  return StandaloneRun(o, *std::move(setup), agent->get()).Run();
+  const int exit_code = StandaloneRun(o, *std::move(setup), agent->get()).Run();
+  agent->reset();  // its standbys are gone before their folder
+  return exit_code;
 }
 
 }  // namespace elastrun::launcher

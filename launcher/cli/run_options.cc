@@ -37,6 +37,9 @@ constexpr FlagDef kFlags[] = {
      "libelastrun_worker, and .py/-m programs: their\n"
      "interpreter waits with torch imported; others simply\n"
      "get no standbys)"},
+    {"--no-snapshots", "",
+     "give workers no ELASTRUN_SNAPSHOT folder (in-memory\n"
+     "training snapshots that survive a worker's restart)"},
     {"--rdzv-id,--run-id", "ID", "run id (default: random)"},
     {"--log-dir", "DIR",
      "logs: DIR/ID/attempt_N/LOCAL_RANK/{stdout,stderr}.log\n"
@@ -186,6 +189,8 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     ASSIGN_OR_RETURN(o.standalone, ParseBool(value, shown));
   } else if (flag == "standby") {
     ASSIGN_OR_RETURN(o.standby, ParseBool(value, shown));
+  } else if (flag == "no-snapshots") {
+    ASSIGN_OR_RETURN(o.no_snapshots, ParseBool(value, shown));
   } else if (flag == "no-python") {
     ASSIGN_OR_RETURN(o.no_python, ParseBool(value, shown));
   } else if (flag == "module") {
@@ -391,6 +396,8 @@ cause (rank, exit code or signal, the worker's error file) and exits with the
 failing worker's code (128+signal when killed). SIGINT, SIGTERM, SIGHUP and
 SIGQUIT are forwarded to the workers; after the grace period they are
 killed, and elastrun exits with 128+signal.
+Snapshots live in BASE/elastrun-UID/ID/ (BASE: $ELASTRUN_SNAPSHOT_BASE, else
+/dev/shm, else $XDG_RUNTIME_DIR, else $TMPDIR), removed when the run ends.
 )";
 
 std::string RunUsage() {

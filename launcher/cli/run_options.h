@@ -57,6 +57,8 @@ struct RunOptions {
   // --standby: pre-start the next attempt's workers (libelastrun_worker
   // programs), so a restart skips process start-up.
   bool standby = false;
+  // --no-snapshots: no snapshot folder, no ELASTRUN_SNAPSHOT for workers.
+  bool no_snapshots = false;
   // --shutdown-timeout: grace between the stop signal and SIGKILL.
   absl::Duration shutdown_timeout = absl::Seconds(30);
   // The program and its arguments.

@@ -84,7 +84,8 @@ TEST(RunOptionsTest, EverySpellingOfEveryFlag) {
                   "--master_addr", "10.0.0.1", "--master_port=29500", "--node_rank", "0",
                   "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:29400",
                   "--start_method", "spawn", "--shutdown_timeout", "5", "--no_python",
-                  "--run_path", "--standby", "--role", "trainer", "w", "x"});
+                  "--run_path", "--standby", "--no_snapshots", "--role", "trainer", "w",
+                  "x"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->nproc_per_node_text, "3");
   EXPECT_EQ(o->max_restarts, 2);
@@ -98,6 +99,7 @@ TEST(RunOptionsTest, EverySpellingOfEveryFlag) {
   EXPECT_TRUE(o->no_python);
   EXPECT_TRUE(o->run_path);
   EXPECT_TRUE(o->standby);
+  EXPECT_TRUE(o->no_snapshots);
   EXPECT_EQ(o->role, "trainer");
   EXPECT_THAT(o->program, ElementsAre("w", "x"));
   EXPECT_TRUE(o->warnings.empty());

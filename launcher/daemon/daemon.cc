@@ -53,7 +53,10 @@ int LocalNproc(const v1::StartAttempt& start, const std::string& node) {
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options, RendezvousClient* client, AttemptRunner* runner)
-    : options_(std::move(options)), client_(client), runner_(runner) {}
+    : options_(std::move(options)),
+      client_(client),
+      runner_(runner),
+      snapshots_(options_.snapshot_base, options_.node_id) {}
 
 void Daemon::OnCommand(const v1::Command& command) {
   switch (command.kind_case()) {
@@ -79,8 +82,11 @@ void Daemon::OnCommand(const v1::Command& command) {
           it = it->job_id() == job ? reports_.erase(it) : it + 1;
         }
         if (auto it = jobs_.find(job); it != jobs_.end()) it->second.joined_nproc = 0;
+        ending_.insert(job);
       }
       HandleStop(command.end_job().job_id(), std::nullopt);
+      absl::MutexLock lock(&mu_);
+      MaybeRemoveSnapshotsLocked(command.end_job().job_id());
       break;
     }
     case v1::Command::kWelcome:
@@ -231,6 +237,8 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
   group.nproc_per_node = me->local_world_size();
   group.max_restarts = start.max_restarts();
   group.agent_socket = options_.agent_socket;
+  ending_.erase(start.job_id());  // the job is (back) here
+  group.snapshot_dir = snapshots_.FolderFor(start.job_id());
   const rendezvous::RoundAssignment round = rendezvous::FromProto(a);
   const AttemptContext ctx =
       ContextFor(start.job_id(), round, *round.Find(options_.node_id), attempt_dir);
@@ -337,6 +345,7 @@ void Daemon::OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome) {
     it->second.current.reset();
     QueueEndReport(a, outcome);
     MaybeForgetLocked(a.job_id);
+    MaybeRemoveSnapshotsLocked(a.job_id);
     // Its slots are free: queued attempts of any job may fit now.
     launches = LaunchQueuedLocked();
   }
@@ -449,6 +458,11 @@ void Daemon::Shutdown(int sig) {
         stop_ids.push_back(j.current->id);
       }
     }
+    // The node leaves every job: folders go as their attempts end.
+    for (const std::string& job : snapshots_.Jobs()) {
+      ending_.insert(job);
+      MaybeRemoveSnapshotsLocked(job);
+    }
   }
   for (uint64_t id : stop_ids) runner_->Stop(id, sig);
 }
@@ -551,6 +565,16 @@ std::string Daemon::HoldersLocked(const std::string& except) const {
                     j.current && j.current->stop_requested ? ", stopping" : "", ")");
   }
   return out.empty() ? "nothing" : out;
+}
+
+void Daemon::MaybeRemoveSnapshotsLocked(const std::string& job_id) {
+  if (!ending_.count(job_id)) return;
+  if (auto it = jobs_.find(job_id);
+      it != jobs_.end() && (it->second.current || it->second.next)) {
+    return;  // its workers may still write there
+  }
+  ending_.erase(job_id);
+  snapshots_.Remove(job_id);
 }
 
 void Daemon::MaybeForgetLocked(const std::string& job_id) {

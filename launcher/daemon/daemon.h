@@ -25,6 +25,10 @@
 //                       SIGKILL (the agent's job); its end is not reported.
 //   EndJob{job}         stop anything of the job and drop its unsent
 //                       reports (a later JoinRound may bring the node back).
+// Each job has one snapshot folder on this node (job_snapshots.h), made
+// when its first attempt here starts and given to every attempt after it;
+// it goes once the job ended here (EndJob, or Shutdown) and no attempt of
+// it runs any more.
 // When an attempt ends on its own it is reported once: the first worker
 // failure (exit code or signal, plus the worker's error file), or success
 // when every worker exited 0. Reports the service could not take (it is
@@ -51,6 +55,7 @@
 #include "common/progress.h"
 #include "launcher/agent/agent.h"
 #include "launcher/daemon/client.h"
+#include "launcher/daemon/job_snapshots.h"
 
 namespace elastrun::launcher {
 
@@ -82,6 +87,9 @@ struct DaemonOptions {
   // The agent's progress socket, exported to workers as
   // ELASTRUN_AGENT_SOCKET; empty: none.
   std::string agent_socket;
+  // Where the jobs' snapshot folders go (SnapshotBase()); empty: none, and
+  // workers get no ELASTRUN_SNAPSHOT.
+  std::string snapshot_base;
   // Worker slots this node offers (--slots, as registered): the nproc of
   // the attempts running at once never adds up to more.
   int slots = 1;
@@ -208,6 +216,10 @@ class Daemon {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the job's entry once nothing of it is left.
   void MaybeForgetLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the job's snapshot folder if the job ended here and nothing of
+  // it runs or waits to start.
+  void MaybeRemoveSnapshotsLocked(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DaemonOptions options_;
   RendezvousClient* const client_;
@@ -223,6 +235,9 @@ class Daemon {
   std::deque<v1::ReportExitRequest> reports_ ABSL_GUARDED_BY(mu_);
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  JobSnapshots snapshots_ ABSL_GUARDED_BY(mu_);
+  // Jobs that ended here, whose folder goes when their attempt has ended.
+  std::set<std::string> ending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace elastrun::launcher

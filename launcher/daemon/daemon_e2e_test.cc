@@ -3,6 +3,7 @@
 // the Jobs API by a small gRPC client. Everything started is tagged with a
 // unique environment entry; nothing may be left behind.
 #include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -28,6 +29,8 @@ class DaemonE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::MakeTempDir("daemon_e2e");
+    // The daemons inherit it: snapshot folders stay off the real /dev/shm.
+    setenv("ELASTRUN_SNAPSHOT_BASE", dir_.c_str(), 1);
     cluster_ = std::make_unique<Cluster>(
         dir_, absl::StrCat("ELASTRUN_TEST_MARKER=daemon-",
                            ::testing::UnitTest::GetInstance()->current_test_info()->name(),
@@ -225,6 +228,8 @@ class OneNodeTwoJobsE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::MakeTempDir("daemon_e2e_jobs");
+    // The daemons inherit it: snapshot folders stay off the real /dev/shm.
+    setenv("ELASTRUN_SNAPSHOT_BASE", dir_.c_str(), 1);
     cluster_ = std::make_unique<Cluster>(
         dir_, absl::StrCat("ELASTRUN_TEST_MARKER=daemon-jobs-", getpid(), "-", dir_));
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));

@@ -23,6 +23,9 @@ constexpr char kFooter[] = R"(DUR is seconds ("3", "0.5") or with a unit ("250ms
 On SIGINT/SIGTERM/SIGHUP/SIGQUIT the daemon stops its workers (the signal,
 then SIGKILL after the grace), and exits with 128+signal; the service sees
 the node leave and re-forms the job without it.
+Snapshots live in BASE/elastrun-UID/JOB@NODE/ (BASE: $ELASTRUN_SNAPSHOT_BASE,
+else /dev/shm, else $XDG_RUNTIME_DIR, else $TMPDIR), one per job, removed when
+the job ends or leaves this node; at start the daemon removes its own leftovers.
 )";
 
 struct Raw {
@@ -72,6 +75,9 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
                 "Standbys are used only by an attempt of the same\n"
                 "program and environment; otherwise they are discarded\n"
                 "and fresh workers start.");
+  app->add_flag("--no-snapshots", f->no_snapshots,
+                "give workers no ELASTRUN_SNAPSHOT folder (in-memory\n"
+                "training snapshots that survive a worker's restart).");
   return app;
 }
 

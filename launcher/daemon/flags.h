@@ -35,6 +35,8 @@ struct DaemonFlags {
   absl::Duration shutdown_timeout = absl::Seconds(30);
   // --standby: pre-start the next attempt's workers.
   bool standby = false;
+  // --no-snapshots: no snapshot folders, no ELASTRUN_SNAPSHOT for workers.
+  bool no_snapshots = false;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

@@ -37,7 +37,7 @@ Result Parse(const std::vector<std::string>& args,
 
 TEST(DaemonFlagsTest, ValuesDefaultsAndEnvironment) {
   Result r = Parse({"--rendezvous", "10.0.0.1:29400", "--slots=4", "--labels", "gpu=a100,zone=b",
-                    "--shutdown-timeout", "5s", "--standby"},
+                    "--shutdown-timeout", "5s", "--standby", "--no-snapshots"},
                    {{"ELASTRUN_TOKEN", "t"}});
   ASSERT_EQ(r.code, std::nullopt) << r.err;
   EXPECT_EQ(r.flags.rendezvous_host, "10.0.0.1");
@@ -47,6 +47,7 @@ TEST(DaemonFlagsTest, ValuesDefaultsAndEnvironment) {
   EXPECT_EQ(r.flags.labels, (std::map<std::string, std::string>{{"gpu", "a100"}, {"zone", "b"}}));
   EXPECT_EQ(r.flags.shutdown_timeout, absl::Seconds(5));
   EXPECT_TRUE(r.flags.standby);
+  EXPECT_TRUE(r.flags.no_snapshots);
   EXPECT_EQ(r.flags.token, "t");
   EXPECT_EQ(r.flags.log_dir, "/tmp/elastrund-host1");
 
@@ -54,6 +55,7 @@ TEST(DaemonFlagsTest, ValuesDefaultsAndEnvironment) {
   ASSERT_EQ(env.code, std::nullopt) << env.err;
   EXPECT_EQ(env.flags.rendezvous_port, 7);
   EXPECT_EQ(env.flags.slots, 0);  // main's default
+  EXPECT_FALSE(env.flags.no_snapshots);
   EXPECT_EQ(env.flags.log_dir, "/tmp/elastrund-n2");
   // A flag wins over the environment.
   Result both = Parse({"--rendezvous=127.0.0.1:8"}, {{"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"}});
@@ -84,7 +86,8 @@ TEST(DaemonFlagsTest, HelpListsEveryFlagAndVersionPrints) {
   for (const char* flag :
        {"--rendezvous HOST:PORT", "--node-id ID", "--slots N", "--advertise-addr ADDR",
         "--labels K=V,...", "--log-dir DIR", "--token TOKEN", "--token-file FILE",
-        "--shutdown-timeout DUR", "--standby", "--version", "--help"}) {
+        "--shutdown-timeout DUR", "--standby", "--no-snapshots", "--version", "--help",
+        "BASE/elastrun-UID/JOB@NODE/"}) {
     EXPECT_THAT(help.out, HasSubstr(flag));
   }
   Result version = Parse({"--version"});

@@ -30,9 +30,11 @@
 #include "common/strings.h"
 #include "glog/logging.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/snapshot_dir.h"
 #include "launcher/daemon/barrier.h"
 #include "launcher/daemon/daemon.h"
 #include "launcher/daemon/flags.h"
+#include "launcher/daemon/job_snapshots.h"
 #include "launcher/daemon/logs.h"
 #include "launcher/daemon/runner.h"
 #include "launcher/daemon/session.h"
@@ -196,6 +198,7 @@ DaemonOptions MakeDaemonOptions(const DaemonFlags& flags, const std::string& age
     barriers->SetAttempt(job, round);
   };
   daemon_options.slots = flags.slots > 0 ? flags.slots : DefaultSlots();
+  daemon_options.snapshot_base = flags.no_snapshots ? "" : DefaultSnapshotBase();
   daemon_options.before_reports = [logs] { logs->Flush(); };
   return daemon_options;
 }
@@ -258,6 +261,21 @@ int ServeUntilStop(DaemonSession* session, Daemon* daemon, StopRequest* stop,
   return exit_code;
 }
 
+// The snapshot folders an earlier daemon of this node left when it died:
+// this one runs no job yet, so none of them is in use (their workers died
+// with it).
+void RemoveSnapshotLeftovers(const DaemonOptions& options) {
+  absl::StatusOr<std::vector<std::string>> removed =
+      JobSnapshots(options.snapshot_base, options.node_id).RemoveLeftovers();
+  if (!removed.ok()) {
+    LOG(WARNING) << "leftover snapshot folders: " << removed.status().message();
+    return;
+  }
+  for (const std::string& path : *removed) {
+    LOG(INFO) << "removed leftover snapshot folder " << path;
+  }
+}
+
 // Builds the service client, the Daemon around `agent` and its session (in
 // that order; destroyed in reverse), serves until a stop and returns the
 // exit code. `router` points at the Daemon exactly while it exists.
@@ -275,6 +293,7 @@ int RunNode(const DaemonFlags& flags, const std::string& advertise,
   const DaemonOptions daemon_options = MakeDaemonOptions(
       flags, agent_options.progress_socket, &log_forwarder, &barrier_relay);
 
+  RemoveSnapshotLeftovers(daemon_options);
   AgentRunner runner(agent);
   Daemon daemon(daemon_options, client.get(), &runner);
   router->store(&daemon);
@@ -282,7 +301,10 @@ int RunNode(const DaemonFlags& flags, const std::string& advertise,
                         client.get(), &daemon);
   LOG(INFO) << "elastrund " << flags.node_id << ": service " << flags.rendezvous
             << ", advertising " << advertise << ", " << daemon_options.slots
-            << " slots, logs in " << flags.log_dir;
+            << " slots, logs in " << flags.log_dir
+            << (daemon_options.snapshot_base.empty()
+                    ? ", no snapshots"
+                    : ", snapshots in " + SnapshotUserRoot(daemon_options.snapshot_base));
 
   StartSignalThread(stop);
   const int exit_code = ServeUntilStop(&session, &daemon, stop, agent_options.grace);

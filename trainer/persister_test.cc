@@ -1,0 +1,122 @@
+// CheckpointPersister against a real SnapshotArea (process memory) and real
+// files: what it writes is the snapshot that was newest when asked, whole
+// and verified, while the writer goes on snapshotting; a failed write is
+// reported and never taken for done.
+#include "trainer/persister.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "trainer/checkpoint_file.h"
+
+namespace elastrun::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string TestDir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string dir = std::string(ELASTRUN_TRAINER_TEST_DIR) + "/" +
+                          info->test_suite_name() + "/" + info->name();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Writes `bytes` as the area's next snapshot with `key`.
+void Snapshot(worker::SnapshotArea& area, int64_t key, const std::string& bytes) {
+  absl::StatusOr<char*> dst = area.BeginWrite(bytes.size());
+  ASSERT_TRUE(dst.ok()) << dst.status();
+  std::memcpy(*dst, bytes.data(), bytes.size());
+  area.Commit(key, "meta");
+}
+
+RunIdentity TheRun() { return RunIdentity{"job-1", "digest"}; }
+
+TEST(PersisterTest, WritesTheSnapshotNewestWhenAskedWhileTheWriterGoesOn) {
+  const std::string dir = TestDir() + "/checkpoints";
+  auto area = worker::SnapshotArea::Open("", "rank0");
+  ASSERT_TRUE(area.ok()) << area.status();
+  CheckpointPersister persister(area->get(), dir, TheRun());
+  const std::string first(1 << 20, 'a');
+  ASSERT_NO_FATAL_FAILURE(Snapshot(**area, 7, first));
+  ASSERT_TRUE(persister.Persist(/*best=*/true).ok());
+  // The writer snapshots on at once, into the other slot and back.
+  for (int64_t key = 8; key < 12; ++key) {
+    persister.WaitUnpinned();
+    ASSERT_NO_FATAL_FAILURE(Snapshot(**area, key, std::string(1 << 20, 'b')));
+  }
+  ASSERT_TRUE(persister.Flush().ok());
+  EXPECT_EQ(persister.written(), 1);
+  for (const std::string name :
+       {NumberedCheckpointPath(dir, 7, TheRun().Tag()), dir + "/last.ckpt", dir + "/best.ckpt"}) {
+    absl::StatusOr<CheckpointBlob> blob = ReadCheckpointFile(name);
+    ASSERT_TRUE(blob.ok()) << blob.status();
+    EXPECT_EQ(blob->key, 7) << name;
+    EXPECT_EQ(blob->run, TheRun()) << name;
+    EXPECT_TRUE(blob->payload == first) << name << ": not the snapshot of key 7";
+  }
+}
+
+TEST(PersisterTest, KeepsTheNewestTwoAndLastFollows) {
+  const std::string dir = TestDir() + "/checkpoints";
+  auto area = worker::SnapshotArea::Open("", "rank0");
+  ASSERT_TRUE(area.ok()) << area.status();
+  CheckpointPersister persister(area->get(), dir, TheRun());
+  for (int64_t key = 1; key <= 4; ++key) {
+    persister.WaitUnpinned();
+    ASSERT_NO_FATAL_FAILURE(Snapshot(**area, key, "state " + std::to_string(key)));
+    ASSERT_TRUE(persister.Persist(false).ok());
+  }
+  ASSERT_TRUE(persister.Flush().ok());
+  EXPECT_EQ(persister.written(), 4);
+  EXPECT_THAT(ListCheckpoints(dir),
+              ::testing::ElementsAre(NumberedCheckpointPath(dir, 4, TheRun().Tag()),
+                                     NumberedCheckpointPath(dir, 3, TheRun().Tag())));
+  absl::StatusOr<CheckpointBlob> last = ReadCheckpointFile(dir + "/last.ckpt");
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->payload, "state 4");
+  EXPECT_FALSE(fs::exists(dir + "/best.ckpt"));
+}
+
+TEST(PersisterTest, AFailedWriteIsReportedAndEarlierFilesStay) {
+  const std::string root = TestDir();
+  const std::string dir = root + "/checkpoints";
+  auto area = worker::SnapshotArea::Open("", "rank0");
+  ASSERT_TRUE(area.ok()) << area.status();
+  CheckpointPersister persister(area->get(), dir, TheRun());
+  ASSERT_NO_FATAL_FAILURE(Snapshot(**area, 1, "one"));
+  ASSERT_TRUE(persister.Persist(false).ok());
+  ASSERT_TRUE(persister.Flush().ok());
+  // The folder replaced by a file: the next write cannot be made.
+  fs::rename(dir, root + "/kept");
+  std::ofstream(dir) << "not a folder";
+  persister.WaitUnpinned();
+  ASSERT_NO_FATAL_FAILURE(Snapshot(**area, 2, "two"));
+  ASSERT_TRUE(persister.Persist(false).ok());
+  absl::Status s = persister.Flush();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr(dir));
+  EXPECT_EQ(persister.written(), 1);
+  EXPECT_TRUE(persister.PollError().ok()) << "an error is reported once";
+  absl::StatusOr<CheckpointBlob> kept = ReadCheckpointFile(root + "/kept/last.ckpt");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->payload, "one");
+}
+
+TEST(PersisterTest, NothingToPersistIsAnError) {
+  auto area = worker::SnapshotArea::Open("", "rank0");
+  ASSERT_TRUE(area.ok()) << area.status();
+  CheckpointPersister persister(area->get(), TestDir(), TheRun());
+  absl::Status s = persister.Persist(false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(persister.Flush().ok());
+}
+
+}  // namespace
+}  // namespace elastrun::trainer

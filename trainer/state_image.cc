@@ -1,0 +1,417 @@
+#include "trainer/state_image.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace elastrun::trainer {
+namespace {
+
+constexpr char kMagic[] = "ELASTRUN-STATE";
+constexpr size_t kAlign = 64;
+// Bounds what a malformed image makes a reader allocate or index.
+constexpr size_t kMaxIndex = size_t{64} << 20;
+constexpr int64_t kMaxDims = 16;
+
+// The position's fields by name, so writing and reading share one list.
+struct PositionFields {
+  std::vector<std::pair<const char*, int64_t*>> ints;
+  std::vector<std::pair<const char*, double*>> doubles;
+};
+PositionFields FieldsOf(TrainPosition& p) {
+  return {{{"epoch", &p.epoch},
+           {"iteration", &p.iteration},
+           {"last_opt_step", &p.last_opt_step},
+           {"micro_batches", &p.micro_batches},
+           {"world_size", &p.world_size},
+           {"amp_growth_tracker", &p.amp_growth_tracker},
+           {"tail_begin", &p.tail_begin}},
+          {{"best_acc", &p.best_acc},
+           {"loss_sum", &p.loss_sum},
+           {"seen", &p.seen},
+           {"local_loss_sum", &p.local_loss_sum},
+           {"local_seen", &p.local_seen},
+           {"amp_scale", &p.amp_scale}}};
+}
+
+// Doubles travel as hexadecimal floats: exact both ways.
+std::string HexDouble(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%a", v);
+  return buf;
+}
+
+// torch 1.13 keys optimizer state by the parameter's TensorImpl address as
+// a string; later releases by the address itself.
+template <typename OptimizerT>
+auto StateKey(OptimizerT& o, const at::Tensor& p) {
+  using Key = typename std::remove_reference_t<decltype(o.state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+// Every tensor of the state, by name, in a fixed order.
+std::vector<std::pair<std::string, at::Tensor>> NamedTensors(
+    torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+    std::vector<std::string>* steps) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model.named_parameters()) {
+    out.emplace_back("m." + item.key(), item.value());
+  }
+  for (const auto& item : model.named_buffers()) {
+    out.emplace_back("u." + item.key(), item.value());
+  }
+  auto& state = optimizer.state();
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params().size(); ++i) {
+      auto it = state.find(StateKey(optimizer, groups[g].params()[i]));
+      if (it == state.end()) continue;
+      const std::string base = absl::StrCat("o.", g, ".", i, ".");
+      if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+        if (sgd->momentum_buffer().defined()) {
+          out.emplace_back(base + "momentum_buffer", sgd->momentum_buffer());
+        }
+      } else if (auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
+        steps->push_back(absl::StrCat("s ", g, " ", i, " ", adam->step(), "\n"));
+        out.emplace_back(base + "exp_avg", adam->exp_avg());
+        out.emplace_back(base + "exp_avg_sq", adam->exp_avg_sq());
+        if (adam->max_exp_avg_sq().defined()) {
+          out.emplace_back(base + "max_exp_avg_sq", adam->max_exp_avg_sq());
+        }
+      }
+    }
+  }
+  return out;
+}
+
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+StateImage StateImage::Plan(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                            const StateExtras& extras) {
+  StateImage image;
+  std::string index;
+  TrainPosition position = extras.position;
+  PositionFields fields = FieldsOf(position);
+  for (const auto& [name, v] : fields.ints) absl::StrAppend(&index, "p ", name, " ", *v, "\n");
+  for (const auto& [name, v] : fields.doubles) {
+    absl::StrAppend(&index, "p ", name, " ", HexDouble(*v), "\n");
+  }
+  absl::StrAppend(&index, "p sums_global ", position.sums_global ? 1 : 0, "\n");
+  std::vector<std::string> steps;
+  std::vector<std::pair<std::string, at::Tensor>> tensors =
+      NamedTensors(model, optimizer, &steps);
+  if (extras.rng.defined()) tensors.emplace_back("rng", extras.rng);
+  for (const std::string& s : steps) index += s;
+  // Offsets are relative to the data section; the header's size is known
+  // only once the index is complete.
+  size_t offset = 0;
+  auto add_blob = [&](const char* name, const std::string& blob) {
+    absl::StrAppend(&index, "b ", name, " ", offset, " ", blob.size(), "\n");
+    image.parts_.push_back({blob.data(), offset, blob.size()});
+    offset = AlignUp(offset + blob.size());
+  };
+  add_blob("config", extras.config_yaml);
+  add_blob("rows", extras.metrics_rows);
+  for (auto& [name, t] : tensors) {
+    at::Tensor dense = t.detach();
+    if (!dense.is_non_overlapping_and_dense()) {
+      dense = dense.contiguous();
+      image.keep_.push_back(dense);
+    }
+    const size_t bytes = static_cast<size_t>(dense.numel()) * dense.element_size();
+    absl::StrAppend(&index, "t ", name, " ", static_cast<int>(dense.scalar_type()), " ",
+                    dense.dim());
+    for (int64_t s : dense.sizes()) absl::StrAppend(&index, " ", s);
+    for (int64_t s : dense.strides()) absl::StrAppend(&index, " ", s);
+    absl::StrAppend(&index, " ", offset, " ", bytes, "\n");
+    // A dense tensor's storage span starts at its data pointer whatever
+    // its strides (none negative here).
+    image.parts_.push_back({dense.data_ptr(), offset, bytes});
+    offset = AlignUp(offset + bytes);
+  }
+  image.head_ = absl::StrCat(kMagic, " 1 ", index.size(), "\n", index);
+  image.head_.resize(AlignUp(image.head_.size()), '\0');
+  for (Part& p : image.parts_) p.offset += image.head_.size();
+  image.size_ = image.head_.size() + offset;
+  return image;
+}
+
+void StateImage::WriteTo(char* dst) const {
+  std::memcpy(dst, head_.data(), head_.size());
+  for (const Part& p : parts_) {
+    if (p.bytes > 0) std::memcpy(dst + p.offset, p.data, p.bytes);
+  }
+}
+
+std::string StateImage::ToString() const {
+  std::string out(size_, '\0');
+  WriteTo(out.data());
+  return out;
+}
+
+at::Tensor CpuGeneratorState() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void SetCpuGeneratorState(const at::Tensor& state) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+bool IsStateImage(absl::string_view bytes) {
+  return absl::StartsWith(bytes, absl::StrCat(kMagic, " "));
+}
+
+namespace {
+
+struct TensorRecord {
+  at::ScalarType dtype;
+  std::vector<int64_t> sizes, strides;
+  size_t offset = 0, bytes = 0;
+};
+
+// The parsed index: records by name, and where the data section starts.
+struct Index {
+  std::map<std::string, TensorRecord> tensors;
+  std::map<std::pair<size_t, size_t>, int64_t> adam_steps;
+  StateExtras extras;
+};
+
+absl::Status Malformed(const std::string& why) {
+  return absl::DataLossError(absl::StrCat("state image: ", why));
+}
+
+// A well-formed state of another model or optimizer.
+absl::Status DoesNotFit(const std::string& why) {
+  return absl::DataLossError(
+      absl::StrCat("checkpoint does not fit this model or optimizer: ", why));
+}
+
+absl::Status ParseTensor(const std::vector<absl::string_view>& f, size_t data_size,
+                         Index* index) {
+  int dtype = 0;
+  int64_t dims = 0;
+  if (f.size() < 4 || !absl::SimpleAtoi(f[2], &dtype) || !absl::SimpleAtoi(f[3], &dims) ||
+      dims < 0 || dims > kMaxDims || f.size() != static_cast<size_t>(6 + 2 * dims) ||
+      dtype < 0 || dtype >= static_cast<int>(at::ScalarType::NumOptions)) {
+    return Malformed(absl::StrCat("bad tensor record '", absl::StrJoin(f, " "), "'"));
+  }
+  TensorRecord r;
+  r.dtype = static_cast<at::ScalarType>(dtype);
+  for (int64_t k = 0; k < 2 * dims; ++k) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(f[4 + k], &v) || v < 0) return Malformed("bad tensor shape");
+    (k < dims ? r.sizes : r.strides).push_back(v);
+  }
+  if (!absl::SimpleAtoi(f[4 + 2 * dims], &r.offset) ||
+      !absl::SimpleAtoi(f[5 + 2 * dims], &r.bytes) || r.offset > data_size ||
+      r.bytes > data_size - r.offset) {
+    return Malformed(absl::StrCat("tensor ", f[1], " lies outside the image"));
+  }
+  index->tensors[std::string(f[1])] = std::move(r);
+  return absl::OkStatus();
+}
+
+absl::Status ParseLine(absl::string_view line, absl::string_view data, Index* index) {
+  std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+  if (f[0] == "t") return ParseTensor(f, data.size(), index);
+  if (f[0] == "p" && f.size() == 3) {
+    PositionFields fields = FieldsOf(index->extras.position);
+    for (const auto& [name, v] : fields.ints) {
+      if (f[1] == name && absl::SimpleAtoi(f[2], v)) return absl::OkStatus();
+    }
+    for (const auto& [name, v] : fields.doubles) {
+      if (f[1] == name) {
+        *v = std::strtod(std::string(f[2]).c_str(), nullptr);
+        return absl::OkStatus();
+      }
+    }
+    if (f[1] == "sums_global") {
+      index->extras.position.sums_global = f[2] == "1";
+      return absl::OkStatus();
+    }
+  }
+  size_t a = 0, b = 0;
+  int64_t v = 0;
+  if (f[0] == "s" && f.size() == 4 && absl::SimpleAtoi(f[1], &a) &&
+      absl::SimpleAtoi(f[2], &b) && absl::SimpleAtoi(f[3], &v)) {
+    index->adam_steps[{a, b}] = v;
+    return absl::OkStatus();
+  }
+  if (f[0] == "b" && f.size() == 4 && absl::SimpleAtoi(f[2], &a) &&
+      absl::SimpleAtoi(f[3], &b) && a <= data.size() && b <= data.size() - a) {
+    std::string blob(data.substr(a, b));
+    if (f[1] == "config") index->extras.config_yaml = std::move(blob);
+    if (f[1] == "rows") index->extras.metrics_rows = std::move(blob);
+    return absl::OkStatus();
+  }
+  return Malformed(absl::StrCat("bad index line '", line, "'"));
+}
+
+// Parses the index; tensor records' offsets are returned from the image's
+// start.
+absl::StatusOr<Index> ParseIndex(absl::string_view bytes) {
+  const size_t nl = bytes.find('\n');
+  std::vector<absl::string_view> head =
+      absl::StrSplit(bytes.substr(0, nl == absl::string_view::npos ? 0 : nl), ' ');
+  size_t index_size = 0;
+  if (nl == absl::string_view::npos || head.size() != 3 || head[0] != kMagic ||
+      !absl::SimpleAtoi(head[2], &index_size) || index_size > kMaxIndex ||
+      index_size > bytes.size() - nl - 1) {
+    return Malformed("not a state image (bad header)");
+  }
+  if (head[1] != "1") return Malformed(absl::StrCat("format ", head[1], ", this build reads 1"));
+  // Record offsets count from the data section, after the padded index.
+  const size_t data_start = AlignUp(nl + 1 + index_size);
+  if (data_start > bytes.size()) return Malformed("truncated");
+  const absl::string_view data = bytes.substr(data_start);
+  Index index;
+  for (absl::string_view line :
+       absl::StrSplit(bytes.substr(nl + 1, index_size), '\n', absl::SkipEmpty())) {
+    if (absl::Status s = ParseLine(line, data, &index); !s.ok()) return s;
+  }
+  for (auto& [name, r] : index.tensors) r.offset += data_start;
+  return index;
+}
+
+// The record's bytes as a tensor (no copy; valid while `bytes` lives).
+at::Tensor View(absl::string_view bytes, const TensorRecord& r) {
+  return at::from_blob(const_cast<char*>(bytes.data() + r.offset), r.sizes, r.strides,
+                       at::TensorOptions().dtype(r.dtype));
+}
+
+// Copies record `name` into `dst`, which must have its shape and dtype.
+absl::Status CopyInto(const Index& index, absl::string_view bytes, const std::string& name,
+                      at::Tensor dst) {
+  auto it = index.tensors.find(name);
+  if (it == index.tensors.end()) return DoesNotFit(absl::StrCat("no tensor ", name));
+  const TensorRecord& r = it->second;
+  if (dst.sizes() != at::IntArrayRef(r.sizes) || dst.scalar_type() != r.dtype) {
+    return DoesNotFit(absl::StrCat(name, " has shape [", absl::StrJoin(r.sizes, ","),
+                                  "] there, [", absl::StrJoin(dst.sizes(), ","),
+                                  "] in this model"));
+  }
+  torch::NoGradGuard no_grad;
+  dst.copy_(View(bytes, r));
+  return absl::OkStatus();
+}
+
+// A new tensor holding record `name`, with its strides.
+absl::StatusOr<at::Tensor> Clone(const Index& index, absl::string_view bytes,
+                                 const std::string& name) {
+  auto it = index.tensors.find(name);
+  if (it == index.tensors.end()) return Malformed(absl::StrCat("no tensor ", name));
+  at::Tensor src = View(bytes, it->second);
+  at::Tensor out = at::empty_strided(src.sizes(), src.strides(), src.options());
+  out.copy_(src);
+  return out;
+}
+
+absl::Status RestoreOptimizer(const Index& index, absl::string_view bytes,
+                              torch::optim::Optimizer& optimizer) {
+  const bool adam = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  auto& state = optimizer.state();
+  state.clear();
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params().size(); ++i) {
+      const std::string base = absl::StrCat("o.", g, ".", i, ".");
+      const auto key = StateKey(optimizer, groups[g].params()[i]);
+      if (adam) {
+        auto step = index.adam_steps.find({g, i});
+        if (step == index.adam_steps.end()) continue;  // Never stepped.
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->step(step->second);
+        absl::StatusOr<at::Tensor> avg = Clone(index, bytes, base + "exp_avg");
+        absl::StatusOr<at::Tensor> sq = Clone(index, bytes, base + "exp_avg_sq");
+        if (!avg.ok()) return avg.status();
+        if (!sq.ok()) return sq.status();
+        s->exp_avg(*avg);
+        s->exp_avg_sq(*sq);
+        if (index.tensors.count(base + "max_exp_avg_sq") > 0) {
+          absl::StatusOr<at::Tensor> max_sq = Clone(index, bytes, base + "max_exp_avg_sq");
+          if (!max_sq.ok()) return max_sq.status();
+          s->max_exp_avg_sq(*max_sq);
+        }
+        state[key] = std::move(s);
+      } else if (index.tensors.count(base + "momentum_buffer") > 0) {
+        auto s = std::make_unique<torch::optim::SGDParamState>();
+        absl::StatusOr<at::Tensor> t = Clone(index, bytes, base + "momentum_buffer");
+        if (!t.ok()) return t.status();
+        s->momentum_buffer(*t);
+        state[key] = std::move(s);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadImageExtras(absl::string_view bytes, StateExtras* extras) {
+  absl::StatusOr<Index> index = ParseIndex(bytes);
+  if (!index.ok()) return index.status();
+  *extras = std::move(index->extras);
+  return absl::OkStatus();
+}
+
+absl::Status RestoreImage(absl::string_view bytes, torch::nn::Module& model,
+                          torch::optim::Optimizer& optimizer, StateExtras* extras) {
+  absl::StatusOr<Index> index = ParseIndex(bytes);
+  if (!index.ok()) return index.status();
+  size_t expected = 0;
+  for (auto& item : model.named_parameters()) {
+    ++expected;
+    if (absl::Status s = CopyInto(*index, bytes, "m." + item.key(), item.value()); !s.ok()) {
+      return s;
+    }
+    item.value().mutable_grad() = at::Tensor();
+  }
+  for (auto& item : model.named_buffers()) {
+    ++expected;
+    if (absl::Status s = CopyInto(*index, bytes, "u." + item.key(), item.value()); !s.ok()) {
+      return s;
+    }
+  }
+  size_t model_records = 0;
+  for (const auto& [name, r] : index->tensors) {
+    if (name.rfind("m.", 0) == 0 || name.rfind("u.", 0) == 0) ++model_records;
+  }
+  if (model_records != expected) {
+    return DoesNotFit(absl::StrCat("it holds ", model_records,
+                                  " model tensors, this model has ", expected));
+  }
+  if (absl::Status s = RestoreOptimizer(*index, bytes, optimizer); !s.ok()) return s;
+  if (index->tensors.count("rng") > 0) {
+    absl::StatusOr<at::Tensor> rng = Clone(*index, bytes, "rng");
+    if (!rng.ok()) return rng.status();
+    index->extras.rng = *rng;
+  }
+  *extras = std::move(index->extras);
+  return absl::OkStatus();
+}
+
+}  // namespace elastrun::trainer

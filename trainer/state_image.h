@@ -1,0 +1,87 @@
+// A rank's whole training state as one flat byte image: what a snapshot
+// copies into shared memory every optimizer step and what a checkpoint file
+// holds. Writing one is a plan (names, shapes, offsets; cheap) and then one
+// memcpy per tensor straight into the destination (the snapshot's shared
+// memory): no serialization on the training thread.
+//
+// Layout: the text line "ELASTRUN-STATE 1 <index bytes>\n", the index (text,
+// one record per line), zero padding to a 64-byte boundary, then the raw
+// data of every tensor and blob at the offsets the index gives:
+//   p <field> <value>                        position (TrainPosition)
+//   s <group> <param> <step>                 AdamW's step counter
+//   b <name> <offset> <bytes>                config YAML, metrics rows
+//   t <name> <dtype> <dims> <sizes..> <strides..> <offset> <bytes>
+// Tensor names: "m.<param>" and "u.<buffer>" of the model,
+// "o.<group>.<param>.<field>" of the optimizer, "rng" (CPU generator).
+// Tensors keep their strides (channels-last stays channels-last).
+#ifndef ELASTRUN_TRAINER_STATE_IMAGE_H_
+#define ELASTRUN_TRAINER_STATE_IMAGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "trainer/checkpoint.h"
+#include "trainer/trainer_pch.h"
+
+namespace elastrun::trainer {
+
+// What an image holds besides model and optimizer.
+struct StateExtras {
+  TrainPosition position;
+  std::string config_yaml;   // The resolved config the run trains with.
+  std::string metrics_rows;  // metrics.csv's rows so far, without the header.
+  // False for a checkpoint of an older build (no rows): metrics.csv is then
+  // appended to as it stands.
+  bool rows_carried = true;
+  at::Tensor rng;            // The CPU generator's state (dropout).
+};
+
+// The layout of one image. Plan it, then WriteTo a buffer of size() bytes;
+// the tensors must not change in between (one thread drives both).
+class StateImage {
+ public:
+  static StateImage Plan(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                         const StateExtras& extras);
+  size_t size() const { return size_; }
+  // Copies the index and every tensor's bytes into `dst`.
+  void WriteTo(char* dst) const;
+  // The image as a string (tests, and a process without snapshot memory).
+  std::string ToString() const;
+
+ private:
+  struct Part {
+    const void* data = nullptr;
+    size_t offset = 0;
+    size_t bytes = 0;
+  };
+  std::string head_;  // Header line, index and padding.
+  std::vector<Part> parts_;
+  std::vector<at::Tensor> keep_;  // Dense copies of non-dense tensors.
+  size_t size_ = 0;
+};
+
+// Whether `bytes` starts like an image (else: an older torch archive).
+bool IsStateImage(absl::string_view bytes);
+
+// Loads an image into an identically built model and optimizer (creating
+// the optimizer's per-parameter state), and returns the rest in `*extras`
+// (the generator state is returned, not applied). DataLoss naming what does
+// not fit (a tensor missing or of another shape: another model) or what is
+// malformed.
+absl::Status RestoreImage(absl::string_view bytes, torch::nn::Module& model,
+                          torch::optim::Optimizer& optimizer, StateExtras* extras);
+
+// The default CPU generator's state (dropout draws), and setting it.
+at::Tensor CpuGeneratorState();
+void SetCpuGeneratorState(const at::Tensor& state);
+
+// The image's position and blobs only (no model needed).
+absl::Status ReadImageExtras(absl::string_view bytes, StateExtras* extras);
+
+}  // namespace elastrun::trainer
+
+#endif  // ELASTRUN_TRAINER_STATE_IMAGE_H_
