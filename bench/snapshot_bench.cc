@@ -105,6 +105,7 @@ struct Sample {
   double checkpoint_ms = 0;  // Snapshot + Persist (the training thread's part).
   double persist_ms = 0;     // Persist's return to Flush's (background).
   double old_ms = 0;         // SerializeState + SaveCheckpoint.
+  double serialize_ms = 0;   // SerializeState alone (part of old_ms).
 };
 
 // Everything a repetition writes to, made once per model.
@@ -130,13 +131,17 @@ absl::Status Snapshot(Bench& b) {
   return absl::OkStatus();
 }
 
-absl::Status OldCheckpoint(Bench& b) {
+// The checkpoint as the trainer took it before the snapshot tiers; the
+// serialization's share in `*serialize_ms`.
+absl::Status OldCheckpoint(Bench& b, double* serialize_ms) {
   trainer::CheckpointBlob blob;
   blob.key = ++b.key;
   blob.run = b.run;
+  const Clock::time_point t = Clock::now();
   blob.payload =
       trainer::SerializeState(*b.subject->model, b.subject->optimizer->torch_optimizer(),
                               b.extras.position, b.extras.config_yaml);
+  *serialize_ms = MsSince(t);
   return trainer::SaveCheckpoint(b.old_dir, blob, /*best=*/false);
 }
 
@@ -164,7 +169,7 @@ absl::Status Repetition(Bench& b, Sample& s) {
   s.persist_ms = MsSince(t);
 
   t = Clock::now();
-  if (absl::Status st = OldCheckpoint(b); !st.ok()) return st;
+  if (absl::Status st = OldCheckpoint(b, &s.serialize_ms); !st.ok()) return st;
   s.old_ms = MsSince(t);
   return absl::OkStatus();
 }
@@ -264,7 +269,8 @@ void PrintJson(const Subject& subject, size_t bytes, const std::vector<Sample>& 
       {"snapshot_ms", &Sample::snapshot_ms},
       {"checkpoint_ms", &Sample::checkpoint_ms},
       {"persist_ms", &Sample::persist_ms},
-      {"old_ms", &Sample::old_ms}};
+      {"old_ms", &Sample::old_ms},
+      {"serialize_ms", &Sample::serialize_ms}};
   for (const auto& [name, field] : fields) {
     std::vector<std::string> v;
     for (double x : Column(samples, field)) v.push_back(absl::StrFormat("%.4f", x));

@@ -133,6 +133,7 @@ def make_row(cpp, py):
         "checkpoint_ms": median(cpp["checkpoint_ms"]),
         "persist_ms": median(cpp["persist_ms"]),
         "old_ms": median(cpp["old_ms"]),
+        "serialize_ms": median(cpp["serialize_ms"]),
         "python_ms": median(py["save_ms"]) if py else float("nan"),
         "python_mb": py["bytes"] / 1e6 if py else float("nan"),
         "spread": {k: (min(cpp[k]), max(cpp[k])) for k in ("memcpy_ms", "snapshot_ms")},
@@ -234,7 +235,8 @@ def main(argv):
     for r in rows:
         (m0, m1), (s0, s1) = r["spread"]["memcpy_ms"], r["spread"]["snapshot_ms"]
         print(f"{r['model']}: memcpy {m0:.3f}-{m1:.3f} ms, snapshot {s0:.3f}-{s1:.3f} ms"
-              f" (min-max); torch.save file {r['python_mb']:.2f} MB")
+              f" (min-max); old checkpoint's SerializeState {r['serialize_ms']:.1f} ms;"
+              f" torch.save file {r['python_mb']:.2f} MB")
     print(verdict(rows)[1])
     return 0
 

@@ -23,7 +23,7 @@ def cpp_line(model="mlp", params=100, nbytes=2_000_000, memcpy=(1.0, 3.0, 2.0),
     return {"model": model, "description": "MLP", "params": params, "bytes": nbytes,
             "memcpy_ms": list(memcpy), "snapshot_ms": list(snapshot),
             "checkpoint_ms": [3.0, 4.0, 5.0], "persist_ms": [10.0, 30.0, 20.0],
-            "old_ms": [40.0, 50.0, 60.0]}
+            "old_ms": [40.0, 50.0, 60.0], "serialize_ms": [20.0, 25.0, 30.0]}
 
 
 class RowTest(unittest.TestCase):
@@ -37,6 +37,7 @@ class RowTest(unittest.TestCase):
         self.assertEqual(row["checkpoint_ms"], 4.0)
         self.assertEqual(row["persist_ms"], 20.0)
         self.assertEqual(row["old_ms"], 50.0)
+        self.assertEqual(row["serialize_ms"], 25.0)
         self.assertEqual(row["python_ms"], 7.0)
         self.assertEqual(row["spread"]["snapshot_ms"], (1.5, 9.0))
 
@@ -102,7 +103,8 @@ class SmokeTest(unittest.TestCase):
         (line,) = [json.loads(l) for l in p.stdout.splitlines()]
         # Parameters and momentum of the 784-256-256-10 MLP, in float32.
         self.assertGreater(line["bytes"], 2 * 4 * 269_322)
-        for key in ("memcpy_ms", "snapshot_ms", "checkpoint_ms", "persist_ms", "old_ms"):
+        for key in ("memcpy_ms", "snapshot_ms", "checkpoint_ms", "persist_ms", "old_ms",
+                    "serialize_ms"):
             self.assertEqual(len(line[key]), 2)
             self.assertTrue(all(x > 0 for x in line[key]), key)
 
