@@ -131,13 +131,15 @@ TEST(RunIdentityRunTest, RanksAgreeOnTheNewestCheckpointOfThisRun) {
   ResumeOnTwoRanks(dir + "/r0", dir + "/r1", results, outs);
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
-  EXPECT_THAT(outs[0], HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
+  EXPECT_THAT(outs[0],
+              HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(results[0]->params_sha256, results[1]->params_sha256);
   // The same resume with no stale file anywhere ends with the same weights.
   absl::StatusOr<TrainResult> clean[2];
   ResumeOnTwoRanks(dir + "/clean0", dir + "/clean1", clean, outs);
   ASSERT_TRUE(clean[0].ok()) << clean[0].status();
-  EXPECT_THAT(outs[0], HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
+  EXPECT_THAT(outs[0],
+              HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(results[0]->params_sha256, clean[0]->params_sha256);
 }
 
@@ -173,7 +175,8 @@ TEST(RunIdentityBinaryTest, RunNameResumesAcrossInvocations) {
   EXPECT_THAT(first, HasSubstr("starting fresh"));
   const std::string second = RunCommand(named, &status);
   ASSERT_EQ(status, 0) << second;
-  EXPECT_THAT(second, HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
+  EXPECT_THAT(second,
+              HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(Field(second, "params_sha256"), Field(clean, "params_sha256")) << second;
   // Another name does not take it.
   const std::string other = RunCommand(
@@ -205,7 +208,8 @@ TEST(RunIdentityBinaryTest, OwnCheckpointResumesWithRestartCountZero) {
   ASSERT_EQ(status, 0) << first;
   const std::string second = run("job", "train.output_dir=" + dir + "/run", &status);
   ASSERT_EQ(status, 0) << second;
-  EXPECT_THAT(second, HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
+  EXPECT_THAT(second,
+              HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(Field(second, "params_sha256"), Field(clean, "params_sha256")) << second;
   // metrics.csv: every epoch once, in one file.
   const std::string metrics = ReadFile(dir + "/run/metrics.csv");

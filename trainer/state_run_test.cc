@@ -48,7 +48,8 @@ class StateRunTest : public ::testing::Test {
     int status = 0;
     const std::string output = RunCommand(
         (fail_at.empty() ? "" : "ELASTRUN_TRAIN_FAIL_AT=" + fail_at + " ") +
-            ELASTRUN_LAUNCHER_BINARY + " run --nproc-per-node 2 --max-restarts 1 " + launcher_flags + " " +
+            ELASTRUN_LAUNCHER_BINARY + " run --nproc-per-node 2 --max-restarts 1 " +
+            launcher_flags + " " +
             ELASTRUN_TRAIN_BINARY + " --config " + cfg_ + " train.output_dir=" + dir_ + "/" +
             out + " " + overrides,
         &status);

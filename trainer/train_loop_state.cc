@@ -85,7 +85,8 @@ absl::Status TrainLoop::CalibrateSnapshots() {
   std::vector<double> share = {step_s > 0 ? copy_s / step_s : 0};
   RETURN_IF_ERROR(SumOverRanks(group_, share));
   share[0] /= static_cast<double>(world_);
-  snapshot_every_ = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(share[0] / kSnapshotBudget)));
+  snapshot_every_ =
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(share[0] / kSnapshotBudget)));
   if (leader_ && area_shared_ && snapshot_every_ > 1) {
     std::fprintf(run_.out,
                  "snapshots: a copy takes %.1f%% of a step; one every %lld steps keeps it "

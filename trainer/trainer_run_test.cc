@@ -137,7 +137,8 @@ TEST(CheckpointTest, ResumeAfterAnEpochIsBitwiseIdentical) {
   std::string out;
   auto resumed = TrainQuietly(cfg, "", &out);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_THAT(out, HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
+  EXPECT_THAT(out,
+              HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(resumed->params_sha256, uninterrupted->params_sha256);
   EXPECT_EQ(resumed->test_acc, uninterrupted->test_acc);
   // metrics.csv: epoch 1 from the first run, epoch 2 appended.
@@ -176,7 +177,8 @@ TEST(CheckpointTest, MidEpochResumeAndCorruptNewestFallsBack) {
   std::string out;
   auto resumed = TrainQuietly(cfg, "", &out);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_THAT(out, HasSubstr("resumed at epoch 1, iteration 15 from the checkpoint on disk of rank 0"));
+  EXPECT_THAT(out,
+              HasSubstr("resumed at epoch 1, iteration 15 from the checkpoint on disk of rank 0"));
   EXPECT_EQ(resumed->params_sha256, uninterrupted->params_sha256);
 
   // An explicit path that is corrupt is an error naming it.
@@ -217,7 +219,8 @@ TEST(CheckpointTest, TwoRanksResumeFromTheRankThatHasTheFile) {
   });
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
-  EXPECT_THAT(outs[0], HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 1"));
+  EXPECT_THAT(outs[0],
+              HasSubstr("resumed at epoch 2, iteration 0 from the checkpoint on disk of rank 1"));
   EXPECT_EQ(results[0]->params_sha256, results[1]->params_sha256);
 }
 
@@ -280,7 +283,8 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
   std::ofstream(cfg) << "_base_: " << ELASTRUN_CONFIGS_DIR << "/fashion_mnist_mlp.yaml\n"
                      << "data: {synthetic: true, synthetic_train_size: 512,\n"
                      << "       synthetic_test_size: 256, batch_size: 32}\n"
-                     << "train: {epochs: 2, checkpoint_iters: 3, snapshot_iters: 1, log_period: 0}\n";
+                     << "train: {epochs: 2, checkpoint_iters: 3, snapshot_iters: 1,\n"
+                     << "        log_period: 0}\n";
   auto final_line = [](const std::string& out) {
     const size_t at = out.find("final: ");
     return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
@@ -304,7 +308,8 @@ TEST(ElasticTest, KilledRankResumesToBitwiseIdenticalWeights) {
                  &status);
   ASSERT_EQ(status, 0) << killed;
   EXPECT_THAT(killed, HasSubstr("injected SIGKILL at iteration 12"));
-  EXPECT_THAT(killed, HasSubstr("resumed at epoch 2, iteration 4 from the snapshot in memory of rank 0"));
+  EXPECT_THAT(killed,
+              HasSubstr("resumed at epoch 2, iteration 4 from the snapshot in memory of rank 0"));
   ASSERT_THAT(final_line(plain), HasSubstr("params_sha256="));
   // Weights and accuracy exactly; the loss up to the order of its sums.
   auto field = [&](const std::string& line, const std::string& key) {
