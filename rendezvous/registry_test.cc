@@ -44,15 +44,18 @@ TEST(RegistryTest, NewIncarnationIsRefusedWhileTheHoldersLeaseIsLive) {
   FakeClock clock;
   NodeRegistry reg(LeaseOptions{});  // 3 s leases
   reg.Register(Req("a", 2, "i1"), clock.Now());
-  absl::StatusOr<NodeRegistry::Registered> same = reg.CheckRegister(Req("a", 2, "i1"), clock.Now());
+  absl::StatusOr<NodeRegistry::Registered> same =
+      reg.CheckRegister(Req("a", 2, "i1"), clock.Now());
   ASSERT_TRUE(same.ok());
   EXPECT_FALSE(same->restarted);  // a reconnect
   clock.Advance(absl::Seconds(1));
-  absl::StatusOr<NodeRegistry::Registered> other = reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
+  absl::StatusOr<NodeRegistry::Registered> other =
+      reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
   EXPECT_TRUE(absl::IsAlreadyExists(other.status())) << other.status();
   EXPECT_THAT(std::string(other.status().message()),
-              ::testing::AllOf(::testing::HasSubstr("node \"a\" is held by another daemon at a.host"),
-                               ::testing::HasSubstr("lease expires in 2s")));
+              ::testing::AllOf(
+                  ::testing::HasSubstr("node \"a\" is held by another daemon at a.host"),
+                  ::testing::HasSubstr("lease expires in 2s")));
   EXPECT_TRUE(absl::IsFailedPrecondition(reg.Heartbeat("a", "i2", clock.Now()).status()));
   // The holder's lease runs out (not yet marked lost by a timer): a restart.
   clock.Advance(absl::Seconds(2));
@@ -72,12 +75,14 @@ TEST(RegistryTest, RestoredNodeIsTakenByANewIncarnationUntilItsDaemonReturns) {
   stored.set_state(v1::NODE_STATE_ALIVE);
   reg.Restore(stored, clock.Now());
   // The service restarted; no daemon has proved the node alive since.
-  absl::StatusOr<NodeRegistry::Registered> other = reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
+  absl::StatusOr<NodeRegistry::Registered> other =
+      reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_TRUE(other->restarted);
   // Once its daemon re-registered, the lease counts.
   reg.Register(Req("a", 2, "i1"), clock.Now());
-  EXPECT_TRUE(absl::IsAlreadyExists(reg.CheckRegister(Req("a", 2, "i2"), clock.Now()).status()));
+  EXPECT_TRUE(
+      absl::IsAlreadyExists(reg.CheckRegister(Req("a", 2, "i2"), clock.Now()).status()));
 }
 
 TEST(RegistryTest, BadRequestsNameTheField) {

@@ -28,10 +28,10 @@ namespace {
 using daemon_testing::Cluster;
 using daemon_testing::kDeadline;
 using daemon_testing::PollUntil;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::BinDir;
 using testing::FileExists;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 class DaemonNodeIdE2eTest : public ::testing::Test {
  protected:
@@ -72,7 +72,8 @@ class DaemonNodeIdE2eTest : public ::testing::Test {
          "nodeid", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "0", "--",
          "/bin/sh", "-c", script},
         {marker_});
-    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
+    EXPECT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
     return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";
   }
 
@@ -86,19 +87,21 @@ TEST_F(DaemonNodeIdE2eTest, SecondDaemonWithTheNodeIdExitsAndTheFirstFinishesIts
   testing::Subprocess& first = StartDaemon();
   ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << first.Output();
   // Each worker says it started, then waits for the test's go.
-  const std::string job = Submit(absl::StrCat("touch ", seen_, "/$RANK; while [ ! -e ", dir_,
-                                              "/go ]; do sleep 0.05; done"));
+  const std::string job = Submit(absl::StrCat("touch ", seen_, "/$RANK; while [ ! -e ",
+                                              dir_, "/go ]; do sleep 0.05; done"));
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(testing::WaitForFiles(seen_, "", 2, kDeadline).ok()) << first.Output();
-  const std::string folder = absl::StrCat(base_, "/elastrun-", geteuid(), "/", job, "@n1");
+  const std::string folder =
+      absl::StrCat(base_, "/elastrun-", geteuid(), "/", job, "@n1");
   ASSERT_TRUE(FileExists(folder));
 
   testing::Subprocess& second = StartDaemon();
   ASSERT_TRUE(second.Wait(kDeadline).ok()) << second.Output();
   EXPECT_EQ(second.exit_code(), 1) << second.Output();
-  EXPECT_THAT(second.Output(),
-              HasSubstr("elastrund: node id 'n1' is already in use by another elastrund "
-                        "(node \"n1\" is held by another daemon at 127.0.0.1 (incarnation "));
+  EXPECT_THAT(
+      second.Output(),
+      HasSubstr("elastrund: node id 'n1' is already in use by another elastrund "
+                "(node \"n1\" is held by another daemon at 127.0.0.1 (incarnation "));
   EXPECT_THAT(second.Output(), HasSubstr("lease expires in"));
   // It touched nothing of the first daemon's.
   EXPECT_TRUE(FileExists(dir_ + "/logs/agent.sock"));
@@ -114,7 +117,8 @@ TEST_F(DaemonNodeIdE2eTest, SecondDaemonWithTheNodeIdExitsAndTheFirstFinishesIts
   EXPECT_EQ(cluster_->AliveNodes(), 1);
 }
 
-TEST_F(DaemonNodeIdE2eTest, DaemonSigkilledAndRestartedIsTakenBackWithoutWaitingForTheLease) {
+TEST_F(DaemonNodeIdE2eTest,
+       DaemonSigkilledAndRestartedIsTakenBackWithoutWaitingForTheLease) {
   // A lease far longer than the test may wait: only the broken Watch stream
   // can free the node id in time.
   ASSERT_NO_FATAL_FAILURE(cluster_->StartService(
@@ -128,7 +132,8 @@ TEST_F(DaemonNodeIdE2eTest, DaemonSigkilledAndRestartedIsTakenBackWithoutWaiting
   const std::string job = Submit(absl::StrCat("touch ", seen_, "/$RANK"));
   ASSERT_FALSE(job.empty());
   v1::JobStatus st = cluster_->WaitFinished(job);
-  EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << restarted.Output();
+  EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED)
+      << st.DebugString() << restarted.Output();
   EXPECT_FALSE(restarted.exit_code().has_value()) << restarted.Output();
   EXPECT_THAT(restarted.Output(), Not(HasSubstr("already in use")));
 }
