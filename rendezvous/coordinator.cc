@@ -83,8 +83,14 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return ShuttingDown();
-    ASSIGN_OR_RETURN(NodeRegistry::Registered check, registry_.CheckRegister(r));
-    if (check.restarted) {
+    absl::StatusOr<NodeRegistry::Registered> check =
+        registry_.CheckRegister(r, clock_.Now());
+    if (!check.ok()) {
+      // A second daemon with this node id: the operator must hear of it.
+      if (absl::IsAlreadyExists(check.status())) LOG(WARNING) << check.status();
+      return check.status();
+    }
+    if (check->restarted) {
       // Its workers died with the old daemon.
       NodeLost(out, r.node_id(), "daemon restarted (new incarnation)");
     }

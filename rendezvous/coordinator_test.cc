@@ -1,6 +1,7 @@
 // The Coordinator without gRPC: fake Watch streams and a FakeClock. Covers
 // when a re-formed round closes: at once when every node placed on the job
-// joined it (nobody else can come), else after the last call.
+// joined it (nobody else can come), else after the last call; and one
+// daemon per node id (a second one is refused while the first lives).
 #include "rendezvous/coordinator.h"
 
 #include <deque>
@@ -71,13 +72,24 @@ class CoordinatorTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status();
     c_ = *std::move(c);
   }
-  void AddNode(const std::string& id, int slots = 1) {
+  // RegisterNode of daemon `incarnation` of node `id`.
+  absl::Status Register(const std::string& id, const std::string& incarnation,
+                        int slots = 1) {
     v1::RegisterNodeRequest r;
     r.set_node_id(id);
-    r.set_incarnation("inc-1");
-    r.set_addr(id + ".test");
+    r.set_incarnation(incarnation);
+    r.set_addr(id + "." + incarnation + ".test");
     r.set_slots(slots);
-    ASSERT_TRUE(c_->RegisterNode(r).ok());
+    return c_->RegisterNode(r).status();
+  }
+  absl::Status Heartbeat(const std::string& id, const std::string& incarnation) {
+    v1::HeartbeatRequest r;
+    r.set_node_id(id);
+    r.set_incarnation(incarnation);
+    return c_->Heartbeat(r).status();
+  }
+  void AddNode(const std::string& id, int slots = 1) {
+    ASSERT_TRUE(Register(id, "inc-1", slots).ok());
     v1::WatchRequest w;
     w.set_node_id(id);
     w.set_incarnation("inc-1");
@@ -303,6 +315,60 @@ TEST_F(CoordinatorTest, ProgressOfAnUnknownJobIsNotFound) {
   v1::ReportProgressRequest r;
   r.set_job_id("nope-1");
   EXPECT_EQ(c_->ReportProgress(r).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, SecondDaemonOfANodeIsRefusedWhileTheFirstHoldsItsLease) {
+  AddNode("a");
+  const std::string job = Submit(1, 1);
+  Join("a", job, 0);
+  clock_.Advance(absl::Seconds(1));  // round 0's last call
+  c_->Tick();
+  ASSERT_EQ(Started("a"), 0);
+  ASSERT_TRUE(Heartbeat("a", "inc-1").ok());
+
+  absl::Status refused = Register("a", "inc-2");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAlreadyExists) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("node \"a\" is held by another daemon at a.inc-1.test "
+                                   "(incarnation inc-1) whose lease expires in 3s"));
+  // The holder keeps the node, its stream and its job.
+  EXPECT_TRUE(Heartbeat("a", "inc-1").ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(job).history_size(), 1);
+  v1::ListNodesResponse nodes = c_->ListNodes();
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_EQ(nodes.nodes(0).addr(), "a.inc-1.test");
+  EXPECT_TRUE(nodes.nodes(0).watching());
+
+  // The same daemon re-registering (a network blip) is a reconnect.
+  ASSERT_TRUE(Register("a", "inc-1").ok());
+  EXPECT_EQ(Get(job).history_size(), 1);
+  // Heartbeats keep the lease: still refused 2.5 s later.
+  clock_.Advance(absl::Milliseconds(2500));
+  ASSERT_TRUE(Heartbeat("a", "inc-1").ok());
+  clock_.Advance(absl::Milliseconds(2500));
+  EXPECT_EQ(Register("a", "inc-2").code(), absl::StatusCode::kAlreadyExists);
+
+  // The first daemon goes silent: once its lease ran out, the second takes
+  // the node (no timer has run yet) and the first is shut out.
+  clock_.Advance(absl::Milliseconds(500));
+  ASSERT_TRUE(Register("a", "inc-2").ok());
+  EXPECT_EQ(Heartbeat("a", "inc-1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Register("a", "inc-1").code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(c_->ListNodes().nodes(0).addr(), "a.inc-2.test");
+}
+
+TEST_F(CoordinatorTest, CrashedDaemonsSuccessorIsAcceptedAtOnceWhenItsStreamBreaks) {
+  AddNode("a");
+  EXPECT_EQ(Register("a", "inc-2").code(), absl::StatusCode::kAlreadyExists);
+  Lose("a");  // the first daemon died: its Watch stream broke
+  // No time passed: no lease to wait out.
+  ASSERT_TRUE(Register("a", "inc-2").ok());
+  EXPECT_TRUE(Heartbeat("a", "inc-2").ok());
+  v1::ListNodesResponse nodes = c_->ListNodes();
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_EQ(nodes.nodes(0).state(), v1::NODE_STATE_ALIVE);
+  EXPECT_EQ(nodes.nodes(0).addr(), "a.inc-2.test");
 }
 
 }  // namespace

@@ -18,6 +18,16 @@ absl::Status Bad(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrFormat("RegisterNode.%s: %s", field, why));
 }
 
+// The refusal of a second daemon for a node whose holder is alive.
+absl::Status Held(const NodeRecord& n, absl::Time now) {
+  return absl::AlreadyExistsError(absl::StrFormat(
+      "node \"%s\" is held by another daemon at %s (incarnation %s) whose lease "
+      "expires in %s, at %s; stop that daemon or give this one another --node-id",
+      n.stored.node_id(), n.stored.addr(), n.stored.incarnation(),
+      absl::FormatDuration(absl::Trunc(n.lease_expiry - now, absl::Milliseconds(1))),
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", n.lease_expiry, absl::UTCTimeZone())));
+}
+
 }  // namespace
 
 absl::Status ValidateLeaseOptions(const LeaseOptions& o) {
@@ -35,7 +45,7 @@ absl::Status ValidateLeaseOptions(const LeaseOptions& o) {
 }
 
 absl::StatusOr<NodeRegistry::Registered> NodeRegistry::CheckRegister(
-    const v1::RegisterNodeRequest& r) const {
+    const v1::RegisterNodeRequest& r, absl::Time now) const {
   if (r.node_id().empty() || r.node_id().size() > kMaxIdLength) {
     return Bad("node_id", absl::StrFormat("must have 1..%d characters", kMaxIdLength));
   }
@@ -61,10 +71,10 @@ absl::StatusOr<NodeRegistry::Registered> NodeRegistry::CheckRegister(
   }
   if (r.running_size() > 4096) return Bad("running", "too many attempts");
   Registered out;
-  if (const NodeRecord* n = Find(r.node_id());
-      n != nullptr && n->alive() && n->stored.incarnation() != r.incarnation()) {
-    out.restarted = true;
-  }
+  const NodeRecord* n = Find(r.node_id());
+  if (n == nullptr || !n->alive() || n->stored.incarnation() == r.incarnation()) return out;
+  if (n->confirmed && n->lease_expiry > now) return Held(*n, now);
+  out.restarted = true;
   return out;
 }
 
@@ -81,6 +91,7 @@ NodeRecord& NodeRegistry::Register(const v1::RegisterNodeRequest& r, absl::Time 
   n.stored.clear_lost_reason();
   if (fresh) *n.stored.mutable_registered_time() = ToProto(now);
   n.lease_expiry = now + options_.lease_timeout;
+  n.confirmed = true;
   n.reported_running.assign(r.running().begin(), r.running().end());
   return n;
 }
@@ -111,6 +122,7 @@ absl::StatusOr<absl::Time> NodeRegistry::Heartbeat(absl::string_view node_id,
   if (absl::Status st = CheckAlive(node_id, incarnation); !st.ok()) return st;
   NodeRecord* n = Find(node_id);
   n->lease_expiry = now + options_.lease_timeout;
+  n->confirmed = true;
   return n->lease_expiry;
 }
 

@@ -37,6 +37,10 @@ struct NodeRecord {
   std::set<std::string> jobs;  // unfinished jobs placed on this node
   // Attempts the daemon said it runs when it last registered.
   std::vector<v1::RunningAttempt> reported_running;
+  // Its daemon registered with this service process. A node restored from
+  // the store is not, until its daemon re-registers: its fresh lease is a
+  // grace period to reconnect, not proof that the daemon still lives.
+  bool confirmed = false;
 
   bool alive() const { return stored.state() == v1::NODE_STATE_ALIVE; }
   int free_slots() const { return stored.slots() - used_slots; }
@@ -52,15 +56,21 @@ class NodeRegistry {
 
   // What RegisterNode found.
   struct Registered {
-    // The node was alive under another incarnation: the old daemon died and
-    // its workers with it. The caller must treat the old node as lost
-    // (before this call: see CheckRegister).
+    // The node was alive under another incarnation whose daemon is gone
+    // (its lease ran out, or it never re-registered since the service
+    // restarted): its workers died with it. The caller must treat the old
+    // node as lost (before Register).
     bool restarted = false;
   };
   // OK, or InvalidArgument naming the bad field (node_id, incarnation, addr,
-  // slots, labels); `restarted` says whether an alive node changed its
-  // incarnation. Changes nothing.
-  absl::StatusOr<Registered> CheckRegister(const v1::RegisterNodeRequest& request) const;
+  // slots, labels), or AlreadyExists when another incarnation holds the
+  // node with a lease live at `now`: two daemons with one --node-id would
+  // otherwise evict each other for ever. The message names the node, the
+  // holder's address and when its lease expires. A holder whose Watch
+  // stream broke was already marked lost, so a daemon restarted after a
+  // crash is not kept waiting. Changes nothing.
+  absl::StatusOr<Registered> CheckRegister(const v1::RegisterNodeRequest& request,
+                                           absl::Time now) const;
   // Adds or refreshes the node (ALIVE, lease from `now`). Call CheckRegister
   // first. Slots in use keep counting; a node re-registering with fewer
   // slots than its jobs use is over-committed until they finish.
@@ -85,7 +95,9 @@ class NodeRegistry {
   std::optional<absl::Time> NextExpiry() const;
 
   // Re-adds a node loaded from the store. An ALIVE node gets a fresh lease
-  // from `now`, so that its daemon has a full lease to reconnect.
+  // from `now`, so that its daemon has a full lease to reconnect; it is not
+  // `confirmed`, so a new daemon of the node (a host that rebooted with the
+  // service) is not refused meanwhile.
   void Restore(const v1::StoredNode& stored, absl::Time now);
 
   // Slot accounting for a job of `nproc` workers per node.

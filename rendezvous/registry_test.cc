@@ -22,7 +22,7 @@ v1::RegisterNodeRequest Req(const std::string& id, int slots, const std::string&
 TEST(RegistryTest, LeaseExpiresWithoutHeartbeat) {
   FakeClock clock;
   NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3)});
-  ASSERT_TRUE(reg.CheckRegister(Req("a", 2)).ok());
+  ASSERT_TRUE(reg.CheckRegister(Req("a", 2), clock.Now()).ok());
   reg.Register(Req("a", 2), clock.Now());
   reg.Register(Req("b", 2), clock.Now());
   EXPECT_EQ(reg.NextExpiry(), clock.Now() + absl::Seconds(3));
@@ -40,27 +40,59 @@ TEST(RegistryTest, LeaseExpiresWithoutHeartbeat) {
   EXPECT_TRUE(reg.Find("b")->alive());
 }
 
-TEST(RegistryTest, NewIncarnationOfAliveNodeIsARestart) {
+TEST(RegistryTest, NewIncarnationIsRefusedWhileTheHoldersLeaseIsLive) {
   FakeClock clock;
-  NodeRegistry reg(LeaseOptions{});
+  NodeRegistry reg(LeaseOptions{});  // 3 s leases
   reg.Register(Req("a", 2, "i1"), clock.Now());
-  absl::StatusOr<NodeRegistry::Registered> same = reg.CheckRegister(Req("a", 2, "i1"));
+  absl::StatusOr<NodeRegistry::Registered> same =
+      reg.CheckRegister(Req("a", 2, "i1"), clock.Now());
   ASSERT_TRUE(same.ok());
   EXPECT_FALSE(same->restarted);  // a reconnect
-  absl::StatusOr<NodeRegistry::Registered> other = reg.CheckRegister(Req("a", 2, "i2"));
-  ASSERT_TRUE(other.ok());
-  EXPECT_TRUE(other->restarted);
+  clock.Advance(absl::Seconds(1));
+  absl::StatusOr<NodeRegistry::Registered> other =
+      reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
+  EXPECT_TRUE(absl::IsAlreadyExists(other.status())) << other.status();
+  EXPECT_THAT(std::string(other.status().message()),
+              ::testing::AllOf(
+                  ::testing::HasSubstr("node \"a\" is held by another daemon at a.host"),
+                  ::testing::HasSubstr("lease expires in 2s")));
   EXPECT_TRUE(absl::IsFailedPrecondition(reg.Heartbeat("a", "i2", clock.Now()).status()));
+  // The holder's lease runs out (not yet marked lost by a timer): a restart.
+  clock.Advance(absl::Seconds(2));
+  other = reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_TRUE(other->restarted);
+}
+
+TEST(RegistryTest, RestoredNodeIsTakenByANewIncarnationUntilItsDaemonReturns) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{});
+  v1::StoredNode stored;
+  stored.set_node_id("a");
+  stored.set_incarnation("i1");
+  stored.set_addr("a.host");
+  stored.set_slots(2);
+  stored.set_state(v1::NODE_STATE_ALIVE);
+  reg.Restore(stored, clock.Now());
+  // The service restarted; no daemon has proved the node alive since.
+  absl::StatusOr<NodeRegistry::Registered> other =
+      reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_TRUE(other->restarted);
+  // Once its daemon re-registered, the lease counts.
+  reg.Register(Req("a", 2, "i1"), clock.Now());
+  EXPECT_TRUE(
+      absl::IsAlreadyExists(reg.CheckRegister(Req("a", 2, "i2"), clock.Now()).status()));
 }
 
 TEST(RegistryTest, BadRequestsNameTheField) {
   NodeRegistry reg(LeaseOptions{});
   v1::RegisterNodeRequest r = Req("a", 0);
-  absl::Status st = reg.CheckRegister(r).status();
+  absl::Status st = reg.CheckRegister(r, absl::UnixEpoch()).status();
   EXPECT_TRUE(absl::IsInvalidArgument(st));
   EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("RegisterNode.slots"));
   r = Req("", 1);
-  EXPECT_THAT(std::string(reg.CheckRegister(r).status().message()),
+  EXPECT_THAT(std::string(reg.CheckRegister(r, absl::UnixEpoch()).status().message()),
               ::testing::HasSubstr("RegisterNode.node_id"));
   EXPECT_FALSE(ValidateLeaseOptions({absl::Seconds(3), absl::Seconds(3)}).ok());
 }

@@ -1,6 +1,6 @@
 // Test helper for end-to-end tests of elastrund: a real elastrun-rendezvous
 // and real daemons as tagged subprocesses, and a small Jobs client.
-// Header-only; used by daemon_e2e_test.cc and daemon_netns_test.cc.
+// Header-only; used by the daemon's e2e tests and daemon_netns_test.cc.
 #ifndef ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
 #define ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
 
@@ -54,10 +54,12 @@ class Cluster {
     }
   }
 
-  // Starts elastrun-rendezvous on `listen` with its state in dir/state.
-  void StartService(const std::string& listen) {
+  // Starts elastrun-rendezvous on `listen` with its state in dir/state and
+  // `extra` flags (e.g. a lease timeout).
+  void StartService(const std::string& listen, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {testing::BinDir() + "/elastrun-rendezvous", "--listen",
                                      listen, "--state-dir", dir_ + "/state"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
     if (!token_file_.empty()) argv.insert(argv.end(), {"--token-file", token_file_});
     auto service = testing::Subprocess::Start(argv, {marker_});
     ASSERT_TRUE(service.ok()) << service.status();

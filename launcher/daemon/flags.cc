@@ -37,7 +37,9 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
   app->add_option("--rendezvous", f->rendezvous,
                   "the service (default: $ELASTRUN_RENDEZVOUS).")
       ->type_name("HOST:PORT");
-  app->add_option("--node-id", f->node_id, "this node's stable id (default: the host name).")
+  app->add_option("--node-id", f->node_id,
+                  "this node's stable id (default: the host name); one\n"
+                  "live daemon per id: a second one exits 1.")
       ->type_name("ID");
   app->add_option("--slots", raw->slots,
                   "worker slots (GPUs or CPUs) offered, >= 1: jobs run\n"

@@ -1,7 +1,8 @@
-// elastrund: the node daemon. Thin: parse flags, create the Agent (before
-// any thread, so every thread inherits its blocked signals), then the gRPC
-// client, the Daemon, its runner thread and the session; wait for a stop
-// signal.
+// elastrund: the node daemon. Thin: parse flags, block the stop signals
+// (before any thread, so every thread inherits them), claim the node id at
+// the service (a second daemon with an id in use leaves before it touches
+// anything), then create the Agent, the Daemon, its runner thread and the
+// session; wait for a stop signal.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
@@ -133,6 +134,15 @@ class StopRequest {
     return signal_;
   }
 
+  // Waits `timeout` or until a stop is requested; returns its signal, or 0
+  // when none came.
+  int WaitFor(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto requested = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return signal_ != 0; };
+    mu_.AwaitWithTimeout(absl::Condition(&requested), timeout);
+    return signal_;
+  }
+
  private:
   absl::Mutex mu_;
   int signal_ ABSL_GUARDED_BY(mu_) = 0;
@@ -197,21 +207,53 @@ DaemonOptions MakeDaemonOptions(const DaemonFlags& flags, const std::string& age
   daemon_options.on_attempt_start = [barriers](const std::string& job, int64_t round) {
     barriers->SetAttempt(job, round);
   };
-  daemon_options.slots = flags.slots > 0 ? flags.slots : DefaultSlots();
   daemon_options.snapshot_base = flags.no_snapshots ? "" : DefaultSnapshotBase();
   daemon_options.before_reports = [logs] { logs->Flush(); };
   return daemon_options;
 }
 
-SessionOptions MakeSessionOptions(const DaemonFlags& flags, const std::string& advertise,
-                                  int slots) {
+SessionOptions MakeSessionOptions(const DaemonFlags& flags, const std::string& advertise) {
   SessionOptions session_options;
   session_options.labels = flags.labels;
   session_options.node_id = flags.node_id;
   session_options.incarnation = RandomIncarnation();
   session_options.addr = advertise;
-  session_options.slots = slots;
+  session_options.slots = flags.slots > 0 ? flags.slots : DefaultSlots();
   return session_options;
+}
+
+// Blocks the stop signals and SIGCHLD in the calling thread, and so in
+// every thread it creates: the signal thread and the agent's signalfd read
+// them, and the gRPC client's threads, made before the agent, must not
+// take them. The agent blocks the same set again.
+bool BlockStopSignals() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&mask, s);
+  return pthread_sigmask(SIG_BLOCK, &mask, nullptr) == 0;
+}
+
+// Registers the node before anything starts (see ClaimNodeId). Returns the
+// exit code when the daemon must not go on: 1 when another daemon holds
+// the node id or the service refuses the node, 128+signal when stopped.
+std::optional<int> Claim(const SessionOptions& options, RendezvousClient* client,
+                         StopRequest* stop) {
+  int stopped_by = 0;
+  const absl::Status claimed =
+      ClaimNodeId(options, client, [stop, &stopped_by](absl::Duration d) {
+        stopped_by = stop->WaitFor(d);
+        return stopped_by == 0;
+      });
+  if (claimed.ok()) return std::nullopt;
+  if (absl::IsCancelled(claimed)) return stopped_by > 0 ? 128 + stopped_by : 1;
+  if (absl::IsAlreadyExists(claimed)) {
+    std::fprintf(stderr, "elastrund: node id '%s' is already in use by another elastrund (%s)\n",
+                 options.node_id.c_str(), std::string(claimed.message()).c_str());
+  } else {
+    std::fprintf(stderr, "elastrund: the service refused node '%s': %s\n",
+                 options.node_id.c_str(), claimed.ToString().c_str());
+  }
+  return 1;
 }
 
 // Passes the stop signals, blocked in every thread, to `stop`. Detached: it
@@ -276,37 +318,32 @@ void RemoveSnapshotLeftovers(const DaemonOptions& options) {
   }
 }
 
-// Builds the service client, the Daemon around `agent` and its session (in
-// that order; destroyed in reverse), serves until a stop and returns the
-// exit code. `router` points at the Daemon exactly while it exists.
-int RunNode(const DaemonFlags& flags, const std::string& advertise,
-            const AgentOptions& agent_options, Agent* agent, std::atomic<Daemon*>* router,
-            StopRequest* stop) {
-  elastrun::launcher::GrpcClientOptions client_options;
-  client_options.target = flags.rendezvous;
-  client_options.token = flags.token;
-  std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
+// Builds the Daemon around `agent` and its session (in that order;
+// destroyed in reverse), serves until a stop and returns the exit code.
+// `router` points at the Daemon exactly while it exists.
+int RunNode(const DaemonFlags& flags, const SessionOptions& session_options,
+            RendezvousClient* client, const AgentOptions& agent_options, Agent* agent,
+            std::atomic<Daemon*>* router, StopRequest* stop) {
   LogForwarderOptions log_options;
   log_options.node_id = flags.node_id;
-  LogForwarder log_forwarder(log_options, client.get());
-  BarrierRelay barrier_relay(client.get(), flags.node_id);
-  const DaemonOptions daemon_options = MakeDaemonOptions(
+  LogForwarder log_forwarder(log_options, client);
+  BarrierRelay barrier_relay(client, flags.node_id);
+  DaemonOptions daemon_options = MakeDaemonOptions(
       flags, agent_options.progress_socket, &log_forwarder, &barrier_relay);
+  daemon_options.slots = session_options.slots;
 
   RemoveSnapshotLeftovers(daemon_options);
   AgentRunner runner(agent);
-  Daemon daemon(daemon_options, client.get(), &runner);
+  Daemon daemon(daemon_options, client, &runner);
   router->store(&daemon);
-  DaemonSession session(MakeSessionOptions(flags, advertise, daemon_options.slots),
-                        client.get(), &daemon);
+  DaemonSession session(session_options, client, &daemon);
   LOG(INFO) << "elastrund " << flags.node_id << ": service " << flags.rendezvous
-            << ", advertising " << advertise << ", " << daemon_options.slots
+            << ", advertising " << session_options.addr << ", " << daemon_options.slots
             << " slots, logs in " << flags.log_dir
             << (daemon_options.snapshot_base.empty()
                     ? ", no snapshots"
                     : ", snapshots in " + SnapshotUserRoot(daemon_options.snapshot_base));
 
-  StartSignalThread(stop);
   const int exit_code = ServeUntilStop(&session, &daemon, stop, agent_options.grace);
   router->store(nullptr);  // the Daemon goes first; the agent's hooks see none
   LOG(INFO) << "elastrund " << flags.node_id << " exits";
@@ -336,15 +373,27 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::atomic<Daemon*> router{nullptr};
+  if (!BlockStopSignals()) {
+    std::fprintf(stderr, "elastrund: cannot block signals: %s\n", std::strerror(errno));
+    return 1;
+  }
   StopRequest stop;
+  StartSignalThread(&stop);
+  elastrun::launcher::GrpcClientOptions client_options;
+  client_options.target = flags.rendezvous;
+  client_options.token = flags.token;
+  std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
+  const SessionOptions session_options = MakeSessionOptions(flags, *advertise);
+  if (std::optional<int> exit = Claim(session_options, client.get(), &stop)) return *exit;
+
+  std::atomic<Daemon*> router{nullptr};
   const AgentOptions agent_options = MakeAgentOptions(flags, &router, &stop);
-  // Before any thread: blocks the stop signals and SIGCHLD for all threads.
   absl::StatusOr<std::unique_ptr<Agent>> agent = Agent::Create(agent_options);
   if (!agent.ok()) {
     std::fprintf(stderr, "elastrund: cannot start the agent: %s\n",
                  std::string(agent.status().message()).c_str());
     return 1;
   }
-  return RunNode(flags, *advertise, agent_options, agent->get(), &router, &stop);
+  return RunNode(flags, session_options, client.get(), agent_options, agent->get(), &router,
+                 &stop);
 }

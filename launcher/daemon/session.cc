@@ -1,6 +1,8 @@
 #include "launcher/daemon/session.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <thread>
 
 #include "absl/time/clock.h"
@@ -13,7 +15,44 @@ namespace {
 // A stream that stayed up this long resets the backoff.
 constexpr absl::Duration kStableStream = absl::Seconds(5);
 
+// A refusal that retrying cannot fix.
+bool Fatal(const absl::Status& st) {
+  return absl::IsInvalidArgument(st) || absl::IsUnauthenticated(st);
+}
+
 }  // namespace
+
+v1::RegisterNodeRequest RegisterRequest(const SessionOptions& options,
+                                        const std::vector<v1::RunningAttempt>& running) {
+  v1::RegisterNodeRequest reg;
+  reg.set_node_id(options.node_id);
+  reg.set_incarnation(options.incarnation);
+  reg.set_addr(options.addr);
+  reg.set_slots(options.slots);
+  for (const auto& [k, v] : options.labels) (*reg.mutable_labels())[k] = v;
+  for (const v1::RunningAttempt& a : running) *reg.add_running() = a;
+  return reg;
+}
+
+absl::Status ClaimNodeId(const SessionOptions& options, RendezvousClient* client,
+                         const std::function<bool(absl::Duration)>& wait) {
+  const v1::RegisterNodeRequest reg = RegisterRequest(options, {});
+  absl::Duration backoff = options.initial_backoff;
+  bool logged_away = false;
+  for (;;) {
+    absl::StatusOr<v1::RegisterNodeResponse> registered = client->RegisterNode(reg);
+    if (registered.ok()) return absl::OkStatus();
+    if (Fatal(registered.status()) || absl::IsAlreadyExists(registered.status())) {
+      return registered.status();
+    }
+    if (!logged_away) {
+      LOG(WARNING) << "cannot register with the service (retrying): " << registered.status();
+      logged_away = true;
+    }
+    if (!wait(backoff)) return absl::CancelledError("stopped before registering");
+    backoff = std::min(backoff * 2, options.max_backoff);
+  }
+}
 
 DaemonSession::DaemonSession(SessionOptions options, RendezvousClient* client,
                              Daemon* daemon)
@@ -42,16 +81,41 @@ bool DaemonSession::WaitBackoff(absl::Duration* backoff) {
   return !stopped_;
 }
 
+void DaemonSession::StopAttempts(const absl::Status& why) {
+  for (const v1::RunningAttempt& a : daemon_->Running()) {
+    v1::Command stop;
+    stop.mutable_stop()->set_job_id(a.job_id());
+    // Any round: a start queued behind this attempt goes too.
+    stop.mutable_stop()->set_round(std::numeric_limits<int64_t>::max());
+    stop.mutable_stop()->set_reason(std::string(why.message()));
+    daemon_->OnCommand(stop);
+  }
+}
+
 absl::Status DaemonSession::Run() {
   absl::Duration backoff = options_.initial_backoff;
   bool logged_away = false;
+  bool ever_registered = false;
   for (;;) {
     if (IsStopped()) return absl::OkStatus();
     absl::StatusOr<v1::RegisterNodeResponse> registered = Register();
     if (!registered.ok()) {
-      if (absl::IsInvalidArgument(registered.status()) ||
-          absl::IsUnauthenticated(registered.status())) {
-        return registered.status();
+      if (Fatal(registered.status())) return registered.status();
+      if (absl::IsAlreadyExists(registered.status())) {
+        // At the first registration nothing runs yet: leave. Later, the
+        // service lost this node and another daemon took its id; these
+        // workers' rounds are over, so they must not go on beside its.
+        if (!ever_registered) return registered.status();
+        if (!logged_away) {
+          LOG(ERROR) << "node id " << options_.node_id
+                     << " was taken by another elastrund while this one was away; "
+                        "stopping this node's workers and retrying: "
+                     << registered.status();
+          logged_away = true;
+        }
+        StopAttempts(registered.status());
+        if (!WaitBackoff(&backoff)) return absl::OkStatus();
+        continue;
       }
       if (!logged_away) {
         LOG(WARNING) << "cannot register with the service (retrying): "
@@ -62,6 +126,7 @@ absl::Status DaemonSession::Run() {
       continue;
     }
     logged_away = false;
+    ever_registered = true;
     const absl::Duration interval =
         std::max(rendezvous::FromProto(registered->heartbeat_interval()),
                  absl::Milliseconds(10));
@@ -76,13 +141,7 @@ absl::Status DaemonSession::Run() {
 }
 
 absl::StatusOr<v1::RegisterNodeResponse> DaemonSession::Register() {
-  v1::RegisterNodeRequest reg;
-  reg.set_node_id(options_.node_id);
-  reg.set_incarnation(options_.incarnation);
-  reg.set_addr(options_.addr);
-  reg.set_slots(options_.slots);
-  for (const auto& [k, v] : options_.labels) (*reg.mutable_labels())[k] = v;
-  for (const v1::RunningAttempt& a : daemon_->Running()) *reg.add_running() = a;
+  const v1::RegisterNodeRequest reg = RegisterRequest(options_, daemon_->Running());
   // The service re-sends the joins it still wants; one whose EndJob was
   // lost while it was away must not hold this node's slots for good.
   daemon_->ForgetJoins();

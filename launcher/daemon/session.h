@@ -10,9 +10,11 @@
 #ifndef ELASTRUN_LAUNCHER_DAEMON_SESSION_H_
 #define ELASTRUN_LAUNCHER_DAEMON_SESSION_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -36,6 +38,22 @@ struct SessionOptions {
   absl::Duration max_backoff = absl::Seconds(2);
 };
 
+// The RegisterNode request of `options` with the attempts still `running`.
+v1::RegisterNodeRequest RegisterRequest(const SessionOptions& options,
+                                        const std::vector<v1::RunningAttempt>& running);
+
+// A daemon's first registration, made before it starts anything (agent,
+// sockets, snapshot clean-up), so that a second daemon with a node id in
+// use touches nothing of the first's. Retries with the options' backoff
+// while the service cannot be reached; `wait(d)` waits d and returns false
+// when the daemon is being stopped. Returns OK once registered (the
+// session's Run then re-registers the same incarnation, a reconnect);
+// AlreadyExists when another live daemon holds the node id; the
+// refusals of Run (InvalidArgument, Unauthenticated); Cancelled when `wait`
+// said stop.
+absl::Status ClaimNodeId(const SessionOptions& options, RendezvousClient* client,
+                         const std::function<bool(absl::Duration)>& wait);
+
 class DaemonSession {
  public:
   // Not owned; both must outlive the session.
@@ -43,7 +61,11 @@ class DaemonSession {
 
   // Runs until Stop(). Returns an error only for a refusal that retrying
   // cannot fix (INVALID_ARGUMENT: a bad node id, address, slots or label;
-  // UNAUTHENTICATED: a wrong or missing token).
+  // UNAUTHENTICATED: a wrong or missing token; ALREADY_EXISTS: another live
+  // daemon holds the node id, at this session's first registration).
+  // ALREADY_EXISTS on a later registration (the id was taken while this
+  // daemon was away) stops this node's attempts, whose rounds the service
+  // ended when it lost the node, and retries with backoff.
   absl::Status Run();
 
   // Ends Run(): cancels the stream and the backoff wait. Idempotent.
@@ -60,6 +82,10 @@ class DaemonSession {
   };
 
   bool IsStopped() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Another daemon took the node id while this one was away: stops every
+  // attempt of this node (their ends are not reported).
+  void StopAttempts(const absl::Status& why);
 
   // Waits `*backoff` unless stopped, then doubles it up to max_backoff.
   // Returns false when stopped.

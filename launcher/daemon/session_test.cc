@@ -97,6 +97,10 @@ class FakeService : public RendezvousClient {
     EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), kWait)) << "no registration " << n;
     return registers_.size() >= n ? registers_[n - 1] : v1::RegisterNodeRequest();
   }
+  size_t streams_opened() {
+    absl::MutexLock lock(&mu_);
+    return streams_.size();
+  }
   // Waits for the i-th Watch stream (from 0) to be opened.
   FakeStream* stream(size_t i) {
     absl::MutexLock lock(&mu_);
@@ -122,12 +126,45 @@ class FakeService : public RendezvousClient {
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Accepts attempts and never ends them (the session test is not about them).
+// Accepts attempts and never ends them (the session test is not about
+// them); counts starts and stops.
 class IdleRunner : public AttemptRunner {
  public:
-  void Start(uint64_t, AttemptSpec, std::function<void(const AttemptOutcome&)>) override {}
-  void Stop(uint64_t, int) override {}
+  void Start(uint64_t, AttemptSpec, std::function<void(const AttemptOutcome&)>) override {
+    absl::MutexLock lock(&mu_);
+    ++starts_;
+  }
+  void Stop(uint64_t, int) override {
+    absl::MutexLock lock(&mu_);
+    ++stops_;
+  }
+  // Waits until `*counter` reached `n`; false after kWait.
+  bool AwaitStarts(int n) { return Await(&starts_, n); }
+  bool AwaitStops(int n) { return Await(&stops_, n); }
+
+ private:
+  bool Await(const int* counter, int n) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this, counter, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return *counter >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), kWait);
+  }
+
+  absl::Mutex mu_;
+  int starts_ ABSL_GUARDED_BY(mu_) = 0;
+  int stops_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+SessionOptions TestOptions() {
+  SessionOptions s;
+  s.node_id = "n1";
+  s.incarnation = "inc-7";
+  s.addr = "10.0.0.7";
+  s.slots = 2;
+  s.labels = {{"zone", "a"}};
+  s.initial_backoff = absl::Milliseconds(1);
+  s.max_backoff = absl::Milliseconds(4);
+  return s;
+}
 
 class SessionTest : public ::testing::Test {
  protected:
@@ -137,15 +174,7 @@ class SessionTest : public ::testing::Test {
     d.log_dir = testing::MakeTempDir("session_test");
     d.slots = 2;
     daemon_ = std::make_unique<Daemon>(d, &service_, &runner_);
-    SessionOptions s;
-    s.node_id = "n1";
-    s.incarnation = "inc-7";
-    s.addr = "10.0.0.7";
-    s.slots = 2;
-    s.labels = {{"zone", "a"}};
-    s.initial_backoff = absl::Milliseconds(1);
-    s.max_backoff = absl::Milliseconds(4);
-    session_ = std::make_unique<DaemonSession>(s, &service_, daemon_.get());
+    session_ = std::make_unique<DaemonSession>(TestOptions(), &service_, daemon_.get());
   }
   ~SessionTest() override {
     session_->Stop();
@@ -214,6 +243,62 @@ TEST_F(SessionTest, RefusedRegistrationEndsRun) {
   Run();
   thread_.join();
   EXPECT_TRUE(absl::IsInvalidArgument(result_)) << result_;
+}
+
+TEST_F(SessionTest, NodeIdHeldByAnotherDaemonAtFirstRegistrationEndsRun) {
+  service_.set_register_status(absl::AlreadyExistsError("node \"n1\" is held"));
+  Run();
+  thread_.join();
+  EXPECT_TRUE(absl::IsAlreadyExists(result_)) << result_;
+  EXPECT_EQ(service_.streams_opened(), 0u);  // never watched, so never ran anything
+}
+
+TEST_F(SessionTest, NodeIdTakenWhileAwayStopsTheWorkersAndKeepsRetrying) {
+  Run();
+  service_.AwaitRegister(1);
+  service_.stream(0)->Push(StartCommand());
+  ASSERT_TRUE(runner_.AwaitStarts(1));
+  // The service lost this node and another daemon registered its id.
+  service_.set_register_status(absl::AlreadyExistsError("node \"n1\" is held"));
+  service_.stream(0)->End(absl::UnavailableError("node lost"));
+  service_.AwaitRegister(4);  // refused, retrying
+  EXPECT_TRUE(runner_.AwaitStops(1)) << "the workers of a lost round go on";
+  EXPECT_TRUE(daemon_->Running().empty());
+  EXPECT_EQ(service_.streams_opened(), 1u);
+  // The other daemon left: this one is taken back and runs nothing old.
+  service_.set_register_status(absl::OkStatus());
+  service_.stream(1);
+}
+
+TEST(ClaimNodeIdTest, RetriesWhileAwayThenRegistersWithoutRunningAttempts) {
+  FakeService service;
+  service.set_register_status(absl::UnavailableError("down"));
+  int waits = 0;
+  absl::Status claimed;
+  std::thread t([&] {
+    claimed = ClaimNodeId(TestOptions(), &service, [&](absl::Duration) {
+      if (++waits == 3) service.set_register_status(absl::OkStatus());
+      return true;
+    });
+  });
+  t.join();
+  EXPECT_TRUE(claimed.ok()) << claimed;
+  v1::RegisterNodeRequest last = service.AwaitRegister(4);
+  EXPECT_EQ(last.node_id(), "n1");
+  EXPECT_EQ(last.incarnation(), "inc-7");
+  EXPECT_EQ(last.running_size(), 0);
+}
+
+TEST(ClaimNodeIdTest, HeldNodeIdIsReturnedAndAStopEndsTheWait) {
+  FakeService service;
+  service.set_register_status(absl::AlreadyExistsError("node \"n1\" is held"));
+  absl::Status held = ClaimNodeId(TestOptions(), &service,
+                                  [](absl::Duration) { return true; });
+  EXPECT_TRUE(absl::IsAlreadyExists(held)) << held;
+  service.set_register_status(absl::UnavailableError("down"));
+  absl::Status stopped = ClaimNodeId(TestOptions(), &service,
+                                     [](absl::Duration) { return false; });
+  EXPECT_TRUE(absl::IsCancelled(stopped)) << stopped;
 }
 
 }  // namespace

@@ -1,0 +1,142 @@
+// End to end: one daemon per node id. The real elastrun-rendezvous and real
+// elastrund processes with shell workers (no torch): a second daemon
+// started with a node id in use leaves with exit 1 and a clear message
+// before it touches anything of the first (its agent socket, its jobs'
+// snapshot folders), and the first keeps its node and finishes its job;
+// a daemon SIGKILLed and restarted with its node id is taken back at once,
+// without waiting out the old lease.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun {
+namespace {
+
+using daemon_testing::Cluster;
+using daemon_testing::kDeadline;
+using daemon_testing::PollUntil;
+using testing::BinDir;
+using testing::FileExists;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class DaemonNodeIdE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir("daemon_nodeid_e2e");
+    base_ = dir_ + "/base";
+    seen_ = dir_ + "/seen";
+    ASSERT_EQ(mkdir(base_.c_str(), 0755), 0);
+    ASSERT_EQ(mkdir(seen_.c_str(), 0755), 0);
+    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
+    cluster_ = std::make_unique<Cluster>(dir_, marker_);
+  }
+  void TearDown() override {
+    for (auto& d : daemons_) {
+      if (d->exit_code()) continue;
+      d->Signal(SIGTERM);
+      EXPECT_TRUE(d->Wait(kDeadline).ok());
+    }
+    cluster_->StopAll();  // the service; checks that nothing is left
+  }
+
+  // Starts an elastrund "n1"; every one shares the log folder and snapshot
+  // base, as two daemons started with the same flags on one host would.
+  testing::Subprocess& StartDaemon() {
+    auto d = testing::Subprocess::Start(
+        {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
+         "--slots", "2", "--log-dir", dir_ + "/logs", "--shutdown-timeout", "10s"},
+        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
+    EXPECT_TRUE(d.ok()) << d.status();
+    daemons_.push_back(*std::move(d));
+    return *daemons_.back();
+  }
+
+  // `elastrun submit` of a one-node job of two shell workers; its id.
+  std::string Submit(const std::string& script) {
+    absl::StatusOr<testing::RunResult> r = testing::Run(
+        {BinDir() + "/elastrun", "submit", "--rendezvous", cluster_->address(), "--name",
+         "nodeid", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "0", "--",
+         "/bin/sh", "-c", script},
+        {marker_});
+    EXPECT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
+    return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";
+  }
+
+  std::string dir_, base_, seen_, marker_;
+  std::unique_ptr<Cluster> cluster_;
+  std::vector<std::unique_ptr<testing::Subprocess>> daemons_;
+};
+
+TEST_F(DaemonNodeIdE2eTest, SecondDaemonWithTheNodeIdExitsAndTheFirstFinishesItsJob) {
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
+  testing::Subprocess& first = StartDaemon();
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << first.Output();
+  // Each worker says it started, then waits for the test's go.
+  const std::string job = Submit(absl::StrCat("touch ", seen_, "/$RANK; while [ ! -e ",
+                                              dir_, "/go ]; do sleep 0.05; done"));
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(testing::WaitForFiles(seen_, "", 2, kDeadline).ok()) << first.Output();
+  const std::string folder =
+      absl::StrCat(base_, "/elastrun-", geteuid(), "/", job, "@n1");
+  ASSERT_TRUE(FileExists(folder));
+
+  testing::Subprocess& second = StartDaemon();
+  ASSERT_TRUE(second.Wait(kDeadline).ok()) << second.Output();
+  EXPECT_EQ(second.exit_code(), 1) << second.Output();
+  EXPECT_THAT(
+      second.Output(),
+      HasSubstr("elastrund: node id 'n1' is already in use by another elastrund "
+                "(node \"n1\" is held by another daemon at 127.0.0.1 (incarnation "));
+  EXPECT_THAT(second.Output(), HasSubstr("lease expires in"));
+  // It touched nothing of the first daemon's.
+  EXPECT_TRUE(FileExists(dir_ + "/logs/agent.sock"));
+  EXPECT_TRUE(FileExists(folder));
+
+  FILE* go = std::fopen((dir_ + "/go").c_str(), "w");
+  ASSERT_NE(go, nullptr);
+  std::fclose(go);
+  v1::JobStatus st = cluster_->WaitFinished(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << first.Output();
+  EXPECT_EQ(st.history_size(), 1) << "the first daemon's round was disturbed";
+  EXPECT_THAT(first.Output(), Not(HasSubstr("Watch stream ended")));
+  EXPECT_EQ(cluster_->AliveNodes(), 1);
+}
+
+TEST_F(DaemonNodeIdE2eTest,
+       DaemonSigkilledAndRestartedIsTakenBackWithoutWaitingForTheLease) {
+  // A lease far longer than the test may wait: only the broken Watch stream
+  // can free the node id in time.
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService(
+      "127.0.0.1:0", {"--heartbeat-interval", "1s", "--lease-timeout", "600s"}));
+  testing::Subprocess& first = StartDaemon();
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << first.Output();
+
+  first.Signal(SIGKILL);
+  ASSERT_TRUE(first.Wait(kDeadline).ok());
+  testing::Subprocess& restarted = StartDaemon();
+  const std::string job = Submit(absl::StrCat("touch ", seen_, "/$RANK"));
+  ASSERT_FALSE(job.empty());
+  v1::JobStatus st = cluster_->WaitFinished(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED)
+      << st.DebugString() << restarted.Output();
+  EXPECT_FALSE(restarted.exit_code().has_value()) << restarted.Output();
+  EXPECT_THAT(restarted.Output(), Not(HasSubstr("already in use")));
+}
+
+}  // namespace
+}  // namespace elastrun
