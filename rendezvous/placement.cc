@@ -92,11 +92,11 @@ std::string WaitingReason(const NodeRegistry& registry, int nproc, int min_nodes
   if (std::optional<std::string> why = WhyNoNodesCanHold(registry, nproc, min_nodes)) {
     return absl::StrCat("waiting for nodes: ", *why);
   }
-  return absl::StrFormat("waiting for free slots: needs %d node(s) with %d free slot(s) "
-                         "each%s",
-                         min_nodes, nproc,
-                         holds ? " (held for it as other jobs end)"
-                               : ", behind earlier queued jobs");
+  return absl::StrFormat(
+      "waiting for free slots: needs %d node(s) with %d free slot(s) "
+      "each%s",
+      min_nodes, nproc,
+      holds ? " (held for it as other jobs end)" : ", behind earlier queued jobs");
 }
 
 }  // namespace elastrun::rendezvous

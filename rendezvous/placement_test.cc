@@ -58,10 +58,11 @@ TEST(PlacementTest, ARefusalNamesAFewNodesBiggestFirstAndCountsTheRest) {
   NodeRegistry reg(LeaseOptions{});
   for (int i = 0; i < 20; ++i) reg.Register(Node(absl::StrCat("n", 10 + i), 1), now);
   reg.Register(Node("n99", 3), now);
-  EXPECT_EQ(WhyNoNodesCanHold(reg, 4, 1),
-            "job needs 1 node(s) with 4 slots each; registered: n99 (3 slots), n10 (1 "
-            "slot), n11 (1 slot), n12 (1 slot), n13 (1 slot), n14 (1 slot), n15 (1 slot), "
-            "n16 (1 slot) and 13 more with at most 1 slot each");
+  EXPECT_EQ(
+      WhyNoNodesCanHold(reg, 4, 1),
+      "job needs 1 node(s) with 4 slots each; registered: n99 (3 slots), n10 (1 "
+      "slot), n11 (1 slot), n12 (1 slot), n13 (1 slot), n14 (1 slot), n15 (1 slot), "
+      "n16 (1 slot) and 13 more with at most 1 slot each");
 }
 
 TEST(PlacementTest, HeldSlotsAreNotFreeForTheJobsBehind) {

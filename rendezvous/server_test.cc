@@ -187,7 +187,8 @@ class ServerTest : public ::testing::Test {
   }
   // A MIN:MAX x 2 job; `wait_for_nodes` for one submitted before its nodes
   // registered.
-  std::string Submit(int min, int max, int max_restarts = 1, bool wait_for_nodes = false) {
+  std::string Submit(int min, int max, int max_restarts = 1,
+                     bool wait_for_nodes = false) {
     v1::SubmitResponse resp;
     grpc::Status st = TrySubmit(min, max, max_restarts, wait_for_nodes, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
@@ -371,8 +372,9 @@ TEST_F(ServerTest, JobWaitsPendingUntilEnoughNodes) {
   v1::SubmitResponse refused;
   grpc::Status no = TrySubmit(2, 2, 1, /*wait_for_nodes=*/false, &refused);
   EXPECT_EQ(no.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << no.error_message();
-  EXPECT_THAT(no.error_message(),
-              HasSubstr("job needs 2 node(s) with 2 slots each; registered: a (2 slots)"));
+  EXPECT_THAT(
+      no.error_message(),
+      HasSubstr("job needs 2 node(s) with 2 slots each; registered: a (2 slots)"));
   const std::string job = Submit(2, 2, 1, /*wait_for_nodes=*/true);
   v1::JobStatus st = Get(job);
   EXPECT_EQ(st.state(), v1::JOB_STATE_PENDING);

@@ -355,10 +355,11 @@ TEST_F(CliE2eTest, AJobNoNodeCanHoldIsRefusedAndWaitingForNodesBlocksNoOne) {
   // Queued before the daemon is up; its end proves the daemon registered.
   RunResult first = submit({"--wait-for-nodes"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  absl::StatusOr<std::unique_ptr<testing::Subprocess>> daemon = testing::Subprocess::Start(
-      {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", "node-a", "--slots",
-       "1", "--log-dir", dir + "/logs"},
-      {"ELASTRUN_SNAPSHOT_BASE=" + dir});  // off the real /dev/shm
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> daemon =
+      testing::Subprocess::Start(
+          {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", "node-a",
+           "--slots", "1", "--log-dir", dir + "/logs"},
+          {"ELASTRUN_SNAPSHOT_BASE=" + dir});  // off the real /dev/shm
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   RunResult wait = Cli({"wait", id(first), "--timeout", "120"});
   ASSERT_EQ(wait.exit_code, 0) << wait.output << (*daemon)->Output();
@@ -368,7 +369,8 @@ TEST_F(CliE2eTest, AJobNoNodeCanHoldIsRefusedAndWaitingForNodesBlocksNoOne) {
   EXPECT_THAT(refused.output,
               HasSubstr("elastrun submit: job needs 1 node(s) with 2 slots each; "
                         "registered: node-a (1 slot); submit with --wait-for-nodes"));
-  EXPECT_EQ(Json(Cli({"list", "--output", "json"}))["jobs"].size(), 1u);  // nothing stored
+  // Nothing was stored for it: the list holds the first job only.
+  EXPECT_EQ(Json(Cli({"list", "--output", "json"}))["jobs"].size(), 1u);
 
   RunResult big = submit({"--nproc-per-node", "2", "--wait-for-nodes"});
   ASSERT_EQ(big.exit_code, 0) << big.output;
@@ -379,10 +381,12 @@ TEST_F(CliE2eTest, AJobNoNodeCanHoldIsRefusedAndWaitingForNodesBlocksNoOne) {
   EXPECT_THAT(wait.output, HasSubstr(id(small) + " SUCCEEDED"));
   nlohmann::json j = Json(Cli({"status", id(big), "--output", "json"}));
   EXPECT_EQ(j["state"], "PENDING");
-  EXPECT_EQ(j["pending_reason"],
-            "waiting for nodes: job needs 1 node(s) with 2 slots each; registered: node-a "
-            "(1 slot)");
-  EXPECT_THAT(Cli({"status", id(big)}).output, HasSubstr("PENDING (queued: waiting for nodes"));
+  EXPECT_EQ(
+      j["pending_reason"],
+      "waiting for nodes: job needs 1 node(s) with 2 slots each; registered: node-a "
+      "(1 slot)");
+  EXPECT_THAT(Cli({"status", id(big)}).output,
+              HasSubstr("PENDING (queued: waiting for nodes"));
   EXPECT_EQ(Cli({"cancel", id(big)}).exit_code, 0);
 
   (*daemon)->Signal(SIGTERM);

@@ -66,7 +66,7 @@ TEST(CliSpecTest, AllFieldsAndDefaults) {
 
   absl::StatusOr<v1::JobSpec> bare = Yaml("command: [x]\n");
   ASSERT_TRUE(bare.ok()) << bare.status();
-  EXPECT_FALSE(bare->wait_for_nodes());  // refused if no node could hold it
+  EXPECT_FALSE(bare->wait_for_nodes());         // refused if no node could hold it
   EXPECT_FALSE(bare->has_last_call_timeout());  // the service's default applies
   EXPECT_FALSE(bare->has_join_timeout());
 }
