@@ -370,6 +370,11 @@ TEST_F(CoordinatorTest, AJobWaitingForSlotsHoldsThemWhileOthersBackfillElsewhere
   const std::string third = SubmitOk("third", 1);  // no free slot that is not held
   EXPECT_FALSE(Asked("a", third));
   EXPECT_FALSE(Asked("b", third));
+  // Another 4-slot job finds a held already: it waits behind the first.
+  const std::string big2 = SubmitOk("big2", 4);
+  EXPECT_EQ(Get(big2).pending_reason(),
+            "waiting for free slots: needs 1 node(s) with 4 free slot(s) each, behind "
+            "earlier queued jobs");
   Join("a", first, 0);
   Succeed("a", first, 0);
   EXPECT_TRUE(Asked("a", big));  // a's slots went to the job that held them

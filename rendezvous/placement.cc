@@ -93,10 +93,8 @@ std::string WaitingReason(const NodeRegistry& registry, int nproc, int min_nodes
     return absl::StrCat("waiting for nodes: ", *why);
   }
   return absl::StrFormat(
-      "waiting for free slots: needs %d node(s) with %d free slot(s) "
-      "each%s",
-      min_nodes, nproc,
-      holds ? " (held for it as other jobs end)" : ", behind earlier queued jobs");
+      "waiting for free slots: needs %d node(s) with %d free slot(s) each%s", min_nodes,
+      nproc, holds ? " (held for it as other jobs end)" : ", behind earlier queued jobs");
 }
 
 }  // namespace elastrun::rendezvous
