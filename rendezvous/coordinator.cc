@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "rendezvous/codec.h"
 #include "rendezvous/job_spec.h"
+#include "rendezvous/placement.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -242,7 +244,20 @@ absl::StatusOr<v1::SubmitResponse> Coordinator::Submit(const v1::SubmitRequest& 
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return ShuttingDown();
-    ASSIGN_OR_RETURN(JobRecord * job, jobs_.Submit(WithDefaults(r.spec()), clock_.Now()));
+    const v1::JobSpec spec = WithDefaults(r.spec());
+    if (!spec.wait_for_nodes()) {
+      // Refused rather than queued: such a job would wait for ever, and the
+      // user learns it now instead of from a job that never starts.
+      if (std::optional<std::string> why =
+              WhyNoNodesCanHold(registry_, spec.nproc_per_node(), spec.min_nodes())) {
+        LOG(INFO) << "job refused: " << *why;
+        return absl::FailedPreconditionError(absl::StrCat(
+            *why,
+            "; submit with --wait-for-nodes (wait_for_nodes: true in a job file) to "
+            "wait for such nodes"));
+      }
+    }
+    ASSIGN_OR_RETURN(JobRecord * job, jobs_.Submit(spec, clock_.Now()));
     LOG(INFO) << "job " << job->id << " submitted: nnodes " << job->spec.min_nodes()
               << ":" << job->spec.max_nodes() << " x " << job->spec.nproc_per_node();
     resp.set_job_id(job->id);

@@ -109,13 +109,31 @@ class CoordinatorTest : public ::testing::Test {
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->job_id() : "";
   }
-  void Join(const std::string& id, const std::string& job, int64_t round) {
+  // A 1-node job of `nproc` workers; the service's answer.
+  absl::StatusOr<v1::SubmitResponse> TrySubmit(const std::string& name, int nproc,
+                                               bool wait_for_nodes, int min_nodes = 1) {
+    v1::SubmitRequest r;
+    r.mutable_spec()->set_name(name);
+    r.mutable_spec()->set_min_nodes(min_nodes);
+    r.mutable_spec()->set_max_nodes(min_nodes);
+    r.mutable_spec()->set_nproc_per_node(nproc);
+    r.mutable_spec()->add_argv("worker");
+    r.mutable_spec()->set_wait_for_nodes(wait_for_nodes);
+    return c_->Submit(r);
+  }
+  std::string SubmitOk(const std::string& name, int nproc, bool wait_for_nodes = false) {
+    absl::StatusOr<v1::SubmitResponse> resp = TrySubmit(name, nproc, wait_for_nodes);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->job_id() : "";
+  }
+  void Join(const std::string& id, const std::string& job, int64_t round,
+            int local_world_size = 1) {
     v1::JoinRoundRequest r;
     r.set_job_id(job);
     r.set_round(round);
     r.set_node_id(id);
     r.set_master_port(30000);
-    r.set_local_world_size(1);
+    r.set_local_world_size(local_world_size);
     absl::StatusOr<v1::JoinRoundResponse> resp = c_->JoinRound(r);
     EXPECT_TRUE(resp.ok()) << id << ": " << resp.status();
   }
@@ -127,6 +145,17 @@ class CoordinatorTest : public ::testing::Test {
     r.set_node_id(id);
     r.mutable_failure()->set_exit_code(3);
     ASSERT_TRUE(c_->ReportExit(r).ok());
+  }
+  void Succeed(const std::string& id, const std::string& job, int64_t round) {
+    v1::ReportExitRequest r;
+    r.set_job_id(job);
+    r.set_round(round);
+    r.set_node_id(id);
+    r.set_succeeded(true);
+    ASSERT_TRUE(c_->ReportExit(r).ok());
+  }
+  bool Asked(const std::string& id, const std::string& job) {
+    return streams_.at(id)->AskedToJoin(job);
   }
   int64_t Started(const std::string& id) { return streams_.at(id)->StartedRound(); }
   v1::JobStatus Get(const std::string& job) {
@@ -260,7 +289,8 @@ TEST_F(CoordinatorTest, ABigJobWaitsForFreeSlotsAndQueuedJobsKeepTheirOrder) {
   ASSERT_TRUE(big.ok()) << big.status();
   const std::string after = Submit(1, 1);
   EXPECT_FALSE(streams_.at("a")->AskedToJoin(big->job_id()));  // 3 of 4 slots free
-  // FIFO: the 1-slot job behind it does not overtake the big one.
+  // The big job holds a's slots: the 1-slot job behind it does not overtake
+  // it there (it would, again and again, as a stream of small jobs).
   EXPECT_FALSE(streams_.at("a")->AskedToJoin(after));
   EXPECT_EQ(NodeInfoOf(*c_, "a").free_slots(), 3);
   Join("a", small, 0);
@@ -274,6 +304,96 @@ TEST_F(CoordinatorTest, ABigJobWaitsForFreeSlotsAndQueuedJobsKeepTheirOrder) {
   EXPECT_TRUE(streams_.at("a")->AskedToJoin(big->job_id()));
   EXPECT_FALSE(streams_.at("a")->AskedToJoin(after));
   EXPECT_EQ(NodeInfoOf(*c_, "a").free_slots(), 0);
+}
+
+TEST_F(CoordinatorTest, AJobNoNodeCouldHoldIsRefusedAndNothingIsStored) {
+  AddNode("node-b", 1);
+  AddNode("node-a", 1);
+  absl::StatusOr<v1::SubmitResponse> r = TrySubmit("big", 2, false, /*min_nodes=*/2);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_EQ(r.status().message(),
+            "job needs 2 node(s) with 2 slots each; registered: node-a (1 slot), node-b "
+            "(1 slot); submit with --wait-for-nodes (wait_for_nodes: true in a job file) "
+            "to wait for such nodes");
+  EXPECT_EQ(c_->ListJobs(v1::ListJobsRequest()).jobs_size(), 0);
+  // A node whose slots are taken counts (the job fits once they free up);
+  // a lost one does not.
+  AddNode("busy", 2);
+  const std::string running = SubmitOk("running", 2);
+  ASSERT_TRUE(Asked("busy", running));
+  const std::string queued = SubmitOk("queued", 2);
+  EXPECT_EQ(Get(queued).state(), v1::JOB_STATE_PENDING);
+  Lose("busy");
+  r = TrySubmit("late", 2, false);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_THAT(r.status().message(),
+              ::testing::HasSubstr("registered: node-a (1 slot), node-b (1 slot);"));
+  EXPECT_EQ(c_->ListJobs(v1::ListJobsRequest()).jobs_size(), 2);
+}
+
+TEST_F(CoordinatorTest, AJobWaitingForNodesIsPlacedOnceABigEnoughNodeRegisters) {
+  AddNode("small", 1);
+  const std::string job = SubmitOk("big", 2, /*wait_for_nodes=*/true);
+  v1::JobStatus st = Get(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(st.phase(), v1::ROUND_PHASE_QUEUED);
+  EXPECT_EQ(st.pending_reason(),
+            "waiting for nodes: job needs 1 node(s) with 2 slots each; registered: small "
+            "(1 slot)");
+  EXPECT_FALSE(Asked("small", job));
+  AddNode("large", 2);
+  ASSERT_TRUE(Asked("large", job));
+  Join("large", job, 0, /*local_world_size=*/2);
+  st = Get(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(st.pending_reason(), "");
+  EXPECT_EQ(streams_.at("large")->StartedRound(job), 0);
+}
+
+TEST_F(CoordinatorTest, AJobWaitingForNodesDoesNotBlockTheJobsBehindIt) {
+  AddNode("a", 1);
+  const std::string big = SubmitOk("big", 2, /*wait_for_nodes=*/true);
+  const std::string small = SubmitOk("small", 1);
+  ASSERT_TRUE(Asked("a", small));
+  Join("a", small, 0);
+  EXPECT_EQ(Get(small).state(), v1::JOB_STATE_RUNNING);
+  Succeed("a", small, 0);
+  EXPECT_EQ(Get(small).state(), v1::JOB_STATE_SUCCEEDED);
+  // And the next one too, once the slot is free again.
+  const std::string next = SubmitOk("next", 1);
+  EXPECT_TRUE(Asked("a", next));
+  EXPECT_EQ(Get(big).state(), v1::JOB_STATE_PENDING);
+  EXPECT_FALSE(Asked("a", big));
+}
+
+TEST_F(CoordinatorTest, AJobWaitingForSlotsHoldsThemWhileOthersBackfillElsewhere) {
+  AddNode("a", 4);
+  AddNode("b", 1);
+  const std::string first = SubmitOk("first", 1);  // on a: the most free slots
+  ASSERT_TRUE(Asked("a", first));
+  const std::string big = SubmitOk("big", 4);  // a has 3 free: it waits, holding a
+  EXPECT_FALSE(Asked("a", big));
+  EXPECT_EQ(Get(big).pending_reason(),
+            "waiting for free slots: needs 1 node(s) with 4 free slot(s) each (held for "
+            "it as other jobs end)");
+  const std::string second = SubmitOk("second", 1);  // backfills onto b, not a
+  EXPECT_TRUE(Asked("b", second));
+  EXPECT_FALSE(Asked("a", second));
+  const std::string third = SubmitOk("third", 1);  // no free slot that is not held
+  EXPECT_FALSE(Asked("a", third));
+  EXPECT_FALSE(Asked("b", third));
+  // Another 4-slot job finds a held already: it waits behind the first.
+  const std::string big2 = SubmitOk("big2", 4);
+  EXPECT_EQ(Get(big2).pending_reason(),
+            "waiting for free slots: needs 1 node(s) with 4 free slot(s) each, behind "
+            "earlier queued jobs");
+  Join("a", first, 0);
+  Succeed("a", first, 0);
+  EXPECT_TRUE(Asked("a", big));  // a's slots went to the job that held them
+  EXPECT_FALSE(Asked("a", third));
+  Join("b", second, 0);
+  Succeed("b", second, 0);
+  EXPECT_TRUE(Asked("b", third));
 }
 
 TEST_F(CoordinatorTest, ProgressIsVisibleAtOnceButWritesNoJobRecord) {

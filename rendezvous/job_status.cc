@@ -71,6 +71,7 @@ v1::JobStatus JobStatusOf(const JobRecord& job, bool with_history) {
   if (!job.core) {
     s.set_state(v1::JOB_STATE_PENDING);
     s.set_phase(v1::ROUND_PHASE_QUEUED);
+    s.set_pending_reason(job.pending_reason);
     return s;
   }
   const RendezvousState& st = job.core->state_snapshot();

@@ -39,6 +39,9 @@ struct JobRecord {
   std::unique_ptr<RendezvousCore> core;  // null while queued
   std::vector<std::string> placed;       // nodes holding slots for it
   std::optional<v1::Progress> last_progress;
+  // Not persisted: why a queued job is not placed yet (set by each
+  // placement pass; empty until the first one after a reload).
+  std::string pending_reason;
   // Not persisted: which round each node was last asked to join, so a
   // reconcile does not repeat the command (repeats are harmless anyway).
   absl::flat_hash_map<std::string, int64_t> asked;

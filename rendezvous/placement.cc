@@ -3,25 +3,98 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
 namespace elastrun::rendezvous {
+namespace {
+
+// How many nodes a refusal names; the rest are counted.
+constexpr int kNodesNamed = 8;
+
+int HeldOn(const HeldSlots& held, const std::string& id) {
+  auto it = held.find(id);
+  return it == held.end() ? 0 : it->second;
+}
+
+// By count (free or total slots), biggest first; equal counts keep node-id
+// order (the registry's), so that placement is deterministic.
+void SortDescending(std::vector<std::pair<int, const std::string*>>& nodes) {
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+}
+
+std::string Slots(int n) { return absl::StrFormat("%d slot%s", n, n == 1 ? "" : "s"); }
+
+}  // namespace
 
 std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int want,
-                                   const std::vector<std::string>& exclude) {
+                                   const std::vector<std::string>& exclude,
+                                   const HeldSlots& held) {
   std::vector<std::pair<int, const std::string*>> fit;  // (free slots, id)
   for (const auto& [id, n] : registry.nodes()) {
-    if (!n.alive() || n.free_slots() < nproc) continue;
+    const int free = n.free_slots() - HeldOn(held, id);
+    if (!n.alive() || free < nproc) continue;
     if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
-    fit.emplace_back(n.free_slots(), &id);
+    fit.emplace_back(free, &id);
   }
-  // Stable: equal free slots keep node-id order.
-  std::stable_sort(fit.begin(), fit.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  SortDescending(fit);
   std::vector<std::string> out;
   for (const auto& [free, id] : fit) {
     if (static_cast<int>(out.size()) >= want) break;
     out.push_back(*id);
   }
   return out;
+}
+
+std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry, int nproc,
+                                             int min_nodes) {
+  std::vector<std::pair<int, const std::string*>> alive;  // (slots, id)
+  int big_enough = 0;
+  for (const auto& [id, n] : registry.nodes()) {
+    if (!n.alive()) continue;
+    alive.emplace_back(n.stored.slots(), &id);
+    if (n.stored.slots() >= nproc) ++big_enough;
+  }
+  if (big_enough >= min_nodes) return std::nullopt;
+  SortDescending(alive);  // the nodes that come closest first
+  std::string registered;
+  const int named = std::min(static_cast<int>(alive.size()), kNodesNamed);
+  for (int i = 0; i < named; ++i) {
+    absl::StrAppend(&registered, i > 0 ? ", " : "", *alive[i].second, " (",
+                    Slots(alive[i].first), ")");
+  }
+  if (alive.empty()) registered = "none alive";
+  if (static_cast<int>(alive.size()) > named) {
+    absl::StrAppend(&registered, " and ", alive.size() - named, " more with at most ",
+                    Slots(alive[named].first), " each");
+  }
+  return absl::StrFormat("job needs %d node(s) with %s each; registered: %s", min_nodes,
+                         Slots(nproc), registered);
+}
+
+bool HoldSlotsFor(const NodeRegistry& registry, int nproc, int min_nodes,
+                  HeldSlots& held) {
+  std::vector<std::pair<int, const std::string*>> open;  // (free minus held, id)
+  for (const auto& [id, n] : registry.nodes()) {
+    const int already = HeldOn(held, id);
+    if (!n.alive() || n.stored.slots() - already < nproc) continue;
+    open.emplace_back(n.free_slots() - already, &id);
+  }
+  if (static_cast<int>(open.size()) < min_nodes) return false;
+  SortDescending(open);
+  for (int i = 0; i < min_nodes; ++i) held[*open[i].second] += nproc;
+  return true;
+}
+
+std::string WaitingReason(const NodeRegistry& registry, int nproc, int min_nodes,
+                          bool holds) {
+  if (std::optional<std::string> why = WhyNoNodesCanHold(registry, nproc, min_nodes)) {
+    return absl::StrCat("waiting for nodes: ", *why);
+  }
+  return absl::StrFormat(
+      "waiting for free slots: needs %d node(s) with %d free slot(s) each%s", min_nodes,
+      nproc, holds ? " (held for it as other jobs end)" : ", behind earlier queued jobs");
 }
 
 }  // namespace elastrun::rendezvous

@@ -51,13 +51,24 @@ void Rounds::Unplace(JobRecord& job, const std::string& node_id) {
 
 void Rounds::Schedule(Outbox& out) {
   const absl::Time now = clock_.Now();
+  // Queued jobs in submission order, with backfill: one that cannot be
+  // placed now does not stop the ones behind it. It holds the slots it
+  // waits for, though (HoldSlotsFor), so a stream of smaller jobs cannot
+  // take them as they free up and starve it; a job waiting for nodes that
+  // are not registered holds nothing and so blocks no one.
+  HeldSlots held;
   for (JobRecord* job : jobs_.by_seq()) {
     if (job->core) continue;
+    const int nproc = job->spec.nproc_per_node();
+    const int min = job->spec.min_nodes();
     std::vector<std::string> picked =
-        PickNodes(registry_, job->spec.nproc_per_node(), job->spec.max_nodes(), {});
-    if (static_cast<int>(picked.size()) < job->spec.min_nodes()) {
-      return;  // the queue waits behind its head
+        PickNodes(registry_, nproc, job->spec.max_nodes(), {}, held);
+    if (static_cast<int>(picked.size()) < min) {
+      const bool holds = HoldSlotsFor(registry_, nproc, min, held);
+      job->pending_reason = WaitingReason(registry_, nproc, min, holds);
+      continue;
     }
+    job->pending_reason.clear();
     absl::StatusOr<std::unique_ptr<RendezvousCore>> core =
         RendezvousCore::Create(job->id, RoundConfigFromSpec(job->spec), now);
     CHECK(core.ok()) << "a validated spec gave a bad RoundConfig: " << core.status();
@@ -67,12 +78,14 @@ void Rounds::Schedule(Outbox& out) {
     Reconcile(out, *job);
     jobs_.Persist(out, *job);
   }
+  // Growing a placed job (replacement or scale-up) must not take held
+  // slots either.
   for (JobRecord* job : jobs_.by_seq()) {
     if (!job->core || job->core->finished()) continue;
     const int room = job->spec.max_nodes() - static_cast<int>(job->placed.size());
     if (room <= 0) continue;
     std::vector<std::string> picked =
-        PickNodes(registry_, job->spec.nproc_per_node(), room, job->placed);
+        PickNodes(registry_, job->spec.nproc_per_node(), room, job->placed, held);
     if (picked.empty()) continue;
     Place(*job, picked);
     Reconcile(out, *job);

@@ -41,8 +41,10 @@ class Rounds {
   // lost for its jobs now.
   void Restored(Outbox& out);
 
-  // Places queued jobs (strictly FIFO, so a big job is not starved by
-  // smaller ones behind it) on nodes with enough free slots, then grows
+  // Places queued jobs on nodes with enough free slots, in submission
+  // order with backfill (a job that cannot be placed now does not block
+  // the ones behind it, but holds the slots it waits for: see
+  // HoldSlotsFor), sets each still-queued job's pending_reason, then grows
   // placed jobs below max_nodes (replacement or scale-up).
   void Schedule(Outbox& out);
 

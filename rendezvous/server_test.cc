@@ -185,7 +185,17 @@ class ServerTest : public ::testing::Test {
     d->Start();
     return d;
   }
-  std::string Submit(int min, int max, int max_restarts = 1) {
+  // A MIN:MAX x 2 job; `wait_for_nodes` for one submitted before its nodes
+  // registered.
+  std::string Submit(int min, int max, int max_restarts = 1,
+                     bool wait_for_nodes = false) {
+    v1::SubmitResponse resp;
+    grpc::Status st = TrySubmit(min, max, max_restarts, wait_for_nodes, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.job_id();
+  }
+  grpc::Status TrySubmit(int min, int max, int max_restarts, bool wait_for_nodes,
+                         v1::SubmitResponse* resp) {
     v1::SubmitRequest r;
     r.mutable_spec()->set_name("train");
     r.mutable_spec()->set_min_nodes(min);
@@ -193,11 +203,9 @@ class ServerTest : public ::testing::Test {
     r.mutable_spec()->set_nproc_per_node(2);
     r.mutable_spec()->set_max_restarts(max_restarts);
     r.mutable_spec()->add_argv("worker");
-    v1::SubmitResponse resp;
+    r.mutable_spec()->set_wait_for_nodes(wait_for_nodes);
     grpc::ClientContext ctx;
-    grpc::Status st = jobs_->Submit(&ctx, r, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    return resp.job_id();
+    return jobs_->Submit(&ctx, r, resp);
   }
   v1::JobStatus Get(const std::string& job) {
     v1::GetJobRequest r;
@@ -360,10 +368,18 @@ TEST_F(ServerTest, BarrierReleasesWhenEveryNodeArrived) {
 TEST_F(ServerTest, JobWaitsPendingUntilEnoughNodes) {
   StartServer();
   auto a = Daemon("a");
-  const std::string job = Submit(2, 2);
+  // One node of two: refused, unless it asks to wait for nodes.
+  v1::SubmitResponse refused;
+  grpc::Status no = TrySubmit(2, 2, 1, /*wait_for_nodes=*/false, &refused);
+  EXPECT_EQ(no.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << no.error_message();
+  EXPECT_THAT(
+      no.error_message(),
+      HasSubstr("job needs 2 node(s) with 2 slots each; registered: a (2 slots)"));
+  const std::string job = Submit(2, 2, 1, /*wait_for_nodes=*/true);
   v1::JobStatus st = Get(job);
   EXPECT_EQ(st.state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(st.phase(), v1::ROUND_PHASE_QUEUED);
+  EXPECT_THAT(st.pending_reason(), HasSubstr("waiting for nodes"));
   auto b = Daemon("b");
   ExpectConsistent(JoinAll({a.get(), b.get()}, job, 0), 0, 4);
 }
@@ -477,7 +493,7 @@ std::vector<v1::LogChunk> ReadLogs(v1::Jobs::Stub& jobs, const std::string& job,
 
 TEST_F(ServerTest, PushedLogsAreStreamedBackByCursorAndRank) {
   StartServer();
-  const std::string job = Submit(1, 1);
+  const std::string job = Submit(1, 1, 1, /*wait_for_nodes=*/true);
   auto rdzv = v1::Rendezvous::NewStub(Dial(*server_));
   v1::PushLogsRequest push;
   push.set_node_id("n0");

@@ -145,8 +145,10 @@ TEST_F(MultiHostTest, CutLinkSurvivorsReform) {
   ASSERT_TRUE(refused.ok());
   EXPECT_NE(refused->exit_code, 0) << refused->output;
 
+  // The daemons may still be registering: the job waits for them.
   testing::RunResult submit =
-      Cli({"submit", "--name", "mh", "--nnodes", "2:3", "--nproc-per-node", "1", "--",
+      Cli({"submit", "--name", "mh", "--nnodes", "2:3", "--nproc-per-node", "1",
+           "--wait-for-nodes", "--",
            BinDir() + "/elastrun-test-worker", "--steps", "40", "--step-ms", "50",
            "--ready-dir", ready});
   ASSERT_EQ(submit.exit_code, 0) << submit.output;

@@ -103,6 +103,9 @@ constexpr FlagInfo kSubmitFlags[] = {
     {"--last-call-timeout", "DUR",
      "after MIN nodes joined, wait this long for more (1s)"},
     {"--join-timeout", "DUR", "a round below MIN this long fails the job (600s)"},
+    {"--wait-for-nodes", "",
+     "queue the job even if no registered node could\n"
+     "hold it yet (default: such a job is refused)"},
 };
 
 constexpr char kSubmitIntro[] = R"(usage: elastrun submit [flags] JOB.yaml [KEY=VALUE...]
@@ -114,10 +117,20 @@ creates nothing.
 
 A job file is YAML with the keys name, nnodes ("N" or "MIN:MAX"),
 nproc_per_node, max_restarts, command (a list: program and arguments), env
-(a mapping), working_dir, last_call_timeout, join_timeout; only command is
-required. It may inherit with _base_; KEY=VALUE words after the file override
-its keys (Hydra's grammar: nnodes=2:4 sets, +env.SEED=1 adds, ~env deletes).
-Flags override the file too; the words after "--" are the program's.
+(a mapping), working_dir, last_call_timeout, join_timeout, wait_for_nodes;
+only command is required. It may inherit with _base_; KEY=VALUE words after
+the file override its keys (Hydra's grammar: nnodes=2:4 sets, +env.SEED=1
+adds, ~env deletes). Flags override the file too; the words after "--" are
+the program's.
+
+A job that no registered node could ever hold (fewer than MIN alive nodes
+with NPROC slots, busy or not) is refused (exit 1) with what it needs and
+what is registered, unless --wait-for-nodes: then it stays PENDING until
+such nodes register, and `elastrun status` says what it waits for. Jobs
+start in submission order, but one that must wait does not stop the jobs
+behind it from starting where they fit. A job waiting for busy slots holds
+them as they free up (the jobs behind it use other slots), so a stream of
+smaller jobs cannot starve it.
 )";
 
 // status, list, nodes

@@ -151,13 +151,13 @@ class CliE2eTest : public ::testing::Test {
 TEST_F(CliE2eTest, SubmitStatusListCancelWait) {
   RunResult submit =
       Cli({"submit", "--name", "e2e", "--nnodes", "1:2", "--nproc-per-node", "2",
-           "--max-restarts", "1", "--", "/bin/true", "arg"});
+           "--max-restarts", "1", "--wait-for-nodes", "--", "/bin/true", "arg"});
   ASSERT_EQ(submit.exit_code, 0) << submit.output;
   // The id and nothing else (the CLI writes nothing to stderr on success).
   EXPECT_THAT(submit.output, MatchesRegex("e2e-[0-9]+\n"));
   const std::string job(absl::StripTrailingAsciiWhitespace(submit.output));
 
-  // No daemon is registered: the job is queued.
+  // No daemon is registered: the job is queued, saying for what.
   RunResult status = Cli({"status", job, "--output", "json"});
   ASSERT_EQ(status.exit_code, 0) << status.output;
   nlohmann::json j = Json(status);
@@ -168,6 +168,9 @@ TEST_F(CliE2eTest, SubmitStatusListCancelWait) {
   EXPECT_EQ(j["job_id"], job);
   EXPECT_EQ(j["spec"]["max_nodes"], 2);
   EXPECT_EQ(j["spec"]["argv"], nlohmann::json({"/bin/true", "arg"}));
+  EXPECT_EQ(j["pending_reason"],
+            "waiting for nodes: job needs 1 node(s) with 2 slots each; registered: none "
+            "alive");
 
   RunResult text = Cli({"status", job});
   EXPECT_EQ(text.exit_code, 0);
@@ -198,8 +201,8 @@ TEST_F(CliE2eTest, SubmitStatusListCancelWait) {
 }
 
 TEST_F(CliE2eTest, JobFileSubmits) {
-  RunResult r = Cli(
-      {"submit", testing::SourceDir() + "/configs/jobs/test_worker.yaml", "nnodes=3"});
+  RunResult r = Cli({"submit", testing::SourceDir() + "/configs/jobs/test_worker.yaml",
+                     "nnodes=3", "wait_for_nodes=true"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, MatchesRegex("test-worker-[0-9]+\n"));
   nlohmann::json j =
@@ -267,7 +270,7 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   const std::string logs = testing::MakeTempDir("cli_daemons");
   // Submitted before any daemon is up: queued, then placed on registration.
   RunResult ok = Cli({"submit", "--name", "ok", "--nnodes", "2", "--nproc-per-node", "2",
-                      "--", "/bin/sh", "-c", "exit 0"});
+                      "--wait-for-nodes", "--", "/bin/sh", "-c", "exit 0"});
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   const std::string ok_job(absl::StripTrailingAsciiWhitespace(ok.output));
 
@@ -333,6 +336,61 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
     d->Signal(SIGTERM);
     EXPECT_TRUE(d->Wait(kWait).ok());
   }
+}
+
+// One real daemon with one slot: a 2-worker job is refused at submit,
+// naming what it needs and what is there; with --wait-for-nodes it waits,
+// PENDING, while a 1-worker job behind it runs to the end.
+TEST_F(CliE2eTest, AJobNoNodeCanHoldIsRefusedAndWaitingForNodesBlocksNoOne) {
+  const std::string dir = testing::MakeTempDir("cli_nofit");
+  auto submit = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = {"submit", "--name", "j"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "/bin/sh", "-c", "exit 0"});
+    return Cli(args);
+  };
+  auto id = [](const RunResult& r) {
+    return std::string(absl::StripTrailingAsciiWhitespace(r.output));
+  };
+  // Queued before the daemon is up; its end proves the daemon registered.
+  RunResult first = submit({"--wait-for-nodes"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> daemon =
+      testing::Subprocess::Start(
+          {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", "node-a",
+           "--slots", "1", "--log-dir", dir + "/logs"},
+          {"ELASTRUN_SNAPSHOT_BASE=" + dir});  // off the real /dev/shm
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  RunResult wait = Cli({"wait", id(first), "--timeout", "120"});
+  ASSERT_EQ(wait.exit_code, 0) << wait.output << (*daemon)->Output();
+
+  RunResult refused = submit({"--nproc-per-node", "2"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output,
+              HasSubstr("elastrun submit: job needs 1 node(s) with 2 slots each; "
+                        "registered: node-a (1 slot); submit with --wait-for-nodes"));
+  // Nothing was stored for it: the list holds the first job only.
+  EXPECT_EQ(Json(Cli({"list", "--output", "json"}))["jobs"].size(), 1u);
+
+  RunResult big = submit({"--nproc-per-node", "2", "--wait-for-nodes"});
+  ASSERT_EQ(big.exit_code, 0) << big.output;
+  RunResult small = submit({});
+  ASSERT_EQ(small.exit_code, 0) << small.output;
+  wait = Cli({"wait", id(small), "--timeout", "120"});
+  EXPECT_EQ(wait.exit_code, 0) << wait.output << (*daemon)->Output();
+  EXPECT_THAT(wait.output, HasSubstr(id(small) + " SUCCEEDED"));
+  nlohmann::json j = Json(Cli({"status", id(big), "--output", "json"}));
+  EXPECT_EQ(j["state"], "PENDING");
+  EXPECT_EQ(
+      j["pending_reason"],
+      "waiting for nodes: job needs 1 node(s) with 2 slots each; registered: node-a "
+      "(1 slot)");
+  EXPECT_THAT(Cli({"status", id(big)}).output,
+              HasSubstr("PENDING (queued: waiting for nodes"));
+  EXPECT_EQ(Cli({"cancel", id(big)}).exit_code, 0);
+
+  (*daemon)->Signal(SIGTERM);
+  EXPECT_TRUE((*daemon)->Wait(kWait).ok());
 }
 
 // The real binaries: --version, and a usage error naming the flag, exit 2.

@@ -132,6 +132,10 @@ TEST_F(CliTest, SubmitFromFlagsPrintsOnlyTheId) {
   EXPECT_EQ(s.max_nodes(), 2);
   EXPECT_EQ(s.nproc_per_node(), 2);
   EXPECT_THAT(s.argv(), ::testing::ElementsAre("python", "train.py", "--lr", "0.1"));
+  EXPECT_FALSE(s.wait_for_nodes());
+  EXPECT_EQ(Run("submit", {"--wait-for-nodes", "--", "x"}), 0) << err_.str();
+  ASSERT_EQ(service_.submitted.size(), 2u);
+  EXPECT_TRUE(service_.submitted[1].wait_for_nodes());
 }
 
 TEST_F(CliTest, SubmitFromFileWithOverrides) {
@@ -197,6 +201,11 @@ TEST_F(CliTest, ServiceErrorsMapToExitCodes) {
   EXPECT_EQ(Run("submit", {"--", "x"}), kExitUnreachable);
   service_.error = absl::InvalidArgumentError("spec.env: bad");
   EXPECT_EQ(Run("submit", {"--", "x"}), kExitUsage);
+  // A job no registered node could hold: not a usage error, the command failed.
+  service_.error = absl::FailedPreconditionError("job needs 1 node(s) with 2 slots each");
+  EXPECT_EQ(Run("submit", {"--nproc-per-node", "2", "--", "x"}), kExitFailed);
+  EXPECT_THAT(err_.str(),
+              HasSubstr("elastrun submit: job needs 1 node(s) with 2 slots each\n"));
   service_.error = absl::UnauthenticatedError("wrong token");
   EXPECT_EQ(Run("nodes", {}), kExitFailed);
   service_.error = absl::OkStatus();

@@ -34,7 +34,10 @@ std::string TimeText(const google::protobuf::Timestamp& t) {
 std::string PhaseText(const v1::JobStatus& s) {
   switch (s.phase()) {
     case v1::ROUND_PHASE_QUEUED:
-      return "queued: waiting for nodes with free slots";
+      // An older service, or one just restarted, gives no reason.
+      return absl::StrCat("queued: ", s.pending_reason().empty()
+                                          ? "waiting for nodes with free slots"
+                                          : s.pending_reason());
     case v1::ROUND_PHASE_JOINING:
       return absl::StrCat("nodes joining round ", s.round());
     case v1::ROUND_PHASE_RUNNING:
@@ -227,6 +230,7 @@ std::string FormatJobLine(const v1::JobStatus& s) {
   if (!s.finish_reason().empty() && s.state() != v1::JOB_STATE_SUCCEEDED) {
     absl::StrAppend(&out, ": ", s.finish_reason());
   }
+  if (!s.pending_reason().empty()) absl::StrAppend(&out, ": ", s.pending_reason());
   if (s.state() == v1::JOB_STATE_FAILED && s.has_root_cause()) {
     absl::StrAppend(&out, "; root cause: ", FormatFailure(s.root_cause()));
   }

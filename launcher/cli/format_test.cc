@@ -85,7 +85,7 @@ TEST(CliFormatTest, StatusJsonIsTheProtoWithPlainValues) {
   for (const char* key :
        {"job_id", "spec", "state", "phase", "round", "restarts", "world_size", "history",
         "nodes", "last_progress", "root_cause", "finish_reason", "submit_time",
-        "finish_time"}) {
+        "finish_time", "pending_reason"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["state"], "FAILED");
@@ -141,6 +141,15 @@ TEST(CliFormatTest, PendingJobTextSaysWhy) {
   EXPECT_THAT(text, HasSubstr("PENDING (queued: waiting for nodes with free slots)"));
   EXPECT_THAT(text, HasSubstr("2023-11-14 22:13:20 UTC"));
   EXPECT_THAT(text, HasSubstr("progress:    -"));
+  // The service's own reason, when it gives one, also on the one-line form.
+  s.set_pending_reason("waiting for nodes: job needs 1 node(s) with 2 slots each");
+  EXPECT_THAT(FormatJobStatus(s),
+              HasSubstr("PENDING (queued: waiting for nodes: job needs 1 node(s) with 2 "
+                        "slots each)"));
+  EXPECT_EQ(FormatJobLine(s),
+            "job-1 PENDING (round 0, world size 0, 0 restarts): waiting for nodes: job "
+            "needs 1 node(s) with 2 slots each");
+  s.set_pending_reason("");
   s.set_state(v1::JOB_STATE_RUNNING);
   s.set_phase(v1::ROUND_PHASE_JOINING);
   s.set_round(3);

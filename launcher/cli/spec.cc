@@ -160,6 +160,7 @@ absl::StatusOr<v1::JobSpec> SpecFromNode(const Node& raw) {
   }
 
   spec.set_working_dir(n.Find("working_dir")->ScalarText());
+  spec.set_wait_for_nodes(n.Find("wait_for_nodes")->as_bool());
 
   for (const char* field : {"last_call_timeout", "join_timeout"}) {
     const Node& value = *n.Find(field);
@@ -197,7 +198,9 @@ const Schema& JobSpecSchema() {
           .Optional("last_call_timeout", Type::String().OrNull(), "null",
                     "After MIN nodes joined a round, wait this long for more (1s).")
           .Optional("join_timeout", Type::String().OrNull(), "null",
-                    "A round still below MIN this long fails the job (600s)."));
+                    "A round still below MIN this long fails the job (600s).")
+          .Optional("wait_for_nodes", Type::Bool(), "false",
+                    "Queue the job even if no registered node could hold it yet."));
   return *schema;
 }
 
@@ -298,6 +301,7 @@ absl::StatusOr<v1::JobSpec> ApplySpecFlags(const SpecFlags& flags, v1::JobSpec s
     if (!d.ok()) return d.status();
     *spec.mutable_join_timeout() = *d;
   }
+  if (flags.wait_for_nodes) spec.set_wait_for_nodes(true);
   if (!flags.program.empty()) {
     if (from_file) {
       return absl::InvalidArgumentError(

@@ -15,6 +15,8 @@
 //   working_dir: /data/run      # worker's cwd on the node
 //   last_call_timeout: 1s       # wait for more than MIN nodes (default 1s)
 //   join_timeout: 10m           # a round below MIN fails the job (default 600s)
+//   wait_for_nodes: true        # queue it even if no registered node is big
+//                               # enough (default false: refused at submit)
 #ifndef ELASTRUN_LAUNCHER_CLI_SPEC_H_
 #define ELASTRUN_LAUNCHER_CLI_SPEC_H_
 
@@ -58,6 +60,7 @@ struct SpecFlags {
   std::vector<std::string> working_dir;        // --working-dir
   std::vector<std::string> last_call_timeout;  // --last-call-timeout
   std::vector<std::string> join_timeout;       // --join-timeout
+  bool wait_for_nodes = false;                 // --wait-for-nodes (only turns it on)
   std::vector<std::string> program;            // after "--"
 };
 

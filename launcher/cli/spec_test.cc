@@ -50,7 +50,8 @@ TEST(CliSpecTest, AllFieldsAndDefaults) {
       "env: {SEED: 7, MODE: fast}\n"
       "working_dir: /data\n"
       "last_call_timeout: 250ms\n"
-      "join_timeout: 2\n");
+      "join_timeout: 2\n"
+      "wait_for_nodes: true\n");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->name(), "");  // the service names it "job"
   EXPECT_EQ(s->min_nodes(), 1);
@@ -61,9 +62,11 @@ TEST(CliSpecTest, AllFieldsAndDefaults) {
   EXPECT_EQ(s->working_dir(), "/data");
   EXPECT_EQ(s->last_call_timeout().nanos(), 250000000);
   EXPECT_EQ(s->join_timeout().seconds(), 2);
+  EXPECT_TRUE(s->wait_for_nodes());
 
   absl::StatusOr<v1::JobSpec> bare = Yaml("command: [x]\n");
   ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_FALSE(bare->wait_for_nodes());         // refused if no node could hold it
   EXPECT_FALSE(bare->has_last_call_timeout());  // the service's default applies
   EXPECT_FALSE(bare->has_join_timeout());
 }
@@ -169,7 +172,12 @@ TEST(CliSpecTest, FlagsBuildSpec) {
   EXPECT_THAT(s->env(), UnorderedElementsAre(Pair("A", "1"), Pair("B", "x=y")));
   EXPECT_EQ(s->working_dir(), "/w");
   EXPECT_EQ(s->join_timeout().seconds(), 30);
+  EXPECT_FALSE(s->wait_for_nodes());
   EXPECT_THAT(s->argv(), ElementsAre("python", "train.py", "--epochs", "3"));
+  f.wait_for_nodes = true;
+  s = ApplySpecFlags(f, DefaultJobSpec(), false);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->wait_for_nodes());
 }
 
 TEST(CliSpecTest, FlagsDefaults) {

@@ -64,6 +64,8 @@ class DaemonE2eTest : public ::testing::Test {
 TEST_F(DaemonE2eTest, ThreeByTwoJobSucceeds) {
   // The case: three daemons (distinct node ids), a 3x2 job.
   ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+  // Registered first: a job no registered nodes could hold is refused.
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 3; }));
   const std::string job = Submit("ok", {"--steps", "5"}, 0, "", 3, 3);
   v1::JobStatus st = WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
