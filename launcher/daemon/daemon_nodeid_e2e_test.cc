@@ -128,7 +128,12 @@ TEST_F(DaemonNodeIdE2eTest,
 
   first.Signal(SIGKILL);
   ASSERT_TRUE(first.Wait(kDeadline).ok());
+  // The service sees the broken stream (not the 600 s lease) ...
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 0; }));
   testing::Subprocess& restarted = StartDaemon();
+  // ... and takes the restarted daemon at once; a job is submitted once it
+  // is registered (a submit no registered node could hold is refused).
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << restarted.Output();
   const std::string job = Submit(absl::StrCat("touch ", seen_, "/$RANK"));
   ASSERT_FALSE(job.empty());
   v1::JobStatus st = cluster_->WaitFinished(job);
