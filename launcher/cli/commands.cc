@@ -244,6 +244,7 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
   absl::StatusOr<v1::JobStatus> s = client->Get(*job);
   if (!s.ok()) return Fail(a, ctx, s.status());
   int64_t after = 0;
+  RankPrefixer prefixer;
   for (;;) {
     // Read the job's state before the logs: once it is seen finished, one
     // more read gets everything its nodes sent before the end.
@@ -255,8 +256,11 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
     for (const v1::LogChunk& c : *chunks) {
       // With every rank, each line says whose it is, as on `elastrun run`'s
       // console; with --rank R the lines are as the worker wrote them.
-      if (rank < 0) *ctx.out << "[rank" << c.rank() << "]:";
-      *ctx.out << c.data();
+      if (rank < 0) {
+        *ctx.out << prefixer.Prefix(c.rank(), c.data());
+      } else {
+        *ctx.out << c.data();
+      }
       after = std::max(after, c.seq());
     }
     ctx.out->flush();
