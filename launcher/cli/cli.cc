@@ -86,6 +86,10 @@ constexpr FlagInfo kServiceFlags[] = {
      "$ELASTRUN_TOKEN; visible in ps: prefer --token-file)"},
     {"--token-file", "FILE", "read the token from FILE (whitespace stripped)"},
     {"--rpc-timeout", "DUR", "deadline of each call to the service (default 10s)"},
+    {"--retry-for", "DUR",
+     "status, list, nodes, logs, wait: retry a service that\n"
+     "cannot be reached (restarting) this long before exit 3\n"
+     "(default 60s; 0: never)"},
 };
 
 constexpr FlagInfo kOutputFlag = {"--output", "text|json",
@@ -201,7 +205,8 @@ constexpr char kWaitIntro[] =
 
 Blocks until the job ends, then prints its final status line (or JSON, as
 `status`) and exits 0 if it SUCCEEDED, 1 if it FAILED or was CANCELLED, 5 if
---timeout passed first. A service that stays unreachable for 60s exits 3.
+--timeout passed first. A service that stays unreachable for 60s
+(--retry-for) exits 3; a shorter outage (a restart) is waited out.
 )";
 
 // logs
@@ -297,6 +302,14 @@ absl::Status FinishJobFlags(const CliContext& ctx, ParsedArgs& a) {
       return absl::InvalidArgumentError("--rpc-timeout must be greater than 0");
     }
     a.service.rpc_timeout = *d;
+  }
+  if (a.Has("--retry-for")) {
+    absl::StatusOr<absl::Duration> d = ParseDuration(a.Last("--retry-for"), "--retry-for");
+    if (!d.ok()) return d.status();
+    if (*d < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("--retry-for must not be negative");
+    }
+    a.service.retry_for = *d;
   }
   if (a.Has("--output")) {
     const std::string output = a.Last("--output");

@@ -256,8 +256,9 @@ TEST_F(CliE2eTest, UnreachableServiceExits3NamingTheAddress) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"list"}, {"status", "j-1"}, {"submit", "--", "x"}}) {
     // Before the arguments: submit's program follows "--".
+    // A read retries for --retry-for (default 60s) before it gives up.
     std::vector<std::string> a = args;
-    a.insert(a.begin() + 1, {"--rendezvous", nowhere});
+    a.insert(a.begin() + 1, {"--rendezvous", nowhere, "--retry-for", "300ms"});
     RunResult r = Cli(a);
     EXPECT_EQ(r.exit_code, 3) << r.output;
     EXPECT_THAT(r.output, HasSubstr("cannot reach the elastrun service at " + nowhere));

@@ -28,6 +28,9 @@ struct FakeService {
   int get_calls = 0;
   std::vector<v1::LogChunk> logs;  // what ReadLogs serves, by seq
   absl::Status error;  // when set, every call fails with it
+  // The next this many ReadLogs calls fail Unavailable (a restart).
+  int read_logs_failures = 0;
+  int read_logs_calls = 0;
 };
 
 class FakeJobsClient : public JobsClient {
@@ -66,7 +69,12 @@ class FakeJobsClient : public JobsClient {
   }
   absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(const std::string& job_id, int rank,
                                                      int64_t after_seq) override {
+    ++s_->read_logs_calls;
     if (!s_->error.ok()) return s_->error;
+    if (s_->read_logs_failures > 0) {
+      --s_->read_logs_failures;
+      return absl::UnavailableError("restarting");
+    }
     std::vector<v1::LogChunk> out;
     for (const v1::LogChunk& c : s_->logs) {
       if (c.seq() > after_seq && (rank < 0 || c.rank() == rank)) out.push_back(c);
@@ -260,6 +268,63 @@ TEST_F(CliTest, WaitGivesUpOnAServiceGoneForGood) {
   EXPECT_EQ(Run("wait", {"j-1", "--poll-interval", "1s"}), kExitUnreachable);
 }
 
+TEST_F(CliTest, ReadCommandsRideOutAServiceRestart) {
+  const absl::Time t0 = clock_.Now();
+  service_.gets = {absl::UnavailableError("down"), absl::UnavailableError("down"),
+                   Job(v1::JOB_STATE_RUNNING)};
+  EXPECT_EQ(Run("status", {"j-1", "--rendezvous", "h:1"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("RUNNING"));
+  // One line when the outage starts, one when it ends; backoff 50ms + 100ms.
+  EXPECT_THAT(err_.str(),
+              HasSubstr("elastrun status: service at h:1 unavailable; retrying for up "
+                        "to 1m"));
+  EXPECT_THAT(err_.str(), HasSubstr("the service is back"));
+  EXPECT_EQ(clock_.Now() - t0, absl::Milliseconds(150));
+  EXPECT_EQ(service_.get_calls, 3);
+
+  // `wait`'s first look is retried too.
+  service_.gets = {absl::UnavailableError("down"), Job(v1::JOB_STATE_SUCCEEDED)};
+  EXPECT_EQ(Run("wait", {"j-1"}), kExitOk);
+}
+
+TEST_F(CliTest, ReadCommandsGiveUpAfterRetryFor) {
+  service_.error = absl::UnavailableError("down");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"list"}, {"nodes"}, {"status", "j-1"}, {"logs", "j-1"},
+        {"wait", "j-1"}}) {
+    const absl::Time t0 = clock_.Now();
+    std::vector<std::string> rest(args.begin() + 1, args.end());
+    rest.insert(rest.end(), {"--retry-for", "3s"});
+    EXPECT_EQ(Run(args[0], rest), kExitUnreachable) << args[0];
+    EXPECT_EQ(clock_.Now() - t0, absl::Seconds(3)) << args[0];
+  }
+  // 0: no retry at all.
+  const absl::Time t0 = clock_.Now();
+  EXPECT_EQ(Run("list", {"--retry-for", "0"}), kExitUnreachable);
+  EXPECT_EQ(clock_.Now(), t0);
+  EXPECT_EQ(Run("list", {"--retry-for", "-1s"}), kExitUsage);
+}
+
+TEST_F(CliTest, ErrorsThatARetryCannotFixAreNotRetried) {
+  for (const absl::Status& st :
+       {absl::NotFoundError("no job"), absl::PermissionDeniedError("no"),
+        absl::InvalidArgumentError("bad"), absl::UnauthenticatedError("token")}) {
+    service_.error = st;
+    service_.get_calls = 0;
+    const absl::Time t0 = clock_.Now();
+    EXPECT_NE(Run("status", {"j-1"}), kExitOk);
+    EXPECT_EQ(service_.get_calls, 1) << st;
+    EXPECT_EQ(clock_.Now(), t0) << st;
+  }
+  EXPECT_THAT(err_.str(), Not(HasSubstr("retrying")));
+}
+
+TEST_F(CliTest, WaitTimeoutCutsAnOutageShort) {
+  service_.gets = {Job(v1::JOB_STATE_RUNNING), absl::UnavailableError("down")};
+  EXPECT_EQ(Run("wait", {"j-1", "--timeout", "5s"}), kExitTimeout);
+  EXPECT_THAT(err_.str(), HasSubstr("did not end within 5s"));
+}
+
 TEST_F(CliTest, CancelPrintsTheLine) {
   EXPECT_EQ(Run("cancel", {"j-1", "--reason", "enough"}), 0);
   EXPECT_THAT(out_.str(), HasSubstr("j-1 CANCELLED"));
@@ -294,6 +359,19 @@ TEST_F(CliTest, LogsFollowReadsUntilTheJobHasEnded) {
   EXPECT_EQ(Run("logs", {"j-1", "-f"}), kExitOk);
   EXPECT_EQ(out_.str(), "[rank0]:a\n[rank0]:b\n");
   EXPECT_GE(service_.get_calls, 3);
+}
+
+TEST_F(CliTest, LogsFollowResumesAfterARestartWithoutRepeats) {
+  service_.gets = {Job(v1::JOB_STATE_RUNNING), Job(v1::JOB_STATE_RUNNING),
+                   Job(v1::JOB_STATE_SUCCEEDED)};
+  // Rank 0's "b" line is split across two chunks: prefixed once.
+  service_.logs = {Line(1, 0, "a"), Line(2, 0, "b"), Line(3, 1, "x"), Line(4, 0, "c")};
+  service_.logs[1].set_data("b");
+  service_.read_logs_failures = 2;
+  EXPECT_EQ(Run("logs", {"j-1", "-f"}), kExitOk);
+  EXPECT_EQ(out_.str(), "[rank0]:a\n[rank0]:b[rank1]:x\nc\n");
+  EXPECT_GE(service_.read_logs_calls, 3);
+  EXPECT_THAT(err_.str(), HasSubstr("retrying"));
 }
 
 TEST_F(CliTest, HelpForEveryCommandListsExitCodes) {

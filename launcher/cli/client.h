@@ -22,6 +22,9 @@ struct ServiceOptions {
   std::string token;
   // Deadline of every RPC.
   absl::Duration rpc_timeout = absl::Seconds(10);
+  // How long a read command (status, list, nodes, logs, wait) keeps retrying
+  // a service it cannot reach (--retry-for): a restart takes seconds.
+  absl::Duration retry_for = absl::Seconds(60);
 };
 
 // One connection to the Jobs service. Every call carries the deadline and

@@ -2,6 +2,10 @@
 // notes to ctx.err; each returns its exit code (cli.h).
 #include "launcher/cli/commands.h"
 
+#include <algorithm>
+#include <memory>
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,10 +17,56 @@
 namespace elastrun::launcher::internal {
 namespace {
 
-// How long `wait` keeps polling a service it cannot reach before giving up
-// (a service restart takes seconds; this leaves room for a slow one).
-constexpr absl::Duration kWaitUnreachableLimit = absl::Seconds(60);
 constexpr absl::Duration kDefaultPollInterval = absl::Milliseconds(250);
+// Backoff between two tries of a read while the service cannot be reached.
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(50);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
+
+// Makes the read calls of one command ride through a service restart: a
+// call that fails Unavailable or DeadlineExceeded (service down or
+// restarting, a stream cut mid-way) is made again, 50 ms apart doubling to
+// 1 s, until the outage has lasted --retry-for or the caller's deadline has
+// passed. Other errors (NotFound, InvalidArgument, PermissionDenied,
+// Unauthenticated, ...) return at once: retrying cannot fix them. The start
+// and the end of an outage each print one line to stderr. Not thread-safe.
+class ReadRetrier {
+ public:
+  ReadRetrier(const ParsedArgs& a, const CliContext& ctx) : a_(a), ctx_(ctx) {}
+
+  // `call()`'s result once it succeeds, fails for good, or fails past the
+  // retry window; F returns an absl::StatusOr.
+  template <typename F>
+  auto Call(F call, absl::Time deadline = absl::InfiniteFuture()) -> decltype(call()) {
+    std::optional<absl::Time> since;
+    absl::Duration backoff = kFirstBackoff;
+    for (;;) {
+      auto r = call();
+      if (r.ok() && in_outage_) {
+        *ctx_.err << "elastrun " << a_.command << ": the service is back\n";
+        in_outage_ = false;
+      }
+      if (r.ok() || ExitCodeFor(r.status()) != kExitUnreachable) return r;
+      const absl::Time now = ctx_.clock->Now();
+      if (!since) since = now;
+      const absl::Time until = std::min(deadline, *since + a_.service.retry_for);
+      if (now >= until) return r;
+      if (!in_outage_) {
+        *ctx_.err << "elastrun " << a_.command << ": service at " << a_.service.address
+                  << " unavailable; retrying for up to "
+                  << absl::FormatDuration(until - now) << " (" << r.status().message()
+                  << ")\n";
+        in_outage_ = true;
+      }
+      ctx_.sleep(std::min(backoff, until - now));
+      backoff = std::min(backoff * 2, kMaxBackoff);
+    }
+  }
+
+ private:
+  const ParsedArgs& a_;
+  const CliContext& ctx_;
+  bool in_outage_ = false;
+};
 
 int Fail(const ParsedArgs& a, const CliContext& ctx, const absl::Status& st, int code) {
   const std::string where = "elastrun " + a.command;
@@ -126,7 +176,9 @@ int Submit(const ParsedArgs& a, const CliContext& ctx) {
 int Status(const ParsedArgs& a, const CliContext& ctx) {
   absl::StatusOr<std::string> job = OneJob(a);
   if (!job.ok()) return Fail(a, ctx, job.status(), kExitUsage);
-  absl::StatusOr<v1::JobStatus> s = ctx.connect(a.service)->Get(*job);
+  std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  ReadRetrier retry(a, ctx);
+  absl::StatusOr<v1::JobStatus> s = retry.Call([&] { return client->Get(*job); });
   if (!s.ok()) return Fail(a, ctx, s.status());
   if (a.json) {
     *ctx.out << ProtoJson(*s).dump(2) << "\n";
@@ -138,7 +190,9 @@ int Status(const ParsedArgs& a, const CliContext& ctx) {
 
 int List(const ParsedArgs& a, const CliContext& ctx) {
   if (int rc = NoWords(a, ctx); rc != kExitOk) return rc;
-  absl::StatusOr<v1::ListJobsResponse> r = ctx.connect(a.service)->List();
+  std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  ReadRetrier retry(a, ctx);
+  absl::StatusOr<v1::ListJobsResponse> r = retry.Call([&] { return client->List(); });
   if (!r.ok()) return Fail(a, ctx, r.status());
   if (a.json) {
     *ctx.out << ProtoJson(*r).dump(2) << "\n";
@@ -150,7 +204,9 @@ int List(const ParsedArgs& a, const CliContext& ctx) {
 
 int Nodes(const ParsedArgs& a, const CliContext& ctx) {
   if (int rc = NoWords(a, ctx); rc != kExitOk) return rc;
-  absl::StatusOr<v1::ListNodesResponse> r = ctx.connect(a.service)->ListNodes();
+  std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  ReadRetrier retry(a, ctx);
+  absl::StatusOr<v1::ListNodesResponse> r = retry.Call([&] { return client->ListNodes(); });
   if (!r.ok()) return Fail(a, ctx, r.status());
   if (a.json) {
     *ctx.out << ProtoJson(*r).dump(2) << "\n";
@@ -194,36 +250,30 @@ int Wait(const ParsedArgs& a, const CliContext& ctx) {
   }
 
   std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  ReadRetrier retry(a, ctx);
   const absl::Time start = ctx.clock->Now();
-  // The first call must succeed: a wrong address or job id is an error at
-  // once. Later transport errors are waited out (the service may restart).
-  absl::StatusOr<v1::JobStatus> s = client->Get(*job);
+  const absl::Time deadline =
+      timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : start + timeout;
+  auto get = [&] { return client->Get(*job); };
+  // A wrong job id fails at once; an unreachable service is retried (it may
+  // be restarting) for --retry-for, but not past --timeout.
+  absl::StatusOr<v1::JobStatus> s = retry.Call(get, deadline);
   if (!s.ok()) return Fail(a, ctx, s.status());
-  std::optional<absl::Time> unreachable_since;
   while (!Finished(s->state())) {
-    if (ctx.clock->Now() - start >= timeout) {
+    if (ctx.clock->Now() >= deadline) {
       *ctx.err << "elastrun wait: " << *job << " did not end within "
                << absl::FormatDuration(timeout) << "\n";
       PrintStatusLine(a, ctx, *s);
       return kExitTimeout;
     }
-    ctx.sleep(poll);
-    absl::StatusOr<v1::JobStatus> next = client->Get(*job);
-    if (next.ok()) {
-      if (unreachable_since) *ctx.err << "elastrun wait: the service is back\n";
-      unreachable_since.reset();
-      s = *std::move(next);
-      continue;
-    }
-    if (ExitCodeFor(next.status()) != kExitUnreachable)
-      return Fail(a, ctx, next.status());
-    const absl::Time now = ctx.clock->Now();
-    if (!unreachable_since) {
-      unreachable_since = now;
-      *ctx.err << "elastrun wait: " << next.status().message() << "; retrying\n";
-    } else if (now - *unreachable_since >= kWaitUnreachableLimit) {
+    ctx.sleep(std::min(poll, deadline - ctx.clock->Now()));
+    absl::StatusOr<v1::JobStatus> next = retry.Call(get, deadline);
+    // An outage cut short by --timeout is the timeout, reported above.
+    if (!next.ok() && !(ExitCodeFor(next.status()) == kExitUnreachable &&
+                        ctx.clock->Now() >= deadline)) {
       return Fail(a, ctx, next.status());
     }
+    if (next.ok()) s = *std::move(next);
   }
   PrintStatusLine(a, ctx, *s);
   return s->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
@@ -240,29 +290,39 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
   }
   const bool follow = a.Has("--follow");
   std::unique_ptr<JobsClient> client = ctx.connect(a.service);
-  // The job first: an unknown id or an unreachable service says so.
-  absl::StatusOr<v1::JobStatus> s = client->Get(*job);
+  ReadRetrier retry(a, ctx);
+  auto get = [&] { return client->Get(*job); };
+  // The job first: an unknown id says so at once.
+  absl::StatusOr<v1::JobStatus> s = retry.Call(get);
   if (!s.ok()) return Fail(a, ctx, s.status());
   int64_t after = 0;
+  RankPrefixer prefixer;
   for (;;) {
     // Read the job's state before the logs: once it is seen finished, one
     // more read gets everything its nodes sent before the end.
     const bool finished = s->state() == v1::JOB_STATE_SUCCEEDED ||
                           s->state() == v1::JOB_STATE_FAILED ||
                           s->state() == v1::JOB_STATE_CANCELLED;
-    absl::StatusOr<std::vector<v1::LogChunk>> chunks = client->ReadLogs(*job, rank, after);
+    // A read cut by a restart is made again from the same `after`: chunks
+    // carry the service's sequence number, and a cut read prints nothing
+    // (ReadLogs returns all or an error), so no chunk is printed twice.
+    absl::StatusOr<std::vector<v1::LogChunk>> chunks =
+        retry.Call([&] { return client->ReadLogs(*job, rank, after); });
     if (!chunks.ok()) return Fail(a, ctx, chunks.status());
     for (const v1::LogChunk& c : *chunks) {
       // With every rank, each line says whose it is, as on `elastrun run`'s
       // console; with --rank R the lines are as the worker wrote them.
-      if (rank < 0) *ctx.out << "[rank" << c.rank() << "]:";
-      *ctx.out << c.data();
+      if (rank < 0) {
+        *ctx.out << prefixer.Prefix(c.rank(), c.data());
+      } else {
+        *ctx.out << c.data();
+      }
       after = std::max(after, c.seq());
     }
     ctx.out->flush();
     if (!follow || (finished && chunks->empty())) break;
     if (chunks->empty()) ctx.sleep(absl::Milliseconds(250));
-    absl::StatusOr<v1::JobStatus> next = client->Get(*job);
+    absl::StatusOr<v1::JobStatus> next = retry.Call(get);
     if (!next.ok()) return Fail(a, ctx, next.status());
     s = *std::move(next);
   }

@@ -341,4 +341,20 @@ std::string FormatNodeList(const v1::ListNodesResponse& r) {
   return Table(rows);
 }
 
+std::string RankPrefixer::Prefix(int rank, std::string_view data) {
+  const std::string prefix = absl::StrCat("[rank", rank, "]:");
+  bool& mid_line = mid_line_[rank];
+  std::string out;
+  size_t pos = 0;
+  while (pos < data.size()) {
+    if (!mid_line) out += prefix;
+    const size_t nl = data.find('\n', pos);
+    const size_t end = nl == std::string_view::npos ? data.size() : nl + 1;
+    out.append(data.substr(pos, end - pos));
+    mid_line = nl == std::string_view::npos;
+    pos = end;
+  }
+  return out;
+}
+
 }  // namespace elastrun::launcher

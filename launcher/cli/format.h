@@ -17,7 +17,9 @@
 #define ELASTRUN_LAUNCHER_CLI_FORMAT_H_
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
+#include <string_view>
 
 #include "elastrun/v1/jobs.pb.h"
 #include "google/protobuf/message.h"
@@ -53,6 +55,21 @@ std::string FormatJobLine(const v1::JobStatus& s);
 // a line saying there are none when empty).
 std::string FormatJobList(const v1::ListJobsResponse& r);
 std::string FormatNodeList(const v1::ListNodesResponse& r);
+
+// Puts "[rankN]:" before every line of forwarded worker output, as
+// `elastrun run`'s console does. A chunk may hold several lines or end in
+// the middle of one; the rest of that line in the rank's next chunk gets no
+// prefix, so the prefixer keeps, per rank, whether its output stands at the
+// start of a line. Not thread-safe: one per `logs` command.
+class RankPrefixer {
+ public:
+  // `data` of `rank`, every line that starts in it prefixed.
+  std::string Prefix(int rank, std::string_view data);
+
+ private:
+  // Ranks whose last chunk ended in the middle of a line.
+  std::map<int, bool> mid_line_;
+};
 
 }  // namespace elastrun::launcher
 

@@ -232,4 +232,22 @@ TEST(CliFormatTest, NodesJsonAndText) {
 }
 
 }  // namespace
+TEST(RankPrefixerTest, EveryLineOfAChunkIsPrefixed) {
+  RankPrefixer p;
+  EXPECT_EQ(p.Prefix(0, "a\nb\nc\n"), "[rank0]:a\n[rank0]:b\n[rank0]:c\n");
+  EXPECT_EQ(p.Prefix(1, "\n\n"), "[rank1]:\n[rank1]:\n");
+  EXPECT_EQ(p.Prefix(1, ""), "");
+}
+
+TEST(RankPrefixerTest, ALineSplitAcrossChunksIsPrefixedOnce) {
+  RankPrefixer p;
+  EXPECT_EQ(p.Prefix(2, "hel"), "[rank2]:hel");
+  // Another rank's output between the two halves keeps its own state.
+  EXPECT_EQ(p.Prefix(3, "x\ny"), "[rank3]:x\n[rank3]:y");
+  EXPECT_EQ(p.Prefix(2, "lo\nnext"), "lo\n[rank2]:next");
+  EXPECT_EQ(p.Prefix(3, "z\n"), "z\n");
+  EXPECT_EQ(p.Prefix(2, "\n"), "\n");
+  EXPECT_EQ(p.Prefix(2, "new\n"), "[rank2]:new\n");
+}
+
 }  // namespace elastrun::launcher

@@ -1,0 +1,87 @@
+// A read command against a real gRPC server that is not up yet when the
+// command starts: the command retries until the server listens, then prints
+// what it got. The server starts only once the command has failed a first
+// call (its first backoff pause), so the test exercises the retry every time.
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "elastrun/v1/jobs.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/cli/cli.h"
+
+namespace elastrun::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A Jobs service that knows one RUNNING job, "j-1".
+class OneJobService final : public v1::Jobs::Service {
+  grpc::Status Get(grpc::ServerContext*, const v1::GetJobRequest* req,
+                   v1::JobStatus* resp) override {
+    if (req->job_id() != "j-1") return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job");
+    resp->set_job_id("j-1");
+    resp->set_state(v1::JOB_STATE_RUNNING);
+    return grpc::Status::OK;
+  }
+};
+
+// A loopback port with nothing listening: bound, read back, released.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "bind: " << errno;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(CliRetryTest, StatusWaitsForAServiceThatComesUpLate) {
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  absl::Notification first_failure;
+  std::ostringstream out, err;
+  CliContext ctx = RealCliContext();
+  ctx.out = &out;
+  ctx.err = &err;
+  // The real pause, after telling the test that a call has failed.
+  ctx.sleep = [&](absl::Duration d) {
+    if (!first_failure.HasBeenNotified()) first_failure.Notify();
+    absl::SleepFor(d);
+  };
+  int rc = -1;
+  std::thread cli([&] {
+    rc = RunCli({"status", "j-1", "--rendezvous", address, "--retry-for", "60s"}, ctx);
+  });
+  // EXPECT, not ASSERT: the thread must be joined whatever happens.
+  EXPECT_TRUE(first_failure.WaitForNotificationWithTimeout(absl::Seconds(60)));
+
+  OneJobService service;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  EXPECT_NE(server, nullptr) << "cannot listen on " << address;
+  cli.join();
+  if (server) server->Shutdown();
+
+  EXPECT_EQ(rc, kExitOk) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("RUNNING"));
+  EXPECT_THAT(err.str(), HasSubstr("service at " + address + " unavailable; retrying"));
+}
+
+}  // namespace
+}  // namespace elastrun::launcher
