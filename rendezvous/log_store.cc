@@ -17,6 +17,7 @@ void LogStore::Append(const std::string& job_id, const std::vector<v1::LogChunk>
     }
     it = jobs_.emplace(job_id, JobLog{}).first;
     it->second.created = ++jobs_created_;
+    it->second.next_seq = options_.first_seq;
   }
   JobLog& log = it->second;
   for (const v1::LogChunk& c : chunks) {

@@ -25,6 +25,11 @@ class LogStore {
     size_t max_bytes_per_job = 8 << 20;
     // Jobs whose logs are kept; the oldest job's logs go first.
     size_t max_jobs = 256;
+    // Every job's first chunk's seq. The service starts it at its start
+    // time in microseconds, so a restarted service (whose store starts
+    // empty) numbers above what a follower (`logs -f`) saw from the one
+    // before, and the follower's next read gets the new chunks.
+    int64_t first_seq = 1;
   };
   LogStore() : LogStore(Options{}) {}
   explicit LogStore(Options options) : options_(options) {}
@@ -46,7 +51,7 @@ class LogStore {
   struct JobLog {
     std::deque<v1::LogChunk> chunks;
     size_t bytes = 0;
-    int64_t next_seq = 1;
+    int64_t next_seq = 0;  // Set to Options::first_seq when the job's log is made.
     int64_t created = 0;
   };
   const Options options_;

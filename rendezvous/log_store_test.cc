@@ -14,6 +14,22 @@ v1::LogChunk Chunk(int rank, const std::string& data) {
   return c;
 }
 
+// A restarted service starts its numbering at its start time: a follower
+// that saw chunk N of the service before reads the new chunks after N.
+TEST(LogStoreTest, NumberingStartsAtFirstSeqSoARestartedServiceNumbersAbove) {
+  LogStore before(LogStore::Options{});
+  before.Append("j", {Chunk(0, "old\n"), Chunk(0, "old2\n")});
+  const int64_t seen = before.Read("j", 0, -1, 1 << 20).chunks.back().seq();
+  LogStore::Options later;
+  later.first_seq = 1000;
+  LogStore after(later);
+  after.Append("j", {Chunk(0, "new\n")});
+  auto read = after.Read("j", seen, -1, 1 << 20);
+  ASSERT_EQ(read.chunks.size(), 1u);
+  EXPECT_EQ(read.chunks[0].seq(), 1000);
+  EXPECT_EQ(read.chunks[0].data(), "new\n");
+}
+
 TEST(LogStoreTest, ReadsInOrderAfterACursorAndByRank) {
   LogStore store;
   store.Append("j", {Chunk(0, "a\n"), Chunk(1, "b\n")});

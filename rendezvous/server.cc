@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
 #include "elastrun/v1/rendezvous.grpc.pb.h"
@@ -374,7 +376,18 @@ absl::Status CheckListenSecurity(absl::string_view listen, absl::string_view tok
   return absl::OkStatus();
 }
 
-RendezvousServer::RendezvousServer(ServerOptions options) : options_(std::move(options)) {}
+namespace {
+
+LogStore::Options LogOptions(Clock& clock) {
+  LogStore::Options o;
+  o.first_seq = std::max<int64_t>(1, absl::ToUnixMicros(clock.Now()));
+  return o;
+}
+
+}  // namespace
+
+RendezvousServer::RendezvousServer(ServerOptions options)
+    : options_(std::move(options)), logs_(LogOptions(*options_.coordinator.clock)) {}
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
     ServerOptions options) {
