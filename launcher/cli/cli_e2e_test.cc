@@ -5,10 +5,8 @@
 // is on an event (a pipe, a process exit, `elastrun wait`) with a generous
 // deadline; nothing sleeps.
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -104,21 +102,6 @@ class Service {
   pid_t pid_ = -1;
   int out_ = -1;
 };
-
-// A loopback port with nothing listening: bound, read back, released.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ADD_FAILURE() << "bind: " << errno;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 class CliE2eTest : public ::testing::Test {
  protected:
@@ -252,7 +235,9 @@ TEST_F(CliE2eTest, UnknownJobIsNotFound) {
 }
 
 TEST_F(CliE2eTest, UnreachableServiceExits3NamingTheAddress) {
-  const std::string nowhere = absl::StrCat("127.0.0.1:", FreePort());
+  const int port = testing::FreeLoopbackPort();
+  ASSERT_GT(port, 0) << "no loopback port could be bound";
+  const std::string nowhere = absl::StrCat("127.0.0.1:", port);
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"list"}, {"status", "j-1"}, {"submit", "--", "x"}}) {
     // Before the arguments: submit's program follows "--".

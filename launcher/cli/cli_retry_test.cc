@@ -2,11 +2,7 @@
 // command starts: the command retries until the server listens, then prints
 // what it got. The server starts only once the command has failed a first
 // call (its first backoff pause), so the test exercises the retry every time.
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <sstream>
 #include <thread>
@@ -18,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/cli/cli.h"
+#include "tests/testing/subprocess.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -35,23 +32,10 @@ class OneJobService final : public v1::Jobs::Service {
   }
 };
 
-// A loopback port with nothing listening: bound, read back, released.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ADD_FAILURE() << "bind: " << errno;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(CliRetryTest, StatusWaitsForAServiceThatComesUpLate) {
-  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  const int port = testing::FreeLoopbackPort();
+  ASSERT_GT(port, 0) << "no loopback port could be bound";
+  const std::string address = absl::StrCat("127.0.0.1:", port);
   absl::Notification first_failure;
   std::ostringstream out, err;
   CliContext ctx = RealCliContext();

@@ -74,6 +74,10 @@ std::string MakeTempDir(const std::string& tag);
 std::string ReadFile(const std::string& path);
 bool FileExists(const std::string& path);
 
+// A loopback port with nothing listening (bound, read back, released), or
+// -1 when none can be bound.
+int FreeLoopbackPort();
+
 // Where the build put binaries (the build's own, or $ELASTRUN_BIN_DIR).
 std::string BinDir();
 // The source tree (the build's own, or $ELASTRUN_SOURCE_DIR).
