@@ -163,6 +163,7 @@ class TrainLoop {
   // Snapshots and checkpoints. The persister goes before the memory it reads.
   std::unique_ptr<worker::SnapshotArea> area_;
   bool area_shared_ = false;  // In the agent's memory: outlives this process.
+  std::string snapshot_meta_;  // The run's meta in every snapshot (SnapshotMeta).
   std::unique_ptr<CheckpointPersister> persister_;  // This node's local rank 0.
   int64_t steps_ = 0;           // Optimizer steps this process took.
   int64_t snapshot_every_ = 1;  // Steps between snapshots (auto mode).

@@ -45,6 +45,7 @@ absl::Status TrainLoop::OpenSnapshots() {
   }
   if (!area.ok()) return area.status();
   area_ = *std::move(area);
+  snapshot_meta_ = SnapshotMeta(identity_, world_);
   if (local_rank == 0) {
     persister_ = std::make_unique<CheckpointPersister>(area_.get(), checkpoint_dir_, identity_);
   }
@@ -138,7 +139,7 @@ absl::Status TrainLoop::CaptureState(Capture kind, bool persist, bool best) {
   }
   if (!dst.ok()) return dst.status();
   image.WriteTo(*dst);
-  area_->Commit(CheckpointKey(pos_), SnapshotMeta(identity_, world_));
+  area_->Commit(CheckpointKey(pos_), snapshot_meta_);
   const double seconds = SecondsSince(start);
   ++captures_.taken;
   captures_.seconds += seconds;
