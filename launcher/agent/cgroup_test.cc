@@ -26,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/cgroup_reaper.h"
 #include "launcher/agent/process.h"
 #include "launcher/agent/standby_pool.h"
 #include "launcher/agent/test_specs.h"
@@ -277,6 +278,23 @@ TEST_F(RealCgroupTest, UnprivilegedLauncherIsRefusedWithAReason) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_NE(text, "OK");
   EXPECT_THAT(text, HasSubstr("Permission denied"));
+}
+
+TEST_F(RealCgroupTest, ReaperKillsTheCgroupOnceThePipeCloses) {
+  const std::string dir = own_->dir() + "/attempt-1";
+  ASSERT_TRUE(MakeCgroup(dir).ok());
+  auto reaper = CgroupReaper::Start(own_->dir());
+  ASSERT_TRUE(reaper.ok()) << reaper.status();
+  auto [child, grandchild] = SpawnWithGrandchild(dir);
+  ASSERT_GT(grandchild, 0);
+  EXPECT_FALSE(Dead(grandchild));
+  EXPECT_EQ(CgroupOf((*reaper)->pid()), CgroupOf(getpid())) << "outside what it kills";
+  // As when the launcher dies: its end of the pipe closes.
+  reaper->reset();
+  EXPECT_TRUE(Dead(child));
+  EXPECT_TRUE(Dead(grandchild));
+  struct stat st;
+  EXPECT_NE(stat(own_->dir().c_str(), &st), 0) << "removed";
 }
 
 TEST_F(RealCgroupTest, StandbySetHasItsOwnCgroupAndDiscardKillsAllOfIt) {
