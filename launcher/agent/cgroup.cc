@@ -142,6 +142,22 @@ absl::Status ProbeMove(const std::string& dir) {
   return absl::OkStatus();
 }
 
+std::string Comm(const std::string& pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/comm"));
+  std::string comm;
+  std::getline(in, comm);
+  return comm;
+}
+
+// Whether `pid` is a live launcher like this one: alive and running the
+// same program (a pid reused by another program is not it). This process
+// itself is not: a folder of its pid was left by an earlier process.
+bool IsLauncherAlive(int pid) {
+  if (pid <= 0 || pid == getpid()) return false;
+  const std::string comm = Comm(absl::StrCat(pid));
+  return !comm.empty() && comm == Comm("self");
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> FindOwnCgroup(const CgroupSources& sources) {
@@ -257,19 +273,28 @@ absl::StatusOr<int> KillCgroup(const std::string& dir, KillOptions options) {
 }
 
 absl::StatusOr<std::unique_ptr<LauncherCgroup>> LauncherCgroup::Create(
-    const std::string& name, const CgroupSources& sources) {
+    const std::string& name, bool kill_leftovers, const CgroupSources& sources) {
   auto own = FindOwnCgroup(sources);
   if (!own.ok()) return own.status();
-  const std::string dir = absl::StrCat(*own, "/elastrun-", name);
-  const bool existed = access(dir.c_str(), F_OK) == 0;
-  auto left = KillCgroup(dir);
-  if (!left.ok()) return left.status();
+  const std::string prefix = absl::StrCat(*own, "/elastrun-", name, "@");
+  int leftovers = -1;
+  for (const std::string& old : kill_leftovers ? SubFolders(*own) : std::vector<std::string>{}) {
+    int pid = 0;
+    if (!absl::StartsWith(old, prefix) || !absl::SimpleAtoi(old.substr(prefix.size()), &pid) ||
+        IsLauncherAlive(pid)) {
+      continue;
+    }
+    auto killed = KillCgroup(old);
+    if (!killed.ok()) return killed.status();
+    leftovers = std::max(leftovers, 0) + *killed;
+  }
+  const std::string dir = absl::StrCat(prefix, getpid());
   if (absl::Status s = MakeCgroup(dir); !s.ok()) return s;
   if (absl::Status s = ProbeMove(dir); !s.ok()) {
     (void)rmdir(dir.c_str());
     return s;
   }
-  return std::unique_ptr<LauncherCgroup>(new LauncherCgroup(dir, existed ? *left : -1));
+  return std::unique_ptr<LauncherCgroup>(new LauncherCgroup(dir, leftovers));
 }
 
 LauncherCgroup::~LauncherCgroup() { (void)KillCgroup(dir_); }

@@ -4,9 +4,12 @@
 // workers), and what a launcher that died left behind can be found and
 // killed by the next one.
 //
-// Layout: <this process's cgroup>/elastrun-<name>/{attempt-<n>,standby-<n>},
-// with <name> "run-<pid>" for `elastrun run` and "node-<node id>" for a
-// daemon. Where cgroup v2 is missing or not writable (cgroup v1 only, not
+// Layout: <this process's cgroup>/elastrun-<name>@<pid>/{attempt-<n>,
+// standby-<n>}, with <name> "run" for `elastrun run` and "node-<node id>"
+// for a daemon, and <pid> the launcher's: two live launchers of one name
+// (two daemons of one node id serving two services, as tests do) never
+// touch each other's folders, and a folder whose launcher is dead is known
+// to be left over. Where cgroup v2 is missing or not writable (cgroup v1 only, not
 // root and no delegation) the launcher falls back to process groups:
 // LauncherCgroup::Create says why.
 //
@@ -72,25 +75,26 @@ struct KillOptions {
 // that cannot be removed.
 absl::StatusOr<int> KillCgroup(const std::string& dir, KillOptions options = {});
 
-// A launcher's own folder, <own cgroup>/elastrun-<name>. Destroying it
-// kills what is left in it and removes it.
+// A launcher's own folder, <own cgroup>/elastrun-<name>@<pid>. Destroying
+// it kills what is left in it and removes it.
 class LauncherCgroup {
  public:
-  // Finds this process's cgroup v2, kills and removes what an earlier
-  // launcher of the same `name` left there (leftovers()), creates the folder
-  // afresh, and proves a process can be moved into it. An error says, in
-  // words meant for a log line, why cgroups cannot be used here; the caller
-  // then falls back to process groups.
+  // Finds this process's cgroup v2; with `kill_leftovers`, kills and removes
+  // the folders of earlier launchers of the same `name` that are dead (their
+  // pid gone, or now another program: see leftovers()); creates the folder,
+  // and proves a process can be moved into it. An error says, in words
+  // meant for a log line, why cgroups cannot be used here; the caller then
+  // falls back to process groups.
   static absl::StatusOr<std::unique_ptr<LauncherCgroup>> Create(
-      const std::string& name, const CgroupSources& sources = {});
+      const std::string& name, bool kill_leftovers, const CgroupSources& sources = {});
   ~LauncherCgroup();
   LauncherCgroup(const LauncherCgroup&) = delete;
   LauncherCgroup& operator=(const LauncherCgroup&) = delete;
 
   // The folder.
   const std::string& dir() const { return dir_; }
-  // How many processes an earlier launcher of this name left, killed by
-  // Create; -1 when it left no folder.
+  // How many processes dead launchers of this name left, killed by Create;
+  // -1 when they left no folder (or leftovers were not looked for).
   int leftovers() const { return leftovers_; }
 
  private:

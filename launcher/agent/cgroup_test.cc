@@ -138,7 +138,7 @@ std::string CgroupOf(pid_t pid) {
 class RealCgroupTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto own = LauncherCgroup::Create(absl::StrCat("test-", getpid()));
+    auto own = LauncherCgroup::Create(absl::StrCat("test-", getpid()), false);
     if (!own.ok()) {
       GTEST_SKIP() << "cgroup v2 is not usable here (" << own.status().message()
                    << "); the launcher falls back to process groups";
@@ -225,30 +225,58 @@ TEST_F(RealCgroupTest, ProcessesMoveBetweenCgroups) {
   EXPECT_EQ(CgroupProcesses(to).size(), 2u);
 }
 
-TEST_F(RealCgroupTest, NextLauncherOfTheSameNameKillsWhatTheLastOneLeft) {
-  // An earlier launcher's folder with a process in it, as a SIGKILLed one
-  // leaves it.
+// A pid that no process has now: a child that exited and was reaped.
+pid_t DeadPid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+TEST_F(RealCgroupTest, NextLauncherOfTheSameNameKillsWhatADeadOneLeft) {
+  // A dead launcher's folder with processes in it, as a SIGKILLed daemon
+  // leaves it (its workers' children), and one of a live launcher of the
+  // same name (this program, forked: the same name and program).
   const std::string name = absl::StrCat("test-left-", getpid());
   auto own = FindOwnCgroup();
   ASSERT_TRUE(own.ok());
-  const std::string old_dir = absl::StrCat(*own, "/elastrun-", name);
+  const std::string old_dir = absl::StrCat(*own, "/elastrun-", name, "@", DeadPid());
   ASSERT_TRUE(MakeCgroup(old_dir).ok());
   ASSERT_TRUE(MakeCgroup(old_dir + "/attempt-3").ok());
   auto [child, grandchild] = SpawnWithGrandchild(old_dir + "/attempt-3");
   ASSERT_GT(grandchild, 0);
+  int hold[2];
+  ASSERT_EQ(pipe(hold), 0);
+  const pid_t live = fork();
+  if (live == 0) {
+    char c;
+    close(hold[1]);
+    _exit(static_cast<int>(read(hold[0], &c, 1)));  // until the test ends
+  }
+  close(hold[0]);
+  children_.push_back(live);
+  const std::string live_dir = absl::StrCat(*own, "/elastrun-", name, "@", live);
+  ASSERT_TRUE(MakeCgroup(live_dir).ok());
+  auto [live_child, live_grandchild] = SpawnWithGrandchild(live_dir);
+  ASSERT_GT(live_grandchild, 0);
 
-  auto next = LauncherCgroup::Create(name);
+  auto next = LauncherCgroup::Create(name, /*kill_leftovers=*/true);
   ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ((*next)->dir(), absl::StrCat(*own, "/elastrun-", name, "@", getpid()));
   EXPECT_EQ((*next)->leftovers(), 2);
   EXPECT_TRUE(Dead(child));
   EXPECT_TRUE(Dead(grandchild));
+  EXPECT_FALSE(Dead(live_grandchild)) << "a live launcher's processes are left alone";
   EXPECT_TRUE(CgroupProcesses((*next)->dir()).empty());
   const std::string dir = (*next)->dir();
   next->reset();
   struct stat st;
   EXPECT_NE(stat(dir.c_str(), &st), 0) << "the launcher's folder goes with it";
+  EXPECT_NE(stat(old_dir.c_str(), &st), 0) << "the dead one's too";
+  ASSERT_TRUE(KillCgroup(live_dir).ok());
+  close(hold[1]);
 
-  auto fresh = LauncherCgroup::Create(name + "-new");
+  auto fresh = LauncherCgroup::Create(name + "-new", /*kill_leftovers=*/true);
   ASSERT_TRUE(fresh.ok());
   EXPECT_EQ((*fresh)->leftovers(), -1) << "no earlier folder";
 }
@@ -263,7 +291,7 @@ TEST_F(RealCgroupTest, UnprivilegedLauncherIsRefusedWithAReason) {
   if (pid == 0) {
     close(fds[0]);
     if (setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0) _exit(2);
-    auto made = LauncherCgroup::Create("test-nobody");
+    auto made = LauncherCgroup::Create("test-nobody", false);
     const std::string text = made.ok() ? "OK" : std::string(made.status().message());
     (void)!write(fds[1], text.data(), text.size());
     _exit(0);

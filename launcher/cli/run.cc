@@ -331,7 +331,8 @@ struct RunCgroup {
 // goes on with process groups. Forks the watchdog: call before any thread.
 RunCgroup MakeRunCgroup() {
   RunCgroup run;
-  auto made = LauncherCgroup::Create(absl::StrCat("run-", getpid()));
+  // Leftovers of dead runs are their watchdogs' to kill.
+  auto made = LauncherCgroup::Create("run", /*kill_leftovers=*/false);
   if (!made.ok()) {
     Say(absl::StrCat("cgroups not used (workers are stopped by process group only): ",
                      made.status().message()));

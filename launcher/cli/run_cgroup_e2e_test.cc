@@ -58,7 +58,7 @@ std::string Trimmed(const std::string& text) {
 class RunCgroupTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto probe = launcher::LauncherCgroup::Create(absl::StrCat("test-probe-", getpid()));
+    auto probe = launcher::LauncherCgroup::Create(absl::StrCat("test-probe-", getpid()), false);
     if (!probe.ok()) {
       GTEST_SKIP() << "cgroup v2 is not usable here (" << probe.status().message()
                    << "); elastrun run falls back to process groups";
@@ -91,7 +91,7 @@ class RunCgroupTest : public ::testing::Test {
   }
   // The folder of run `pid`, and checks that its worker ran in attempt 1.
   std::string RunFolder(pid_t pid) {
-    const std::string dir = absl::StrCat(own_, "/elastrun-run-", pid);
+    const std::string dir = absl::StrCat(own_, "/elastrun-run@", pid);
     run_dirs_.push_back(dir);
     EXPECT_TRUE(testing::WaitForFiles(seen_, "cg", 1, kWait).ok());
     EXPECT_THAT(dir + "/attempt-1", EndsWith(Trimmed(ReadFile(seen_ + "/cg"))));
