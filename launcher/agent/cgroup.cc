@@ -149,11 +149,21 @@ std::string Comm(const std::string& pid) {
   return comm;
 }
 
-// Whether `pid` is a live launcher like this one: alive and running the
-// same program (a pid reused by another program is not it). This process
-// itself is not: a folder of its pid was left by an earlier process.
+// Whether `pid` has exited (gone, or a zombie nobody reaped yet).
+bool Exited(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(in, stat)) return true;
+  const size_t paren = stat.rfind(')');  // the name may hold anything
+  const char state = paren + 2 < stat.size() ? stat[paren + 2] : 'X';
+  return state == 'Z' || state == 'X';
+}
+
+// Whether `pid` is a live launcher like this one: running the same program
+// (a pid reused by another program is not it). This process itself is not:
+// a folder of its pid was left by an earlier process.
 bool IsLauncherAlive(int pid) {
-  if (pid <= 0 || pid == getpid()) return false;
+  if (pid <= 0 || pid == getpid() || Exited(pid)) return false;
   const std::string comm = Comm(absl::StrCat(pid));
   return !comm.empty() && comm == Comm("self");
 }
