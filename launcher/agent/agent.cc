@@ -67,7 +67,9 @@ Agent::Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes,
       signal_fd_(signal_fd),
       wake_fd_(wake_fd),
       progress_(std::move(progress)) {
-  if (options_.standby) standbys_ = std::make_unique<StandbyPool>(processes_.get());
+  if (options_.standby) {
+    standbys_ = std::make_unique<StandbyPool>(processes_.get(), options_.cgroup);
+  }
   // Fresh descriptors on a fresh epoll set: these cannot fail.
   (void)poller_->Watch(signal_fd_, [this] { OnSignals(); });
   (void)poller_->Watch(wake_fd_, [this] {
@@ -154,6 +156,7 @@ void Agent::Begin(Request request) {
   env.console_stdout_fd = options_.console_stdout_fd;
   env.console_stderr_fd = options_.console_stderr_fd;
   env.on_output_line = options_.on_output_line;
+  if (!options_.cgroup.empty()) env.cgroup = absl::StrCat(options_.cgroup, "/attempt-", request.id);
   auto run = std::make_unique<AttemptRun>(std::move(env), std::move(request.spec));
   if (absl::Status s = run->Begin(); !s.ok()) {
     Ended(request.id);

@@ -6,6 +6,9 @@
 // the progress socket. Each attempt (AttemptRun) has its own process group,
 // log files and Supervisor, and reaps only its own processes.
 //
+// With AgentOptions::cgroup each attempt also has a cgroup of its own,
+// killed as a whole when the attempt ends.
+//
 // The launcher becomes a child subreaper, so processes that workers leave
 // behind are re-parented to it, and reaped and stopped with their group (or,
 // when they left it, reaped as orphans that no attempt owns).
@@ -78,6 +81,11 @@ struct AgentOptions {
   // Whether something listens on a TCP port, for the store gate. Empty:
   // IsListening (launcher/agent/port.h); tests pass a fake.
   std::function<bool(int)> is_listening;
+  // The launcher's cgroup v2 folder (LauncherCgroup::dir(), cgroup.h):
+  // attempt <id> runs in <cgroup>/attempt-<id>, standbys in
+  // <cgroup>/standby-<n>, and an attempt's end kills its cgroup as a whole,
+  // so nothing its workers started outlives it. Empty: process groups only.
+  std::string cgroup;
 };
 
 class Agent {

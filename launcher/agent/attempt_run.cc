@@ -10,10 +10,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/standby.h"
 #include "common/worker_env.h"
+#include "launcher/agent/cgroup.h"
 #include "launcher/agent/outcome.h"
 
 namespace elastrun::launcher {
 namespace {
+
+void Warn(absl::string_view what) {
+  WriteAll(STDERR_FILENO, absl::StrCat("elastrun: warning: ", what, "\n"));
+}
 
 int OpenLog(const std::string& path) {
   if (path.empty()) return -1;
@@ -50,6 +55,7 @@ AttemptRun::AttemptRun(AttemptEnv env, AttemptSpec spec)
 }
 
 AttemptRun::~AttemptRun() {
+  if (cgroup_procs_fd_ >= 0) close(cgroup_procs_fd_);
   for (size_t i = 0; i < controls_.size(); ++i) CloseControl(i);
   for (int fd : log_fds_) {
     if (fd >= 0) close(fd);
@@ -77,6 +83,7 @@ absl::Status AttemptRun::Begin() {
   // Before starting anything, so a bad --log-dir is an error before any
   // worker runs.
   if (absl::Status s = OpenLogs(); !s.ok()) return s;
+  MakeCgroupOrWarn();
   controls_.assign(n_, -1);
   started_.assign(n_, false);
   std::optional<StandbySet> set;
@@ -92,6 +99,8 @@ absl::Status AttemptRun::Begin() {
     if (spawned.ok()) procs = *std::move(spawned);
     spawn_error_ = spawned.status();
   }
+  if (cgroup_procs_fd_ >= 0) close(cgroup_procs_fd_);
+  cgroup_procs_fd_ = -1;
   const pid_t pgid = supervisor_.process_group();
   processes_.AddGroup(pgid);
   for (const SpawnedProcess& p : procs) {
@@ -114,7 +123,34 @@ absl::Status AttemptRun::Begin() {
   return absl::OkStatus();
 }
 
+void AttemptRun::MakeCgroupOrWarn() {
+  if (env_.cgroup.empty()) return;
+  absl::Status made = MakeCgroup(env_.cgroup);
+  absl::StatusOr<int> fd = made.ok() ? OpenCgroupProcs(env_.cgroup) : made;
+  if (!fd.ok()) {
+    Warn(absl::StrCat("the attempt's workers run without a cgroup of their own: ",
+                      fd.status().message()));
+    return;
+  }
+  in_cgroup_ = true;
+  cgroup_procs_fd_ = *fd;
+}
+
 void AttemptRun::AdoptStandbys(StandbySet set, std::vector<SpawnedProcess>& procs) {
+  // The standbys (and whatever they started) become the attempt's: they
+  // leave their set's cgroup for the attempt's.
+  if (!set.cgroup.empty()) {
+    absl::Status moved =
+        in_cgroup_ ? MoveCgroupProcesses(set.cgroup, env_.cgroup) : absl::OkStatus();
+    // Removes the emptied folder (or, without the attempt's own, keeps it
+    // with the attempt: killed at its end like the attempt's).
+    if (moved.ok() && in_cgroup_) {
+      (void)KillCgroup(set.cgroup);
+    } else {
+      if (!moved.ok()) Warn(moved.message());
+      adopted_cgroup_ = set.cgroup;
+    }
+  }
   const std::string standby_fd = absl::StrCat(env::kStandbyFd, "=");
   std::vector<pid_t> pids;
   for (size_t i = 0; i < n_; ++i) {
@@ -147,6 +183,7 @@ absl::StatusOr<std::vector<SpawnedProcess>> AttemptRun::SpawnWorkers() {
     p.env.push_back(absl::StrCat(env::kStandbyFd, "=", fds[1]));
     p.pass_fds.push_back({fds[1], fds[1]});
   }
+  for (WorkerSpec& w : spec_.workers) w.process.cgroup_procs_fd = cgroup_procs_fd_;
   auto spawned = supervisor_.Start(std::move(spec_.workers), env_.clock->Now());
   for (size_t i = 0; i < n_; ++i) {
     if (theirs[i] >= 0) close(theirs[i]);
@@ -244,6 +281,14 @@ std::optional<absl::Time> AttemptRun::NextDeadline() const {
 }
 
 AttemptOutcome AttemptRun::Finish() {
+  // Before the output is drained: a process left in the cgroup may hold a
+  // worker's pipe open.
+  for (const std::string& dir : {in_cgroup_ ? env_.cgroup : "", adopted_cgroup_}) {
+    if (dir.empty()) continue;
+    if (absl::StatusOr<int> killed = KillCgroup(dir); !killed.ok()) {
+      Warn(killed.status().message());
+    }
+  }
   for (size_t i = 0; i < controls_.size(); ++i) CloseControl(i);
   pump_.Finish();
   AttemptOutcome outcome = ClassifyOutcome(supervisor_, spawn_error_);

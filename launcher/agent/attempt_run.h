@@ -44,6 +44,10 @@ struct AttemptEnv {
   int console_stderr_fd = 2;
   // Lines of workers whose AttemptSpec has no on_output_line; may be empty.
   std::function<void(const OutputLine&)> on_output_line;
+  // A cgroup folder to create for the attempt's workers (cgroup.h), killed
+  // and removed when the attempt finishes. Empty: none. Where it cannot be
+  // created the attempt runs without it (after a warning).
+  std::string cgroup;
 };
 
 class AttemptRun {
@@ -79,8 +83,9 @@ class AttemptRun {
   // Every worker reaped and the group empty (or given up on).
   bool done() const { return supervisor_.state() == Supervisor::State::kDone; }
 
-  // Once done: drains the output, closes every descriptor, and says how the
-  // attempt ended.
+  // Once done: kills what is left in the attempt's cgroup (processes that
+  // left the process group), drains the output, closes every descriptor,
+  // and says how the attempt ended.
   AttemptOutcome Finish();
 
   // Whether `pid` is a worker of this attempt not reaped yet.
@@ -91,6 +96,8 @@ class AttemptRun {
 
  private:
   absl::Status OpenLogs();
+  // Creates the attempt's cgroup; a warning and none when it cannot be had.
+  void MakeCgroupOrWarn();
   // Fills `procs` with the standby set's processes, activated.
   void AdoptStandbys(StandbySet set, std::vector<SpawnedProcess>& procs);
   absl::StatusOr<std::vector<SpawnedProcess>> SpawnWorkers();
@@ -115,6 +122,11 @@ class AttemptRun {
   std::vector<bool> started_;  // reported the end of its start-up
   absl::Status spawn_error_;
   bool from_standby_ = false;
+  int cgroup_procs_fd_ = -1;  // the attempt's cgroup.procs until spawned
+  bool in_cgroup_ = false;    // env_.cgroup was created
+  // The cgroup of a standby set whose processes could not move to the
+  // attempt's: killed with the attempt. Empty: none.
+  std::string adopted_cgroup_;
 };
 
 }  // namespace elastrun::launcher

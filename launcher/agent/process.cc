@@ -136,7 +136,10 @@ void ResetSignalsForExec() {
   const ProcessSpec& spec = *plan.spec;
   const SpawnPipes& pipes = *plan.pipes;
   int code = 0;
-  if (setpgid(0, spec.process_group) != 0) code = errno;
+  // First, while the child may still write there (before any change of
+  // user), and before it can start anything that must be in it too.
+  if (spec.cgroup_procs_fd >= 0 && write(spec.cgroup_procs_fd, "0", 1) != 1) code = errno;
+  if (code == 0 && setpgid(0, spec.process_group) != 0) code = errno;
   if (code == 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) code = errno;
   // The launcher may have died between fork and prctl.
   if (code == 0 && getppid() != plan.parent) _exit(1);

@@ -34,6 +34,10 @@ struct ProcessSpec {
   std::vector<std::pair<int, int>> pass_fds;
   // Scheduling niceness of the child (0: the launcher's).
   int niceness = 0;
+  // An open cgroup.procs of the cgroup the child enters before anything
+  // else (OpenCgroupProcs in cgroup.h; owned by the caller); -1: the
+  // launcher's cgroup.
+  int cgroup_procs_fd = -1;
 };
 
 struct SpawnedProcess {

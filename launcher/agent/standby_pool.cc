@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/worker_env.h"
+#include "launcher/agent/cgroup.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -34,9 +35,23 @@ bool StandbySocket(int fds[2]) {
 
 StandbyPool::~StandbyPool() { Discard(); }
 
+int StandbyPool::MakeSetCgroup() {
+  if (cgroup_.empty()) return -1;
+  const std::string dir = absl::StrCat(cgroup_, "/standby-", ++sets_made_);
+  if (!MakeCgroup(dir).ok()) return -1;  // then a plain process group
+  auto fd = OpenCgroupProcs(dir);
+  if (!fd.ok()) {
+    (void)KillCgroup(dir);
+    return -1;
+  }
+  set_.cgroup = dir;
+  return *fd;
+}
+
 void StandbyPool::Fill(const std::vector<std::string>& argv,
                        const std::vector<std::string>& env, size_t n) {
   if (!empty()) return;
+  const int cgroup_fd = MakeSetCgroup();
   for (size_t i = 0; i < n; ++i) {
     int fds[2];
     if (!StandbySocket(fds)) break;
@@ -47,6 +62,7 @@ void StandbyPool::Fill(const std::vector<std::string>& argv,
     p.pass_fds = {{fds[1], fds[1]}};
     p.process_group = set_.pgid;
     p.niceness = StandbyNiceness();
+    p.cgroup_procs_fd = cgroup_fd;
     auto spawned = processes_->Spawn(p);
     close(fds[1]);
     if (!spawned.ok()) {
@@ -56,6 +72,7 @@ void StandbyPool::Fill(const std::vector<std::string>& argv,
     if (set_.pgid == 0) set_.pgid = spawned->pid;
     set_.workers.push_back({spawned->pid, fds[0], spawned->stdout_fd, spawned->stderr_fd});
   }
+  if (cgroup_fd >= 0) close(cgroup_fd);
   if (set_.workers.size() != n) {
     Discard();
     return;
@@ -114,6 +131,8 @@ void StandbyPool::Discard() {
     }
   }
   if (set_.pgid != 0) (void)processes_->ReapExited(-set_.pgid);
+  // Whatever the standbys started, too.
+  if (!set_.cgroup.empty()) (void)KillCgroup(set_.cgroup);
   set_ = StandbySet{};
   argv_.clear();
   env_.clear();

@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/agent/process.h"
@@ -29,6 +30,8 @@ struct StandbyWorker {
 // descriptors and reaps the processes from then on).
 struct StandbySet {
   pid_t pgid = 0;
+  // The set's cgroup folder (cgroup.h); empty: none.
+  std::string cgroup;
   std::vector<StandbyWorker> workers;
 };
 
@@ -37,7 +40,10 @@ bool StandbySocket(int fds[2]);
 
 class StandbyPool {
  public:
-  explicit StandbyPool(ProcessControl* processes) : processes_(processes) {}
+  // `cgroup`: the launcher's cgroup folder, under which each set gets a
+  // standby-<n> folder of its own; empty: process groups only.
+  explicit StandbyPool(ProcessControl* processes, std::string cgroup = "")
+      : processes_(processes), cgroup_(std::move(cgroup)) {}
   // Discards the set.
   ~StandbyPool();
   StandbyPool(const StandbyPool&) = delete;
@@ -69,7 +75,12 @@ class StandbyPool {
   const StandbySet& set() const { return set_; }
 
  private:
+  // Creates the set's cgroup; -1 (and none) when it cannot be had.
+  int MakeSetCgroup();
+
   ProcessControl* const processes_;
+  const std::string cgroup_;
+  int sets_made_ = 0;  // numbers the sets' cgroups
   StandbySet set_;
   std::vector<std::string> argv_;
   std::vector<std::string> env_;

@@ -27,6 +27,8 @@
 #include "common/worker_env.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/attempt.h"
+#include "launcher/agent/cgroup.h"
+#include "launcher/agent/cgroup_reaper.h"
 #include "launcher/agent/port.h"
 #include "launcher/agent/snapshot_dir.h"
 #include "launcher/round/context.h"
@@ -316,6 +318,37 @@ RunSnapshots MakeSnapshotDir(const RunOptions& o, const std::string& run_id) {
   return {*dir, *lock};
 }
 
+// The run's cgroup (each attempt in a folder of it) and its watchdog, which
+// kills it if elastrun itself dies (SIGKILL leaves no time to stop anything).
+// Destroyed after the agent: the watchdog's pipe closes, it kills and
+// removes what is left, and is waited for.
+struct RunCgroup {
+  std::unique_ptr<LauncherCgroup> cgroup;  // null: process groups only
+  std::unique_ptr<CgroupReaper> reaper;
+};
+
+// Where the machine does not allow cgroups, one line says why and the run
+// goes on with process groups. Forks the watchdog: call before any thread.
+RunCgroup MakeRunCgroup() {
+  RunCgroup run;
+  // Leftovers of dead runs are their watchdogs' to kill.
+  auto made = LauncherCgroup::Create("run", /*kill_leftovers=*/false);
+  if (!made.ok()) {
+    Say(absl::StrCat("cgroups not used (workers are stopped by process group only): ",
+                     made.status().message()));
+    return run;
+  }
+  run.cgroup = *std::move(made);
+  auto reaper = CgroupReaper::Start(run.cgroup->dir());
+  if (!reaper.ok()) {
+    Say(absl::StrCat("warning: no watchdog kills the workers if elastrun is killed: ",
+                     reaper.status().message()));
+  } else {
+    run.reaper = *std::move(reaper);
+  }
+  return run;
+}
+
 }  // namespace
 
 int RunStandalone(const RunOptions& o) {
@@ -336,9 +369,11 @@ int RunStandalone(const RunOptions& o) {
     }
     close(snapshots.lock_fd);
   };
+  const RunCgroup cgroup = MakeRunCgroup();
   AgentOptions agent_options;
   agent_options.grace = o.shutdown_timeout;
   agent_options.standby = o.standby;
+  if (cgroup.cgroup != nullptr) agent_options.cgroup = cgroup.cgroup->dir();
   auto agent = Agent::Create(agent_options);
   if (!agent.ok()) {
     Say(absl::StrCat("cannot start the agent: ", agent.status().message()));

@@ -396,6 +396,11 @@ cause (rank, exit code or signal, the worker's error file) and exits with the
 failing worker's code (128+signal when killed). SIGINT, SIGTERM, SIGHUP and
 SIGQUIT are forwarded to the workers; after the grace period they are
 killed, and elastrun exits with 128+signal.
+Each attempt runs in a cgroup v2 of its own where the machine allows it
+(a writable cgroup2: root, or a delegated cgroup), killed as a whole when
+the attempt ends, and by a small watchdog process if elastrun itself is
+killed: nothing a worker started outlives the run. Elsewhere one line says
+why, and workers are stopped by process group only.
 Snapshots live in BASE/elastrun-UID/ID/ (BASE: $ELASTRUN_SNAPSHOT_BASE, else
 /dev/shm, else $XDG_RUNTIME_DIR, else $TMPDIR), removed when the run ends.
 )";

@@ -26,6 +26,11 @@ the node leave and re-forms the job without it.
 Snapshots live in BASE/elastrun-UID/JOB@NODE/ (BASE: $ELASTRUN_SNAPSHOT_BASE,
 else /dev/shm, else $XDG_RUNTIME_DIR, else $TMPDIR), one per job, removed when
 the job ends or leaves this node; at start the daemon removes its own leftovers.
+Each attempt runs in a cgroup v2 of its own where the machine allows it (a
+writable cgroup2: root, or a delegated cgroup), killed as a whole when the
+attempt ends; at start the daemon kills what a previous daemon of the same
+node id left there. Elsewhere one line says why, and workers are stopped by
+process group only.
 )";
 
 struct Raw {

@@ -31,6 +31,7 @@
 #include "common/strings.h"
 #include "glog/logging.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/cgroup.h"
 #include "launcher/agent/snapshot_dir.h"
 #include "launcher/daemon/barrier.h"
 #include "launcher/daemon/daemon.h"
@@ -318,6 +319,26 @@ void RemoveSnapshotLeftovers(const DaemonOptions& options) {
   }
 }
 
+// The node's cgroup, <own cgroup>/elastrun-node-<id>@<pid>, each attempt in
+// a folder of it; null (after a line saying why) where cgroups cannot be
+// used. The folders of dead daemons of this node id hold what they left (a
+// worker's grandchild, which the parent-death signal does not reach): they
+// are killed. A live daemon's folder is never touched, whatever the claim
+// will say.
+std::unique_ptr<LauncherCgroup> MakeNodeCgroup(const std::string& node_id) {
+  auto made = LauncherCgroup::Create("node-" + CgroupNamePart(node_id), /*kill_leftovers=*/true);
+  if (!made.ok()) {
+    LOG(WARNING) << "cgroups not used (workers are stopped by process group only): "
+                 << made.status().message();
+    return nullptr;
+  }
+  if ((*made)->leftovers() > 0) {
+    LOG(WARNING) << "killed " << (*made)->leftovers()
+                 << " processes left by a previous elastrund for node " << node_id;
+  }
+  return *std::move(made);
+}
+
 // Builds the Daemon around `agent` and its session (in that order;
 // destroyed in reverse), serves until a stop and returns the exit code.
 // `router` points at the Daemon exactly while it exists.
@@ -384,10 +405,15 @@ int main(int argc, char** argv) {
   client_options.token = flags.token;
   std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
   const SessionOptions session_options = MakeSessionOptions(flags, *advertise);
+  // Before the claim, so that a node the service lists as registered is
+  // ready for work. Outlives the agent: destroyed last, it kills what is
+  // left in it.
+  const std::unique_ptr<LauncherCgroup> cgroup = MakeNodeCgroup(flags.node_id);
   if (std::optional<int> exit = Claim(session_options, client.get(), &stop)) return *exit;
 
   std::atomic<Daemon*> router{nullptr};
-  const AgentOptions agent_options = MakeAgentOptions(flags, &router, &stop);
+  AgentOptions agent_options = MakeAgentOptions(flags, &router, &stop);
+  if (cgroup != nullptr) agent_options.cgroup = cgroup->dir();
   absl::StatusOr<std::unique_ptr<Agent>> agent = Agent::Create(agent_options);
   if (!agent.ok()) {
     std::fprintf(stderr, "elastrund: cannot start the agent: %s\n",

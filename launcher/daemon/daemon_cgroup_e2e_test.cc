@@ -1,0 +1,169 @@
+// End to end: elastrund's cgroups on the real cgroup file system. A worker
+// of a job starts a grandchild (`sleep 1000 &`); the daemon is SIGKILLed
+// (its workers die with it, the grandchild does not: it is an orphan now);
+// the daemon restarted with the same node id kills it at start and says so.
+// The real elastrun-rendezvous, elastrund and `elastrun submit`; waits are
+// on events (inotify, pidfds) or the daemon's log, with generous deadlines.
+// Skips where this machine has no writable cgroup2.
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/agent/cgroup.h"
+#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun {
+namespace {
+
+using daemon_testing::Cluster;
+using daemon_testing::kDeadline;
+using daemon_testing::PollUntil;
+using testing::BinDir;
+using testing::ReadFile;
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+
+// Waits until process `pid` (not necessarily a child) has exited: its pidfd
+// becomes readable. True at once when it is gone already.
+bool WaitExited(pid_t pid, absl::Duration timeout) {
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  const int got = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  close(fd);
+  return got == 1;
+}
+
+std::string Trimmed(const std::string& text) {
+  return std::string(absl::StripAsciiWhitespace(text));
+}
+
+class DaemonCgroupE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto probe = launcher::LauncherCgroup::Create(absl::StrCat("test-probe-", getpid()), false);
+    if (!probe.ok()) {
+      GTEST_SKIP() << "cgroup v2 is not usable here (" << probe.status().message()
+                   << "); elastrund falls back to process groups";
+    }
+    own_ = *launcher::FindOwnCgroup();
+    dir_ = testing::MakeTempDir("daemon_cgroup_e2e");
+    base_ = dir_ + "/base";
+    seen_ = dir_ + "/seen";
+    ASSERT_EQ(mkdir(base_.c_str(), 0755), 0);
+    ASSERT_EQ(mkdir(seen_.c_str(), 0755), 0);
+    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
+    // Unique on this machine: tests running at once never share a folder.
+    node_ = absl::StrCat("cg", getpid());
+    cluster_ = std::make_unique<Cluster>(dir_, marker_);
+  }
+  void TearDown() override {
+    if (cluster_ == nullptr) return;  // skipped
+    for (auto& d : daemons_) {
+      if (d->exit_code()) continue;
+      d->Signal(SIGTERM);
+      EXPECT_TRUE(d->Wait(kDeadline).ok());
+    }
+    cluster_->StopAll();  // the service; checks that nothing is left
+    for (auto& d : daemons_) {
+      (void)launcher::KillCgroup(absl::StrCat(own_, "/elastrun-node-", node_, "@", d->pid()));
+    }
+  }
+
+  testing::Subprocess& StartDaemon() {
+    auto d = testing::Subprocess::Start(
+        {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", node_,
+         "--slots", "1", "--log-dir", dir_ + "/logs", "--shutdown-timeout", "10s"},
+        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
+    EXPECT_TRUE(d.ok()) << d.status();
+    daemons_.push_back(*std::move(d));
+    return *daemons_.back();
+  }
+
+  std::string Submit(const std::string& script) {
+    absl::StatusOr<testing::RunResult> r = testing::Run(
+        {BinDir() + "/elastrun", "submit", "--rendezvous", cluster_->address(), "--name",
+         "cgroup", "--nnodes", "1", "--nproc-per-node", "1", "--max-restarts", "0", "--",
+         "/bin/sh", "-c", script},
+        {marker_});
+    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
+    return r.ok() ? Trimmed(r->output) : "";
+  }
+
+  std::string own_, dir_, base_, seen_, marker_, node_;
+  std::unique_ptr<Cluster> cluster_;
+  std::vector<std::unique_ptr<testing::Subprocess>> daemons_;
+};
+
+TEST_F(DaemonCgroupE2eTest, RestartedDaemonKillsWhatItsSigkilledPredecessorLeft) {
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
+  testing::Subprocess& first = StartDaemon();
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << first.Output();
+  // The worker says where it runs, then starts its grandchild.
+  const std::string job = Submit(absl::StrCat(
+      "grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/cg.tmp; mv ", seen_,
+      "/cg.tmp ", seen_, "/cg; sleep 1000 & echo $! > ", seen_, "/pid.tmp; mv ", seen_,
+      "/pid.tmp ", seen_, "/pid; wait"));
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(testing::WaitForFiles(seen_, "pid", 1, kDeadline).ok()) << first.Output();
+  const std::string node_dir = absl::StrCat(own_, "/elastrun-node-", node_, "@", first.pid());
+  const std::string cg = Trimmed(ReadFile(seen_ + "/cg"));
+  EXPECT_THAT(cg, ::testing::MatchesRegex(".*/elastrun-node-" + node_ + "@[0-9]+/attempt-[0-9]+"));
+  EXPECT_THAT(node_dir, EndsWith(cg.substr(0, cg.rfind('/')))) << "in the daemon's folder";
+  int grandchild = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(Trimmed(ReadFile(seen_ + "/pid")), &grandchild));
+
+  first.Signal(SIGKILL);
+  ASSERT_TRUE(first.Wait(kDeadline).ok());
+  EXPECT_FALSE(WaitExited(grandchild, absl::ZeroDuration()))
+      << "the grandchild outlives a SIGKILLed daemon (an orphan)";
+
+  testing::Subprocess& restarted = StartDaemon();
+  EXPECT_TRUE(WaitExited(grandchild, kDeadline))
+      << "grandchild " << grandchild << " outlived the restart\n" << restarted.Output();
+  const std::string line = absl::StrCat(" processes left by a previous elastrund for node ", node_);
+  ASSERT_TRUE(PollUntil([&] { return absl::StrContains(restarted.Output(), line); }))
+      << restarted.Output();
+  EXPECT_THAT(restarted.Output(), ::testing::ContainsRegex("killed [12]" + line));
+  EXPECT_THAT(restarted.Output(), ::testing::Not(HasSubstr("cgroups not used")));
+  struct stat st;
+  EXPECT_NE(stat(node_dir.c_str(), &st), 0) << node_dir << " was removed";
+}
+
+TEST_F(DaemonCgroupE2eTest, JobThatEndsLeavesNoAttemptFolder) {
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
+  testing::Subprocess& daemon = StartDaemon();
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << daemon.Output();
+  const std::string job = Submit(absl::StrCat(
+      "grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/cg; exit 0"));
+  ASSERT_FALSE(job.empty());
+  v1::JobStatus st = cluster_->WaitFinished(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << daemon.Output();
+  const std::string cg = Trimmed(ReadFile(seen_ + "/cg"));
+  EXPECT_THAT(cg, HasSubstr(absl::StrCat("/elastrun-node-", node_, "@", daemon.pid(),
+                                         "/attempt-")));
+  const std::string node_dir = absl::StrCat(own_, "/elastrun-node-", node_, "@", daemon.pid());
+  // The attempt's end and the service's word on the job race: wait for the
+  // folder list to show no attempt.
+  EXPECT_TRUE(PollUntil([&] { return testing::ListFiles(node_dir, "attempt-").empty(); }))
+      << "an attempt that ended left its folder";
+  struct stat s;
+  EXPECT_EQ(stat(node_dir.c_str(), &s), 0) << "the daemon's own folder lives with it";
+}
+
+}  // namespace
+}  // namespace elastrun
