@@ -183,8 +183,7 @@ bool ClientWantsTls(const TlsFiles& files) {
   return !files.ca.empty() || !files.cert.empty() || !files.key.empty();
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TlsFiles& files) {
+absl::Status CheckServerFlags(const TlsFiles& files) {
   if (absl::Status st = CheckPair(files); !st.ok()) return st;
   if (!files.server_name.empty()) {
     return absl::InvalidArgumentError(
@@ -195,6 +194,27 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
         "--tls-ca (require client certificates signed by this CA) needs --tls-cert and "
         "--tls-key (the service's own certificate)");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckClientFlags(const TlsFiles& files) {
+  if (absl::Status st = CheckPair(files); !st.ok()) return st;
+  if (files.ca.empty() && !files.cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key (a client certificate) need --tls-ca (the CA that "
+        "signed "
+        "the service's certificate)");
+  }
+  if (files.ca.empty() && !files.server_name.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-server-name needs --tls-ca (it turns TLS on)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& files) {
+  if (absl::Status st = CheckServerFlags(files); !st.ok()) return st;
   if (!ServerWantsTls(files)) return grpc::InsecureServerCredentials();
   absl::StatusOr<Pem> pem = Load(files);
   if (!pem.ok()) return pem.status();
@@ -208,17 +228,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& files) {
-  if (absl::Status st = CheckPair(files); !st.ok()) return st;
-  if (files.ca.empty() && !files.cert.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls-cert and --tls-key (a client certificate) need --tls-ca (the CA that "
-        "signed "
-        "the service's certificate)");
-  }
-  if (files.ca.empty() && !files.server_name.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls-server-name needs --tls-ca (it turns TLS on)");
-  }
+  if (absl::Status st = CheckClientFlags(files); !st.ok()) return st;
   if (!ClientWantsTls(files)) return grpc::InsecureChannelCredentials();
   absl::StatusOr<Pem> pem = Load(files);
   if (!pem.ok()) return pem.status();

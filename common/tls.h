@@ -52,10 +52,17 @@ inline constexpr size_t kMaxPemBytes = 1 << 20;
 bool ServerWantsTls(const TlsFiles& files);
 bool ClientWantsTls(const TlsFiles& files);
 
+// Checks the combination of flags alone (no file is read). InvalidArgument
+// naming the flags: half a pair (cert without key, or key without cert);
+// for the service, --tls-ca without cert+key or --tls-server-name (a
+// client's flag); for a client, cert+key or --tls-server-name without
+// --tls-ca.
+absl::Status CheckServerFlags(const TlsFiles& files);
+absl::Status CheckClientFlags(const TlsFiles& files);
+
 // The service's credentials: plaintext when no TLS flag is given; TLS with
 // cert+key; mutual TLS with ca as well. InvalidArgument naming the flag and
-// file: half a pair (cert without key, or key without cert), --tls-ca
-// without cert+key, --tls-server-name (a client flag), a file missing,
+// file: CheckServerFlags' errors, a file missing,
 // unreadable, larger than kMaxPemBytes or holding no PEM of its kind, a
 // key that does not match the certificate.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
@@ -63,7 +70,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 // A client's credentials: plaintext when no TLS flag is given; TLS
 // verifying the service against ca, with the client certificate cert+key
-// when given. InvalidArgument as above, and for cert/key without --tls-ca.
+// when given. InvalidArgument: CheckClientFlags' errors, the file errors
+// above.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& files);
 
