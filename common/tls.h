@@ -84,6 +84,18 @@ void AddChannelArgs(const TlsFiles& files, grpc::ChannelArguments* args);
 // Blocking; for explaining a plaintext client's failure, not on a hot path.
 bool SpeaksTls(absl::string_view address, absl::Duration timeout);
 
+// Makes a TLS handshake to `address` as a client with `files` would (the
+// CA, the name checked, the client certificate) and says why it fails,
+// for a TLS client that cannot reach its service. OK: the handshake passed
+// (the trouble is elsewhere). Unavailable: nothing answered in time.
+// Unauthenticated, with a message naming the address, the reason and the
+// flags to fix: the service does not speak TLS, its certificate is not
+// accepted (another CA, or a name it does not carry), or it refused this
+// client (no client certificate, or one of another CA). Blocking; it
+// listens up to half a second after the handshake for a refusal.
+absl::Status CheckHandshake(absl::string_view address, const TlsFiles& files,
+                            absl::Duration timeout);
+
 // The message for a plaintext client whose service at `address` speaks
 // TLS: names the address and the flags (and environment variables) to give.
 std::string SpeaksTlsMessage(absl::string_view address);

@@ -217,6 +217,57 @@ TEST_F(TlsTest, MutualTlsAcceptsAClientCertificateOfItsCa) {
   EXPECT_TRUE(SpeaksTls(address, absl::Seconds(30)));
 }
 
+TEST_F(TlsTest, CheckHandshakeSaysWhyATlsClientIsRefused) {
+  auto server = MakeServerCredentials(
+      Files(pki_.server_cert, pki_.server_key, pki_.ca_cert));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = Serve(*server);
+  const absl::Duration timeout = absl::Seconds(30);
+  absl::Status ok =
+      CheckHandshake(address, Files(pki_.client_cert, pki_.client_key, pki_.ca_cert), timeout);
+  EXPECT_TRUE(ok.ok()) << ok;
+  absl::Status no_cert = CheckHandshake(address, Files("", "", pki_.ca_cert), timeout);
+  EXPECT_TRUE(absl::IsUnauthenticated(no_cert)) << no_cert;
+  EXPECT_THAT(no_cert.message(),
+              HasSubstr("the service at " + address + " refused this client's TLS handshake"));
+  EXPECT_THAT(no_cert.message(), HasSubstr("requires --tls-cert and --tls-key"));
+  absl::Status other_ca = CheckHandshake(
+      address, Files(pki_.other_client_cert, pki_.other_client_key, pki_.ca_cert), timeout);
+  EXPECT_TRUE(absl::IsUnauthenticated(other_ca)) << other_ca;
+  EXPECT_THAT(other_ca.message(), HasSubstr("refused this client's TLS handshake"));
+  absl::Status untrusted = CheckHandshake(
+      address, Files(pki_.client_cert, pki_.client_key, pki_.other_ca_cert), timeout);
+  EXPECT_TRUE(absl::IsUnauthenticated(untrusted)) << untrusted;
+  EXPECT_THAT(untrusted.message(),
+              HasSubstr("the certificate of the service at " + address + " is not accepted"));
+}
+
+TEST_F(TlsTest, CheckHandshakeNamesAPlaintextServiceAndAWrongName) {
+  auto plain = MakeServerCredentials({});
+  ASSERT_TRUE(plain.ok());
+  const std::string address = Serve(*plain);
+  absl::Status st = CheckHandshake(address, Files("", "", pki_.ca_cert), absl::Seconds(30));
+  EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("the service at " + address + " does not speak TLS"));
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  auto named = MakeServerCredentials(Files(pki_.named_cert, pki_.named_key));
+  ASSERT_TRUE(named.ok());
+  builder.AddListeningPort("127.0.0.1:0", *named, &port);
+  grpc::CallbackGenericService generic;
+  builder.RegisterCallbackGenericService(&generic);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string named_address = absl::StrCat("127.0.0.1:", port);
+  st = CheckHandshake(named_address, Files("", "", pki_.ca_cert), absl::Seconds(30));
+  EXPECT_THAT(st.message(), HasSubstr("is not accepted"));
+  EXPECT_THAT(st.message(), HasSubstr("--tls-server-name"));
+  EXPECT_TRUE(CheckHandshake(named_address, Files("", "", pki_.ca_cert, "rendezvous.test"),
+                             absl::Seconds(30))
+                  .ok());
+}
+
 TEST(SpeaksTlsTest, NothingListeningIsNotTls) {
   const int port = testing::FreeLoopbackPort();
   ASSERT_GT(port, 0);
