@@ -9,6 +9,8 @@
 // sign or that does not carry the address (--tls-server-name fixes that).
 // Every process carries a marker; none is left behind.
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -238,6 +240,29 @@ TEST_F(TlsE2eTest, ServiceRefusesBadTlsFlagsWithUsageErrors) {
   EXPECT_EQ(mismatch->exit_code, 2);
   EXPECT_THAT(mismatch->output,
               HasSubstr("does not match the certificate in --tls-cert"));
+}
+
+// A key its user cannot read (here: nobody, the key root's 0600) is named
+// with the reason, as a usage error.
+TEST_F(TlsE2eTest, UnreadableKeyIsAUsageErrorNamingIt) {
+  if (getuid() != 0) GTEST_SKIP() << "skipped: needs root to run a program as nobody";
+  const std::string runuser = "/usr/sbin/runuser";
+  if (access(runuser.c_str(), X_OK) != 0) GTEST_SKIP() << "skipped: no runuser";
+  const std::string bin = BinDir() + "/elastrun-rendezvous";
+  absl::StatusOr<RunResult> probe =
+      testing::Run({runuser, "-u", "nobody", "--", bin, "--version"});
+  if (!probe.ok() || probe->exit_code != 0) {
+    GTEST_SKIP() << "skipped: nobody cannot run " << bin;
+  }
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);  // the folder and the certificate: readable
+  absl::StatusOr<RunResult> r =
+      testing::Run({runuser, "-u", "nobody", "--", bin, "--listen", "127.0.0.1:0",
+                    "--tls-cert", pki_.server_cert, "--tls-key", pki_.server_key},
+                   {marker_});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 2) << r->output;
+  EXPECT_THAT(r->output, HasSubstr("elastrun-rendezvous: --tls-key " + pki_.server_key +
+                                   ": cannot open: Permission denied"));
 }
 
 }  // namespace
