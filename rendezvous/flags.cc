@@ -31,7 +31,9 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "address to serve on (default 127.0.0.1:29400).\n"
                   "Port 0 picks a free port. The chosen address is\n"
                   "printed on stdout as \"listening on HOST:PORT\".\n"
-                  "A non-loopback HOST requires --token or --token-file.")
+                  "A non-loopback HOST requires --token or --token-file\n"
+                  "(and should have --tls-cert: the token travels in\n"
+                  "clear without TLS).")
       ->type_name("HOST:PORT");
   app->add_option("--state-dir", flags->state_dir,
                   "keep state in DIR/state.db (SQLite; DIR is created).\n"
@@ -54,6 +56,17 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "read the token from FILE (surrounding whitespace ignored).")
       ->type_name("FILE")
       ->excludes(token);
+  app->add_option("--tls-cert", flags->tls.cert,
+                  "serve TLS only, with this PEM certificate (chain);\n"
+                  "needs --tls-key. Clients give --tls-ca. TLS keeps the\n"
+                  "token secret; it does not replace it.")
+      ->type_name("FILE");
+  app->add_option("--tls-key", flags->tls.key, "the PEM private key of --tls-cert.")
+      ->type_name("FILE");
+  app->add_option("--tls-ca", flags->tls.ca,
+                  "mutual TLS: every client (daemon, CLI) must present\n"
+                  "a certificate signed by this PEM CA; needs --tls-cert.")
+      ->type_name("FILE");
   if (std::optional<int> exit = flags::Parse(*app, args, out, err)) return exit;
 
   auto usage = [&](const absl::Status& st) {
@@ -75,6 +88,9 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
     if (!t.ok()) return usage(t.status());
     flags->token = *t;
   }
+  // Half a pair, or a CA without the pair, is a usage error now; the files
+  // themselves are read when the server starts.
+  if (absl::Status st = tls::CheckServerFlags(flags->tls); !st.ok()) return usage(st);
   return std::nullopt;
 }
 

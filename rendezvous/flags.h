@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/tls.h"
 
 namespace elastrun::rendezvous {
 
@@ -22,6 +23,8 @@ struct ServiceFlags {
   absl::Duration lease_timeout = absl::Seconds(3);
   // --token, or read from --token-file; empty: no token.
   std::string token;
+  // --tls-cert / --tls-key (TLS), --tls-ca (mutual TLS); empty: plaintext.
+  tls::TlsFiles tls;
 };
 
 // Parses `args` (without argv[0]) into *flags. Returns an exit code when

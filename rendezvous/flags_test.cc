@@ -68,5 +68,26 @@ TEST(ServiceFlagsTest, HelpListsEveryFlagAndVersionPrints) {
   EXPECT_EQ(version.out, VersionLine("elastrun-rendezvous") + "\n");
 }
 
+TEST(ServiceFlagsTest, TlsFlagsAndHalfAPairIsAUsageError) {
+  Result r = Parse({"--tls-cert", "s.crt", "--tls-key", "s.key", "--tls-ca", "ca.crt"});
+  ASSERT_EQ(r.code, std::nullopt) << r.err;
+  EXPECT_EQ(r.flags.tls.cert, "s.crt");
+  EXPECT_EQ(r.flags.tls.key, "s.key");
+  EXPECT_EQ(r.flags.tls.ca, "ca.crt");
+  EXPECT_FALSE(tls::ServerWantsTls(Parse({}).flags.tls));
+  for (const auto& [args, says] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--tls-cert", "s.crt"}, "--tls-cert needs --tls-key"},
+           {{"--tls-key", "s.key"}, "--tls-key needs --tls-cert"},
+           {{"--tls-ca", "ca.crt"},
+            "--tls-ca (require client certificates signed by this CA) "
+            "needs --tls-cert and --tls-key"}}) {
+    Result bad = Parse(args);
+    EXPECT_EQ(bad.code, 2) << says;
+    EXPECT_THAT(bad.err, HasSubstr("elastrun-rendezvous: " + says)) << bad.err;
+  }
+  EXPECT_THAT(Parse({"--help"}).out, HasSubstr("--tls-cert FILE"));
+}
+
 }  // namespace
 }  // namespace elastrun::rendezvous

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   elastrun::rendezvous::ServerOptions options;
   options.listen = flags.listen;
   options.token = flags.token;
+  options.tls = flags.tls;
   options.coordinator.lease.heartbeat_interval = flags.heartbeat_interval;
   options.coordinator.lease.lease_timeout = flags.lease_timeout;
   const std::string& state_dir = flags.state_dir;
@@ -64,6 +65,12 @@ int main(int argc, char** argv) {
   }
   std::printf("listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
+  if (elastrun::tls::ServerWantsTls(flags.tls)) {
+    LOG(INFO) << "TLS only"
+              << (flags.tls.ca.empty()
+                      ? std::string()
+                      : "; clients must present a certificate signed by " + flags.tls.ca);
+  }
 
   std::thread([&stop, s = server->get()] {
     int sig = 0;

@@ -395,6 +395,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
   std::string host;
   int port = 0;
   RETURN_IF_ERROR(SplitHostPort(options.listen, "--listen", &host, &port));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   tls::MakeServerCredentials(options.tls));
   std::unique_ptr<RendezvousServer> s(new RendezvousServer(std::move(options)));
   RendezvousServer* raw = s.get();
   CoordinatorOptions copts = s->options_.coordinator;
@@ -407,7 +409,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
 
   grpc::ServerBuilder builder;
   int bound = 0;
-  builder.AddListeningPort(s->options_.listen, grpc::InsecureServerCredentials(), &bound);
+  builder.AddListeningPort(s->options_.listen, std::move(credentials), &bound);
   builder.RegisterService(s->rendezvous_service_.get());
   builder.RegisterService(s->jobs_service_.get());
   // Daemons ping every few seconds to find a dead connection early; allow it.

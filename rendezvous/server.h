@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/strings.h"
+#include "common/tls.h"
 #include "rendezvous/coordinator.h"
 #include "rendezvous/log_store.h"
 
@@ -29,6 +30,9 @@ struct ServerOptions {
   // Shared secret every RPC must carry as "authorization: Bearer <token>".
   // Empty: no check, allowed only on a loopback address.
   std::string token;
+  // TLS (cert+key) or mutual TLS (and ca); all empty: plaintext. TLS does
+  // not lift the token rule above.
+  tls::TlsFiles tls;
   CoordinatorOptions coordinator;
   // Fire timers from a thread that waits on the clock's deadlines (in real
   // time). Tests with a FakeClock turn it off and call Tick() themselves.
@@ -42,7 +46,8 @@ absl::Status CheckListenSecurity(absl::string_view listen, absl::string_view tok
 class RendezvousServer {
  public:
   // Builds the coordinator (reloading state) and starts serving. Errors: a
-  // bad listen address or missing token (InvalidArgument), a port that
+  // bad listen address or missing token, TLS files that are missing or
+  // wrong (tls::MakeServerCredentials; InvalidArgument), a port that
   // cannot be bound (Unavailable), the Coordinator's errors.
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Create(ServerOptions options);
   ~RendezvousServer();

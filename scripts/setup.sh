@@ -16,6 +16,8 @@ PACKAGES=(
   python3 python3-torch
   # data for the trainer
   dataset-fashion-mnist
+  # TLS tests make their certificates with the openssl program
+  openssl
   # network namespaces for multi-host tests
   iproute2 procps
 )

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <iostream>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/flags.h"
 #include "common/strings.h"
+#include "common/tls.h"
 #include "launcher/cli/commands.h"
 #include "launcher/cli/run.h"
 
@@ -40,7 +42,9 @@ elastrun-rendezvous service and the node daemons (elastrund).
 
 constexpr char kServiceNote[] = R"(Job commands find the service from --rendezvous HOST:PORT or
 $ELASTRUN_RENDEZVOUS (default 127.0.0.1:29400) and send --token-file,
---token or $ELASTRUN_TOKEN.
+--token or $ELASTRUN_TOKEN. They speak TLS with --tls-ca or $ELASTRUN_TLS_CA
+(and a client certificate, --tls-cert/--tls-key or $ELASTRUN_TLS_CERT and
+$ELASTRUN_TLS_KEY, for a service with mutual TLS). `run` needs no service.
 )";
 
 constexpr char kMoreHelp[] =
@@ -85,6 +89,17 @@ constexpr FlagInfo kServiceFlags[] = {
      "sent as \"authorization: Bearer TOKEN\" (default\n"
      "$ELASTRUN_TOKEN; visible in ps: prefer --token-file)"},
     {"--token-file", "FILE", "read the token from FILE (whitespace stripped)"},
+    {"--tls-ca", "FILE",
+     "speak TLS and verify the service's certificate\n"
+     "against this PEM CA (default $ELASTRUN_TLS_CA)"},
+    {"--tls-cert", "FILE",
+     "client certificate (PEM) for a service with mutual\n"
+     "TLS; needs --tls-key (default $ELASTRUN_TLS_CERT)"},
+    {"--tls-key", "FILE", "its PEM private key (default $ELASTRUN_TLS_KEY)"},
+    {"--tls-server-name", "NAME",
+     "the name the service's certificate carries, when\n"
+     "--rendezvous's host is not in it (default\n"
+     "$ELASTRUN_TLS_SERVER_NAME)"},
     {"--rpc-timeout", "DUR", "deadline of each call to the service (default 10s)"},
     {"--retry-for", "DUR",
      "status, list, nodes, logs, wait: retry a service that\n"
@@ -274,6 +289,29 @@ ParsedArgs FromApp(const CLI::App& sub) {
   return a;
 }
 
+// The TLS flags, else $ELASTRUN_TLS_*; their files are read and checked
+// here, so that a bad one is a usage error before any call.
+template <typename Env>
+absl::Status FinishTlsFlags(const Env& env, ParsedArgs& a) {
+  tls::TlsFiles& t = a.service.tls;
+  for (auto [field, flag, var] :
+       {std::tuple{&t.ca, "--tls-ca", "ELASTRUN_TLS_CA"},
+        std::tuple{&t.cert, "--tls-cert", "ELASTRUN_TLS_CERT"},
+        std::tuple{&t.key, "--tls-key", "ELASTRUN_TLS_KEY"},
+        std::tuple{&t.server_name, "--tls-server-name", "ELASTRUN_TLS_SERVER_NAME"}}) {
+    if (a.Has(flag)) {
+      *field = a.Last(flag);
+    } else if (auto v = env(var); v) {
+      *field = *v;
+    }
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      tls::MakeChannelCredentials(t);
+  if (!credentials.ok()) return credentials.status();
+  a.service.credentials = *std::move(credentials);
+  return absl::OkStatus();
+}
+
 // Service flags, then the environment, then the defaults; --output.
 absl::Status FinishJobFlags(const CliContext& ctx, ParsedArgs& a) {
   auto env = [&](const char* name) { return ctx.env ? ctx.env(name) : std::nullopt; };
@@ -295,6 +333,7 @@ absl::Status FinishJobFlags(const CliContext& ctx, ParsedArgs& a) {
   } else if (auto v = env("ELASTRUN_TOKEN"); v) {
     a.service.token = *v;
   }
+  if (absl::Status st = FinishTlsFlags(env, a); !st.ok()) return st;
   if (a.Has("--rpc-timeout")) {
     absl::StatusOr<absl::Duration> d = ParseDuration(a.Last("--rpc-timeout"), "--rpc-timeout");
     if (!d.ok()) return d.status();

@@ -12,6 +12,8 @@
 #include "gtest/gtest.h"
 #include "launcher/cli/format.h"
 #include "launcher/cli/run_options.h"
+#include "tests/testing/certs.h"
+#include "tests/testing/subprocess.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -198,6 +200,37 @@ TEST_F(CliTest, ServiceFromFlagThenEnvironmentThenDefault) {
   EXPECT_EQ(service_.connects.back().address, "h:1");
   EXPECT_EQ(service_.connects.back().token, "t");
   EXPECT_EQ(service_.connects.back().rpc_timeout, absl::Seconds(2));
+}
+
+TEST_F(CliTest, TlsFromFlagThenEnvironmentAndBadFilesAreUsageErrors) {
+  EXPECT_EQ(Run("list", {}), 0);
+  EXPECT_FALSE(tls::ClientWantsTls(service_.connects.back().tls));
+  // A file that is not there: exit 2 naming the flag, before any call.
+  env_["ELASTRUN_TLS_CA"] = "/nonexistent/ca.crt";
+  EXPECT_EQ(Run("list", {}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("elastrun list: --tls-ca /nonexistent/ca.crt: no such file"));
+  EXPECT_EQ(service_.connects.size(), 1u);
+  err_.str("");
+  EXPECT_EQ(Run("list", {"--tls-cert", "c.crt"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--tls-cert needs --tls-key"));
+
+  const std::string dir = testing::MakeTempDir("cli_tls");
+  absl::StatusOr<testing::TestPki> pki = testing::MakeTestPki(dir);
+  if (absl::IsFailedPrecondition(pki.status())) GTEST_SKIP() << pki.status().message();
+  ASSERT_TRUE(pki.ok()) << pki.status();
+  env_["ELASTRUN_TLS_CA"] = pki->ca_cert;
+  env_["ELASTRUN_TLS_CERT"] = pki->client_cert;
+  env_["ELASTRUN_TLS_KEY"] = pki->client_key;
+  EXPECT_EQ(Run("list", {}), 0) << err_.str();
+  EXPECT_EQ(service_.connects.back().tls.ca, pki->ca_cert);
+  EXPECT_EQ(service_.connects.back().tls.cert, pki->client_cert);
+  EXPECT_EQ(service_.connects.back().tls.key, pki->client_key);
+  EXPECT_NE(service_.connects.back().credentials, nullptr);
+  // A flag wins over the environment.
+  EXPECT_EQ(Run("list", {"--tls-ca", pki->other_ca_cert, "--tls-server-name", "svc"}), 0)
+      << err_.str();
+  EXPECT_EQ(service_.connects.back().tls.ca, pki->other_ca_cert);
+  EXPECT_EQ(service_.connects.back().tls.server_name, "svc");
 }
 
 TEST_F(CliTest, ServiceErrorsMapToExitCodes) {

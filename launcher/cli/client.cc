@@ -7,10 +7,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/tls.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
 
 namespace elastrun::launcher {
 namespace {
+
+// How long a client that cannot reach its service waits for a TLS
+// handshake there, to tell why: a plaintext client whether the service
+// speaks TLS, a TLS client why its handshake fails.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(2);
 
 // gRPC's reconnect backoff grows to 120 s by default; `wait` polls through a
 // service restart and should see the service within about a second of its
@@ -20,8 +26,10 @@ std::shared_ptr<grpc::Channel> NewChannel(const ServiceOptions& options) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(),
-                                   args);
+  tls::AddChannelArgs(options.tls, &args);
+  return grpc::CreateCustomChannel(
+      options.address,
+      options.credentials ? options.credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 class GrpcJobsClient : public JobsClient {
@@ -112,6 +120,19 @@ class GrpcJobsClient : public JobsClient {
   absl::Status Convert(const grpc::Status& st) const {
     if (st.ok()) return absl::OkStatus();
     const auto code = static_cast<absl::StatusCode>(st.error_code());
+    if (code == absl::StatusCode::kUnavailable && !tls::ClientWantsTls(options_.tls) &&
+        tls::SpeaksTls(options_.address, kProbeTimeout)) {
+      // gRPC's text ("Socket closed") names neither TLS nor the fix, and
+      // retrying cannot help.
+      return absl::FailedPreconditionError(tls::SpeaksTlsMessage(options_.address));
+    }
+    if (code == absl::StatusCode::kUnavailable && tls::ClientWantsTls(options_.tls)) {
+      // A refused handshake: say why (gRPC's text may be "Socket closed"),
+      // and do not retry.
+      absl::Status handshake =
+          tls::CheckHandshake(options_.address, options_.tls, kProbeTimeout);
+      if (absl::IsUnauthenticated(handshake)) return handshake;
+    }
     if (code == absl::StatusCode::kUnavailable) {
       return absl::UnavailableError(absl::StrFormat(
           "cannot reach the elastrun service at %s (%s); is elastrun-rendezvous running "

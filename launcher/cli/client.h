@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "elastrun/v1/jobs.pb.h"
 
 namespace elastrun::launcher {
@@ -20,6 +21,11 @@ struct ServiceOptions {
   std::string address = "127.0.0.1:29400";
   // Sent as "authorization: Bearer <token>" when not empty.
   std::string token;
+  // --tls-ca/--tls-cert/--tls-key/--tls-server-name or $ELASTRUN_TLS_*
+  // (no TLS flag: plaintext), and the credentials made from them by
+  // tls::MakeChannelCredentials, which reports bad files; null: plaintext.
+  tls::TlsFiles tls;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   // Deadline of every RPC.
   absl::Duration rpc_timeout = absl::Seconds(10);
   // How long a read command (status, list, nodes, logs, wait) keeps retrying
@@ -47,9 +53,11 @@ class JobsClient {
                                                              int rank, int64_t after_seq) = 0;
 };
 
-// A client over a new gRPC channel to options.address (plaintext; the
-// service listens beyond loopback only with a token). Connecting is lazy:
-// an unreachable address shows up as the first call's Unavailable.
+// A client over a new gRPC channel to options.address (TLS with
+// options.credentials, else plaintext). Connecting is lazy: an unreachable
+// address shows up as the first call's Unavailable. A plaintext client
+// whose service speaks TLS gets FailedPrecondition saying so; a TLS client
+// whose handshake is refused, Unauthenticated saying why.
 std::unique_ptr<JobsClient> NewGrpcJobsClient(const ServiceOptions& options);
 
 }  // namespace elastrun::launcher

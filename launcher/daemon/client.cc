@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "common/tls.h"
 #include "elastrun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/grpc_status.h"
 
@@ -11,6 +12,11 @@ namespace elastrun::launcher {
 namespace {
 
 using rendezvous::FromGrpcStatus;
+
+// How long a RegisterNode that cannot reach the service waits for a TLS
+// handshake there, to tell why: a plaintext daemon whether the service
+// speaks TLS, a TLS daemon why its handshake fails.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(2);
 
 class GrpcWatchStream : public WatchStream {
  public:
@@ -43,8 +49,10 @@ class GrpcRendezvousClient : public RendezvousClient {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    channel_ = grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(),
-                                         args);
+    tls::AddChannelArgs(options.tls, &args);
+    channel_ = grpc::CreateCustomChannel(
+        options.target,
+        options.credentials ? options.credentials : grpc::InsecureChannelCredentials(), args);
     stub_ = v1::Rendezvous::NewStub(channel_);
   }
 
@@ -58,6 +66,19 @@ class GrpcRendezvousClient : public RendezvousClient {
     ctx.set_wait_for_ready(true);
     v1::RegisterNodeResponse resp;
     absl::Status st = FromGrpcStatus(stub_->RegisterNode(&ctx, request, &resp));
+    if ((absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) &&
+        !tls::ClientWantsTls(options_.tls) &&
+        tls::SpeaksTls(options_.target, kProbeTimeout)) {
+      // gRPC says only that the call timed out; the daemon would retry for
+      // ever.
+      return absl::UnauthenticatedError(tls::SpeaksTlsMessage(options_.target));
+    }
+    if ((absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) &&
+        tls::ClientWantsTls(options_.tls)) {
+      // A refused handshake (Unauthenticated) says why and is not retried.
+      absl::Status handshake = tls::CheckHandshake(options_.target, options_.tls, kProbeTimeout);
+      if (absl::IsUnauthenticated(handshake)) return handshake;
+    }
     if (!st.ok()) return st;
     return resp;
   }

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "elastrun/v1/rendezvous.pb.h"
 
 namespace elastrun::launcher {
@@ -53,10 +54,19 @@ struct GrpcClientOptions {
   std::string token;
   // Deadline of every unary call.
   absl::Duration deadline = absl::Seconds(5);
+  // The TLS flags (no TLS flag: plaintext) and the credentials made from
+  // them by tls::MakeChannelCredentials, which reports bad files; null:
+  // plaintext.
+  tls::TlsFiles tls;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
-// Plain-text gRPC channel with keepalive pings (1 s, which the service
-// permits), so a Watch stream to a vanished service breaks within seconds.
+// A gRPC channel (TLS with `credentials`, else plaintext) with keepalive
+// pings (1 s, which the service permits), so a Watch stream to a vanished
+// service breaks within seconds. A RegisterNode that cannot reach the
+// service returns Unauthenticated saying why when the cause is TLS (a
+// plaintext daemon and a TLS service, or a refused handshake: retrying
+// cannot help).
 std::unique_ptr<RendezvousClient> NewGrpcRendezvousClient(const GrpcClientOptions& options);
 
 }  // namespace elastrun::launcher

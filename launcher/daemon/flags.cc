@@ -73,6 +73,24 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
   app->add_option("--token-file", raw->token_file, "read the token from FILE.")
       ->type_name("FILE")
       ->excludes(token);
+  app->add_option("--tls-ca", f->tls.ca,
+                  "speak TLS to the service and verify its certificate\n"
+                  "against this PEM CA (default: $ELASTRUN_TLS_CA).")
+      ->type_name("FILE");
+  app->add_option("--tls-cert", f->tls.cert,
+                  "client certificate (PEM) for a service with mutual\n"
+                  "TLS; needs --tls-key and --tls-ca (default:\n"
+                  "$ELASTRUN_TLS_CERT).")
+      ->type_name("FILE");
+  app->add_option("--tls-key", f->tls.key,
+                  "the PEM private key of --tls-cert (default:\n"
+                  "$ELASTRUN_TLS_KEY).")
+      ->type_name("FILE");
+  app->add_option("--tls-server-name", f->tls.server_name,
+                  "the name the service's certificate must carry, when\n"
+                  "--rendezvous's host is not in it (default:\n"
+                  "$ELASTRUN_TLS_SERVER_NAME).")
+      ->type_name("NAME");
   app->add_option("--shutdown-timeout", raw->shutdown_timeout,
                   "grace between SIGTERM to workers and SIGKILL (default 30s).")
       ->type_name("DUR");
@@ -124,6 +142,15 @@ absl::Status Finish(const Raw& raw, const EnvLookup& env, const std::string& hos
   } else if (f->token.empty()) {
     if (auto v = env("ELASTRUN_TOKEN"); v) f->token = *v;
   }
+  for (auto [field, var] : {std::pair{&f->tls.ca, "ELASTRUN_TLS_CA"},
+                            std::pair{&f->tls.cert, "ELASTRUN_TLS_CERT"},
+                            std::pair{&f->tls.key, "ELASTRUN_TLS_KEY"},
+                            std::pair{&f->tls.server_name, "ELASTRUN_TLS_SERVER_NAME"}}) {
+    if (field->empty()) {
+      if (auto v = env(var); v) *field = *v;
+    }
+  }
+  if (absl::Status st = tls::CheckClientFlags(f->tls); !st.ok()) return st;
   if (!raw.shutdown_timeout.empty()) {
     absl::StatusOr<absl::Duration> d = ParseDuration(raw.shutdown_timeout, "--shutdown-timeout");
     if (!d.ok()) return d.status();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/tls.h"
 
 namespace elastrun::launcher {
 
@@ -31,6 +32,9 @@ struct DaemonFlags {
   std::string log_dir;
   // --token, --token-file, else $ELASTRUN_TOKEN; empty: none.
   std::string token;
+  // --tls-ca / --tls-cert / --tls-key / --tls-server-name, else
+  // $ELASTRUN_TLS_CA / _CERT / _KEY / _SERVER_NAME; all empty: plaintext.
+  tls::TlsFiles tls;
   // --shutdown-timeout: grace between the stop signal and SIGKILL.
   absl::Duration shutdown_timeout = absl::Seconds(30);
   // --standby: pre-start the next attempt's workers.
@@ -41,11 +45,11 @@ struct DaemonFlags {
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 
-// Parses `args` (without argv[0]); `env` gives $ELASTRUN_RENDEZVOUS and
-// $ELASTRUN_TOKEN, `hostname` the default node id. Returns an exit code when
-// the program should exit now (0 after --help or --version printed to
-// `out`; 2 after a usage error naming the flag printed to `err`), else
-// std::nullopt with *flags filled.
+// Parses `args` (without argv[0]); `env` gives $ELASTRUN_RENDEZVOUS,
+// $ELASTRUN_TOKEN and $ELASTRUN_TLS_*, `hostname` the default node id.
+// Returns an exit code when the program should exit now (0 after --help or
+// --version printed to `out`; 2 after a usage error naming the flag printed
+// to `err`), else std::nullopt with *flags filled.
 std::optional<int> ParseDaemonFlags(const std::vector<std::string>& args, const EnvLookup& env,
                                     const std::string& hostname, std::ostream& out,
                                     std::ostream& err, DaemonFlags* flags);

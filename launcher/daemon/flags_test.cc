@@ -95,5 +95,42 @@ TEST(DaemonFlagsTest, HelpListsEveryFlagAndVersionPrints) {
   EXPECT_EQ(version.out, VersionLine("elastrund") + "\n");
 }
 
+TEST(DaemonFlagsTest, TlsFromFlagsOrEnvironment) {
+  const std::map<std::string, std::string> env = {
+      {"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"},
+      {"ELASTRUN_TLS_CA", "env-ca.crt"},
+      {"ELASTRUN_TLS_CERT", "env.crt"},
+      {"ELASTRUN_TLS_KEY", "env.key"},
+      {"ELASTRUN_TLS_SERVER_NAME", "env.name"}};
+  Result from_env = Parse({}, env);
+  ASSERT_EQ(from_env.code, std::nullopt) << from_env.err;
+  EXPECT_EQ(from_env.flags.tls.ca, "env-ca.crt");
+  EXPECT_EQ(from_env.flags.tls.cert, "env.crt");
+  EXPECT_EQ(from_env.flags.tls.key, "env.key");
+  EXPECT_EQ(from_env.flags.tls.server_name, "env.name");
+  // A flag wins over the environment.
+  Result flags = Parse({"--tls-ca", "ca.crt", "--tls-cert", "c.crt", "--tls-key", "c.key",
+                        "--tls-server-name", "svc"},
+                       env);
+  ASSERT_EQ(flags.code, std::nullopt) << flags.err;
+  EXPECT_EQ(flags.flags.tls.ca, "ca.crt");
+  EXPECT_EQ(flags.flags.tls.cert, "c.crt");
+  EXPECT_EQ(flags.flags.tls.key, "c.key");
+  EXPECT_EQ(flags.flags.tls.server_name, "svc");
+  EXPECT_FALSE(tls::ClientWantsTls(Parse({"--rendezvous", "h:1"}).flags.tls));
+
+  for (const auto& [args, says] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--tls-cert", "c.crt"}, "--tls-cert needs --tls-key"},
+           {{"--tls-cert", "c.crt", "--tls-key", "c.key"},
+            "--tls-cert and --tls-key (a client certificate) need --tls-ca"},
+           {{"--tls-server-name", "svc"}, "--tls-server-name needs --tls-ca"}}) {
+    Result r = Parse(args, {{"ELASTRUN_RENDEZVOUS", "h:1"}});
+    EXPECT_EQ(r.code, 2) << says;
+    EXPECT_THAT(r.err, HasSubstr("elastrund: " + says)) << r.err;
+  }
+  EXPECT_THAT(Parse({"--help"}).out, HasSubstr("--tls-ca FILE"));
+}
+
 }  // namespace
 }  // namespace elastrun::launcher

@@ -29,6 +29,7 @@
 #include "common/files.h"
 #include "common/flags.h"
 #include "common/strings.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/cgroup.h"
@@ -382,6 +383,14 @@ int main(int argc, char** argv) {
                            Hostname(), std::cout, std::cerr, &flags)) {
     return *exit;
   }
+  // The TLS files are read and checked before anything is made.
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      elastrun::tls::MakeChannelCredentials(flags.tls);
+  if (!credentials.ok()) {
+    std::cerr << elastrun::flags::UsageError("elastrund",
+                                             std::string(credentials.status().message()));
+    return elastrun::flags::kExitUsage;
+  }
   absl::StatusOr<std::string> advertise = AdvertiseAddress(flags);
   if (!advertise.ok()) {
     std::cerr << elastrun::flags::UsageError("elastrund",
@@ -403,6 +412,8 @@ int main(int argc, char** argv) {
   elastrun::launcher::GrpcClientOptions client_options;
   client_options.target = flags.rendezvous;
   client_options.token = flags.token;
+  client_options.tls = flags.tls;
+  client_options.credentials = *std::move(credentials);
   std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
   const SessionOptions session_options = MakeSessionOptions(flags, *advertise);
   // Before the claim, so that a node the service lists as registered is
