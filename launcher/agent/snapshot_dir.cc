@@ -58,10 +58,12 @@ absl::Status NotAFolder(int parent_fd, const std::string& name, const std::strin
   return Errno(open_errno, absl::StrCat("cannot open snapshot folder ", path));
 }
 
-// Opens `name` under `parent_fd` as a folder of ours, first creating it
-// (mode 0700) when `create`. Returns the open descriptor.
+// Opens `name` under `parent_fd` as a folder of user `uid`, first creating
+// it (mode 0700, chowned to uid:gid) when `create`. Returns the open
+// descriptor.
 absl::StatusOr<int> OpenOwnedDir(int parent_fd, const std::string& name,
-                                 const std::string& path, bool create) {
+                                 const std::string& path, bool create, uid_t uid,
+                                 gid_t gid) {
   bool created = false;
   if (create) {
     if (mkdirat(parent_fd, name.c_str(), 0700) == 0) {
@@ -77,10 +79,13 @@ absl::StatusOr<int> OpenOwnedDir(int parent_fd, const std::string& name,
   absl::Status bad;
   if (fstat(fd, &st) != 0) {
     bad = Errno(errno, absl::StrCat("cannot stat snapshot folder ", path));
-  } else if (st.st_uid != geteuid()) {
-    bad = absl::FailedPreconditionError(absl::StrCat(
-        "snapshot folder ", path, " belongs to uid ", st.st_uid, ", not to this user (uid ",
-        geteuid(), "); refusing to use it"));
+  } else if (created && st.st_uid != uid && fchown(fd, uid, gid) != 0) {
+    bad =
+        Errno(errno, absl::StrCat("cannot give snapshot folder ", path, " to uid ", uid));
+  } else if (!created && st.st_uid != uid) {
+    bad = absl::FailedPreconditionError(
+        absl::StrCat("snapshot folder ", path, " belongs to uid ", st.st_uid,
+                     ", not to uid ", uid, "; refusing to use it"));
   } else if (created) {
     // The umask may have taken bits that the owner needs.
     if (fchmod(fd, 0700) != 0) bad = Errno(errno, absl::StrCat("cannot chmod 700 ", path));
@@ -204,25 +209,36 @@ std::string SnapshotFolderName(absl::string_view id) {
 }
 
 std::string SnapshotUserRoot(const std::string& base) {
-  return absl::StrCat(base, "/elastrun-", geteuid());
+  return SnapshotUserRoot(base, geteuid());
+}
+
+std::string SnapshotUserRoot(const std::string& base, uid_t uid) {
+  return absl::StrCat(base, "/elastrun-", uid);
 }
 
 absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base, const std::string& name) {
+  return CreateSnapshotDir(base, name, geteuid(), getegid());
+}
+
+absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
+                                              const std::string& name, uid_t uid,
+                                              gid_t gid) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("snapshot folder name \"", name, "\" is not a single path component"));
   }
-  const std::string root = SnapshotUserRoot(base);
+  const std::string root = SnapshotUserRoot(base, uid);
   const auto [parent, leaf] = SplitLast(root);
   const int parent_fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (parent_fd < 0) {
     return Errno(errno, absl::StrCat("cannot open the snapshot base folder ", parent));
   }
-  absl::StatusOr<int> root_fd = OpenOwnedDir(parent_fd, leaf, root, /*create=*/true);
+  absl::StatusOr<int> root_fd =
+      OpenOwnedDir(parent_fd, leaf, root, /*create=*/true, uid, gid);
   close(parent_fd);
   if (!root_fd.ok()) return root_fd.status();
   const std::string path = absl::StrCat(root, "/", name);
-  absl::StatusOr<int> fd = OpenOwnedDir(*root_fd, name, path, /*create=*/true);
+  absl::StatusOr<int> fd = OpenOwnedDir(*root_fd, name, path, /*create=*/true, uid, gid);
   close(*root_fd);
   if (!fd.ok()) return fd.status();
   close(*fd);
@@ -265,7 +281,8 @@ absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
     if (errno == ENOENT) return std::vector<std::string>();
     return Errno(errno, absl::StrCat("cannot open the snapshot base folder ", parent));
   }
-  absl::StatusOr<int> root_fd = OpenOwnedDir(parent_fd, leaf, root, /*create=*/false);
+  absl::StatusOr<int> root_fd =
+      OpenOwnedDir(parent_fd, leaf, root, /*create=*/false, geteuid(), getegid());
   close(parent_fd);
   if (!root_fd.ok()) {
     if (absl::IsNotFound(root_fd.status())) return std::vector<std::string>();

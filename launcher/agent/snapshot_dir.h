@@ -15,6 +15,8 @@
 #ifndef ELASTRUN_LAUNCHER_AGENT_SNAPSHOT_DIR_H_
 #define ELASTRUN_LAUNCHER_AGENT_SNAPSHOT_DIR_H_
 
+#include <sys/types.h>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -50,6 +52,8 @@ std::string SnapshotFolderName(absl::string_view id);
 
 // <base>/elastrun-<uid>: the folder of this user's snapshot folders.
 std::string SnapshotUserRoot(const std::string& base);
+// The same for user `uid`.
+std::string SnapshotUserRoot(const std::string& base, uid_t uid);
 
 // Creates (or adopts, when it is already a real folder of ours with mode
 // 0700) <base>/elastrun-<uid>/<name> and returns its path. `name` must be a
@@ -60,6 +64,12 @@ std::string SnapshotUserRoot(const std::string& base);
 // fails.
 absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
                                               const std::string& name);
+// The same for another user (a root elastrund running the job of `uid`):
+// <base>/elastrun-<uid>/<name>, both levels owned by uid:gid (chowned when
+// made here), mode 0700; a level owned by anyone but `uid` is refused.
+absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
+                                              const std::string& name, uid_t uid,
+                                              gid_t gid);
 
 // Takes an exclusive lock (flock) on the folder `path` for as long as the
 // returned descriptor stays open (close it to release; it is close-on-exec,

@@ -35,7 +35,9 @@ bool StandbySocket(int fds[2]) {
 StandbyPool::~StandbyPool() { Discard(); }
 
 void StandbyPool::Fill(const std::vector<std::string>& argv,
-                       const std::vector<std::string>& env, size_t n) {
+                       const std::vector<std::string>& env, size_t n,
+                       const std::string& cwd,
+                       const std::optional<ProcessCredentials>& run_as) {
   if (!empty()) return;
   for (size_t i = 0; i < n; ++i) {
     int fds[2];
@@ -47,6 +49,8 @@ void StandbyPool::Fill(const std::vector<std::string>& argv,
     p.pass_fds = {{fds[1], fds[1]}};
     p.process_group = set_.pgid;
     p.niceness = StandbyNiceness();
+    p.cwd = cwd;
+    p.run_as = run_as;
     auto spawned = processes_->Spawn(p);
     close(fds[1]);
     if (!spawned.ok()) {
@@ -62,13 +66,18 @@ void StandbyPool::Fill(const std::vector<std::string>& argv,
   }
   argv_ = argv;
   env_ = env;
+  cwd_ = cwd;
+  run_as_ = run_as;
 }
 
-std::optional<StandbySet> StandbyPool::Take(const std::vector<std::string>& argv,
-                                            const std::vector<std::string>& env,
-                                            size_t n) {
+std::optional<StandbySet> StandbyPool::Take(
+    const std::vector<std::string>& argv, const std::vector<std::string>& env, size_t n,
+    const std::string& cwd, const std::optional<ProcessCredentials>& run_as) {
   ReapDead();  // a standby may have died since the last look
-  if (set_.workers.size() != n || argv != argv_ || env != env_) return std::nullopt;
+  if (set_.workers.size() != n || argv != argv_ || env != env_ || cwd != cwd_ ||
+      run_as != run_as_) {
+    return std::nullopt;
+  }
   StandbySet taken = std::move(set_);
   set_ = StandbySet{};
   return taken;
@@ -117,6 +126,8 @@ void StandbyPool::Discard() {
   set_ = StandbySet{};
   argv_.clear();
   env_.clear();
+  cwd_.clear();
+  run_as_.reset();
 }
 
 }  // namespace elastrun::launcher
