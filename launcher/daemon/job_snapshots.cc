@@ -1,5 +1,7 @@
 #include "launcher/daemon/job_snapshots.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -17,9 +19,13 @@ std::string JobSnapshots::FolderName(const std::string& job) const {
 }
 
 std::string JobSnapshots::FolderFor(const std::string& job) {
+  return FolderFor(job, geteuid(), getegid());
+}
+
+std::string JobSnapshots::FolderFor(const std::string& job, uid_t uid, gid_t gid) {
   if (base_.empty()) return "";
   if (auto it = folders_.find(job); it != folders_.end()) return it->second;
-  absl::StatusOr<std::string> dir = CreateSnapshotDir(base_, FolderName(job));
+  absl::StatusOr<std::string> dir = CreateSnapshotDir(base_, FolderName(job), uid, gid);
   if (!dir.ok()) {
     LOG(WARNING) << "job " << job << ": workers run without ELASTRUN_SNAPSHOT (no in-memory "
                  << "snapshots): " << dir.status().message();
