@@ -16,8 +16,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -274,7 +276,34 @@ absl::Status RemoveSnapshotDir(const std::string& path) {
 
 absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
     const std::string& base, const std::function<bool(absl::string_view name)>& is_leftover) {
-  const std::string root = SnapshotUserRoot(base);
+  return RemoveLeftoverSnapshotDirs(base, geteuid(), is_leftover);
+}
+
+std::vector<uid_t> SnapshotUsers(const std::string& base) {
+  std::vector<uid_t> users;
+  DIR* d = opendir(base.c_str());
+  if (d == nullptr) return users;
+  const int fd = dirfd(d);
+  while (dirent* e = readdir(d)) {
+    absl::string_view name = e->d_name;
+    uint32_t uid = 0;
+    if (!absl::ConsumePrefix(&name, "elastrun-") || !absl::SimpleAtoi(name, &uid)) {
+      continue;
+    }
+    struct stat st;
+    if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+        st.st_uid == uid) {
+      users.push_back(uid);
+    }
+  }
+  closedir(d);
+  return users;
+}
+
+absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
+    const std::string& base, uid_t uid,
+    const std::function<bool(absl::string_view name)>& is_leftover) {
+  const std::string root = SnapshotUserRoot(base, uid);
   const auto [parent, leaf] = SplitLast(root);
   const int parent_fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (parent_fd < 0) {
@@ -282,7 +311,7 @@ absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
     return Errno(errno, absl::StrCat("cannot open the snapshot base folder ", parent));
   }
   absl::StatusOr<int> root_fd =
-      OpenOwnedDir(parent_fd, leaf, root, /*create=*/false, geteuid(), getegid());
+      OpenOwnedDir(parent_fd, leaf, root, /*create=*/false, uid, /*gid=*/0);
   close(parent_fd);
   if (!root_fd.ok()) {
     if (absl::IsNotFound(root_fd.status())) return std::vector<std::string>();
@@ -302,8 +331,8 @@ absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
   for (const std::string& name : names) {
     struct stat st;
     if (fstatat(*root_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
-      continue;  // only folders, only ours
+        !S_ISDIR(st.st_mode) || st.st_uid != uid) {
+      continue;  // only folders, only the user's
     }
     const std::string path = absl::StrCat(root, "/", name);
     absl::Status st_remove = RemoveAt(*root_fd, name, path);

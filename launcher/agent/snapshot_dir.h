@@ -93,6 +93,16 @@ absl::Status RemoveSnapshotDir(const std::string& path);
 // An error (the root is unsafe, or a removal failed) names the path.
 absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
     const std::string& base, const std::function<bool(absl::string_view name)>& is_leftover);
+// The same under SnapshotUserRoot(base, uid), for the folders of user
+// `uid` (a root elastrund cleans up after the jobs it ran as their owners):
+// only a root and folders owned by `uid`.
+absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
+    const std::string& base, uid_t uid,
+    const std::function<bool(absl::string_view name)>& is_leftover);
+
+// The users with a snapshot root under `base`: each N of a real folder
+// <base>/elastrun-N owned by uid N. Empty when `base` cannot be listed.
+std::vector<uid_t> SnapshotUsers(const std::string& base);
 
 }  // namespace elastrun::launcher
 

@@ -57,9 +57,28 @@ absl::StatusOr<std::vector<std::string>> JobSnapshots::RemoveLeftovers() {
   if (base_.empty()) return std::vector<std::string>();
   std::map<std::string, bool> mine;
   for (const auto& [job, path] : folders_) mine[FolderName(job)] = true;
-  return RemoveLeftoverSnapshotDirs(base_, [&](absl::string_view name) {
+  auto is_leftover = [&](absl::string_view name) {
     return absl::EndsWith(name, node_suffix_) && !mine.count(std::string(name));
-  });
+  };
+  std::vector<uid_t> users = {geteuid()};
+  if (geteuid() == 0) {
+    for (uid_t uid : SnapshotUsers(base_)) {
+      if (uid != 0) users.push_back(uid);
+    }
+  }
+  std::vector<std::string> removed;
+  absl::Status failed;
+  for (uid_t uid : users) {
+    absl::StatusOr<std::vector<std::string>> r =
+        RemoveLeftoverSnapshotDirs(base_, uid, is_leftover);
+    if (r.ok()) {
+      removed.insert(removed.end(), r->begin(), r->end());
+    } else {
+      failed.Update(r.status());
+    }
+  }
+  if (!failed.ok()) return failed;
+  return removed;
 }
 
 }  // namespace elastrun::launcher

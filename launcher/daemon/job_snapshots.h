@@ -46,8 +46,10 @@ class JobSnapshots {
   // For a daemon starting up: removes every folder of this node (name
   // ending "@<node>") that no job of this daemon has: the leftovers of an
   // earlier daemon of this node that died without cleaning up. Only real
-  // folders owned by this user. Returns the paths removed; an error names
-  // the path.
+  // folders owned by this user; for a root daemon, also those of every user
+  // it may have run jobs for (each under its own elastrun-<uid>). Returns
+  // the paths removed; an error names the path (the other users' folders
+  // are still tried).
   absl::StatusOr<std::vector<std::string>> RemoveLeftovers();
 
  private:
