@@ -210,6 +210,42 @@ TEST_F(DaemonRunAsE2eTest, UnknownOwnerOrMissingFolderCannotStart) {
                                      lost_id, " is missing on node n1")));
 }
 
+TEST_F(DaemonRunAsE2eTest, NonRootDaemonRunsOnlyItsOwnUsersJobs) {
+  if (!HaveNobody() || !FileExists("/usr/sbin/runuser")) {
+    GTEST_SKIP() << "needs root, runuser and the user nobody (uid 65534)";
+  }
+  // The daemon runs as nobody, in folders of nobody's.
+  const std::string home = dir_ + "/nobody";
+  ASSERT_EQ(mkdir(home.c_str(), 0700), 0);
+  ASSERT_EQ(chown(home.c_str(), kNobody, kNobody), 0);
+  state_ = home + "/state";
+  auto d = testing::Subprocess::Start(
+      {"/usr/sbin/runuser", "-u", "nobody", "--", BinDir() + "/elastrund", "--rendezvous",
+       cluster_->address(), "--node-id", "n1", "--slots", "1", "--state-dir", state_,
+       "--shutdown-timeout", "10s"},
+      {marker_, "ELASTRUN_SNAPSHOT_BASE=" + home});
+  ASSERT_TRUE(d.ok()) << d.status();
+  daemon_ = *std::move(d);
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
+      << daemon_->Output();
+
+  v1::JobSpec roots = ShellJob("roots", "id -u");
+  roots.mutable_owner()->set_uid(0);
+  const std::string refused = cluster_->SubmitSpec(roots);
+  v1::JobStatus st = cluster_->WaitFinished(refused);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(st.DebugString(),
+              HasSubstr(absl::StrCat("elastrund on node n1 runs as uid 65534; job ",
+                                     refused, " belongs to uid 0")));
+  v1::JobSpec own = ShellJob("own", "id -u");
+  own.mutable_owner()->set_uid(kNobody);
+  own.mutable_owner()->set_gid(kNobody);
+  const std::string ran = cluster_->SubmitSpec(own);
+  ASSERT_EQ(cluster_->WaitFinished(ran).state(), v1::JOB_STATE_SUCCEEDED)
+      << daemon_->Output();
+  EXPECT_EQ(Stdout(ran), "65534\n");
+}
+
 TEST_F(DaemonRunAsE2eTest, SubmitSendsItsFolderAndEnvironment) {
   ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
   const std::string project = dir_ + "/project";
