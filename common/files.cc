@@ -1,10 +1,13 @@
 #include "common/files.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace elastrun {
 
@@ -18,6 +21,77 @@ absl::Status MakeDirs(const std::string& dir) {
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// Why the open folder `fd` (shown as `dir`) must not hold private files.
+absl::Status CheckPrivateDir(int fd, const std::string& dir) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot stat folder ", dir, ": ", strerror(errno)));
+  }
+  if (st.st_uid != geteuid()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "folder %s belongs to uid %d, not to this process (uid %d); refusing to use it "
+        "(remove it, or give a folder of this user)",
+        dir, st.st_uid, geteuid()));
+  }
+  if ((st.st_mode & 022) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "folder %s has mode %04o: others may write to it; refusing to use it", dir,
+        st.st_mode & 07777));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status MakePrivateDir(const std::string& dir, mode_t mode, bool must_be_new) {
+  if (mkdir(dir.c_str(), 0700) != 0) {
+    if (errno != EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create folder ", dir, ": ", strerror(errno)));
+    }
+    if (must_be_new) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "folder ", dir, " exists already; refusing to reuse it (remove it)"));
+    }
+  }
+  // Checked through a descriptor: what is checked is what gets the mode.
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat st;
+    if (lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "folder ", dir, " is a symlink; refusing to follow it (remove it)"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open folder ", dir, ": ", strerror(err)));
+  }
+  absl::Status st = CheckPrivateDir(fd, dir);
+  if (st.ok() && fchmod(fd, mode) != 0) {
+    st = absl::FailedPreconditionError(
+        absl::StrFormat("cannot chmod %04o %s: %s", mode, dir, strerror(errno)));
+  }
+  close(fd);
+  return st;
+}
+
+absl::StatusOr<int> CreateNewFile(const std::string& path, mode_t mode) {
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd >= 0) return fd;
+  if (errno == EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", path,
+                     ": something is there already (a file or a link); "
+                     "refusing to write through it"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot create ", path, ": ", strerror(errno)));
 }
 
 }  // namespace elastrun

@@ -109,8 +109,8 @@ class MultiHostTest : public ::testing::Test {
     auto d = Subprocess::Start(
         {"ip", "netns", "exec", Ns(h), BinDir() + "/elastrund", "--rendezvous", address_,
          "--node-id", absl::StrCat("host", h), "--slots", "1", "--advertise-addr", Addr(h),
-         "--token-file", token_file_, "--log-dir", absl::StrCat(dir_, "/logs-", h),
-         "--shutdown-timeout", "2"},
+         "--token-file", token_file_, "--state-dir", absl::StrCat(dir_, "/state-", h),
+         "--log-dir", absl::StrCat(dir_, "/logs-", h), "--shutdown-timeout", "2"},
         {marker_, "GLOO_SOCKET_IFNAME=" + Inner(h)});
     ASSERT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));

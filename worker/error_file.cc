@@ -156,7 +156,9 @@ absl::StatusOr<ErrorRecord> ParseErrorFile(absl::string_view contents) {
 }
 
 absl::StatusOr<ErrorRecord> ReadErrorFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // The folder belongs to the worker's user, read here by a root daemon: a
+  // link is never followed, a FIFO never blocks.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return ErrnoError("open", path);
   std::string contents;
   char buffer[64 << 10];

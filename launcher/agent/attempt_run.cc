@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "common/standby.h"
 #include "common/worker_env.h"
 #include "launcher/agent/cgroup.h"
@@ -20,9 +21,19 @@ void Warn(absl::string_view what) {
   WriteAll(STDERR_FILENO, absl::StrCat("elastrun: warning: ", what, "\n"));
 }
 
-int OpenLog(const std::string& path) {
+// Opens a worker's log file; a link there is never followed. `fresh`: the
+// file must not exist (see AttemptSpec::new_log_files). -1 when `path` is
+// empty.
+absl::StatusOr<int> OpenLog(const std::string& path, bool fresh) {
   if (path.empty()) return -1;
-  return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fresh) return CreateNewFile(path, 0640);
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write log file ", path, ": ", std::strerror(errno)));
+  }
+  return fd;
 }
 
 size_t RankZeroOf(const AttemptSpec& spec) {
@@ -65,12 +76,9 @@ AttemptRun::~AttemptRun() {
 absl::Status AttemptRun::OpenLogs() {
   for (const WorkerOutput& o : spec_.outputs) {
     for (const std::string* path : {&o.stdout_log, &o.stderr_log}) {
-      int fd = OpenLog(*path);
-      if (!path->empty() && fd < 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("cannot write log file ", *path, ": ", std::strerror(errno)));
-      }
-      log_fds_.push_back(fd);
+      absl::StatusOr<int> fd = OpenLog(*path, spec_.new_log_files);
+      if (!fd.ok()) return fd.status();
+      log_fds_.push_back(*fd);
     }
   }
   return absl::OkStatus();
@@ -88,7 +96,8 @@ absl::Status AttemptRun::Begin() {
   started_.assign(n_, false);
   std::optional<StandbySet> set;
   if (env_.standbys != nullptr) {
-    set = env_.standbys->Take(spec_.standby_argv, spec_.standby_env, n_);
+    set = env_.standbys->Take(spec_.standby_argv, spec_.standby_env, n_,
+                              spec_.standby_cwd, spec_.standby_run_as);
     if (!set) env_.standbys->Discard();  // of another program, or broken
   }
   std::vector<SpawnedProcess> procs;
@@ -256,7 +265,8 @@ void AttemptRun::MaybeFillStandbys() {
   for (size_t i = 0; i < n_; ++i) {
     if (!started_[i]) return;
   }
-  env_.standbys->Fill(spec_.standby_argv, spec_.standby_env, n_);
+  env_.standbys->Fill(spec_.standby_argv, spec_.standby_env, n_, spec_.standby_cwd,
+                      spec_.standby_run_as);
 }
 
 void AttemptRun::Stop(int sig) { supervisor_.Stop(sig, env_.clock->Now()); }

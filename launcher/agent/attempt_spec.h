@@ -39,6 +39,13 @@ struct AttemptSpec {
   // the environment that does not depend on the attempt.
   std::vector<std::string> standby_argv;
   std::vector<std::string> standby_env;
+  // Where and as whom standbys run: the workers' folder and user (a set is
+  // used only by an attempt with the same).
+  std::string standby_cwd;
+  std::optional<ProcessCredentials> standby_run_as;
+  // Log files must be new (O_EXCL): never truncate or write through
+  // something already at their path (elastrund's fresh attempt folders).
+  bool new_log_files = false;
   // Whether another attempt can follow this one (restarts left, or rounds
   // that do not count as restarts): standbys are started only then.
   bool next_attempt_possible = true;

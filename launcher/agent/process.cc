@@ -2,11 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,10 +112,14 @@ struct ChildPlan {
   const char* program = nullptr;
   char* const* argv = nullptr;
   char* const* envp = nullptr;
-  const char* cwd = nullptr;  // null: stay in the launcher's
-  pid_t parent = 0;           // to detect a launcher that died before prctl
+  const char* cwd = nullptr;      // null: stay in the launcher's
+  const gid_t* groups = nullptr;  // with spec->run_as: its groups
+  pid_t parent = 0;               // to detect a launcher that died before prctl
   const SpawnPipes* pipes = nullptr;
 };
+
+// Which step of the child failed, reported with its errno.
+enum class ChildStage : int { kSetup = 0, kCredentials = 1, kCwd = 2, kExec = 3 };
 
 // Restores default dispositions and an empty mask: exec keeps ignored
 // dispositions and the blocked mask, and workers must see signals normally.
@@ -136,10 +141,21 @@ void ResetSignalsForExec() {
   const ProcessSpec& spec = *plan.spec;
   const SpawnPipes& pipes = *plan.pipes;
   int code = 0;
+  ChildStage stage = ChildStage::kSetup;
   // First, while the child may still write there (before any change of
   // user), and before it can start anything that must be in it too.
   if (spec.cgroup_procs_fd >= 0 && write(spec.cgroup_procs_fd, "0", 1) != 1) code = errno;
   if (code == 0 && setpgid(0, spec.process_group) != 0) code = errno;
+  // Groups, then gid (while still root), then uid: no way back. Before the
+  // parent-death signal, which a change of credentials clears.
+  if (code == 0 && spec.run_as) {
+    const ProcessCredentials& c = *spec.run_as;
+    if (setgroups(c.groups.size(), plan.groups) != 0 || setgid(c.gid) != 0 ||
+        setuid(c.uid) != 0) {
+      code = errno;
+      stage = ChildStage::kCredentials;
+    }
+  }
   if (code == 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) code = errno;
   // The launcher may have died between fork and prctl.
   if (code == 0 && getppid() != plan.parent) _exit(1);
@@ -154,15 +170,20 @@ void ResetSignalsForExec() {
     if (code == 0 && from != to && dup2(from, to) < 0) code = errno;
   }
   ResetSignalsForExec();
-  if (code == 0 && plan.cwd != nullptr && chdir(plan.cwd) != 0) code = errno;
+  if (code == 0 && plan.cwd != nullptr && chdir(plan.cwd) != 0) {
+    code = errno;
+    stage = ChildStage::kCwd;
+  }
   if (code == 0 && spec.niceness != 0) {
     (void)setpriority(PRIO_PROCESS, 0, spec.niceness);  // best effort
   }
   if (code == 0) {
     execve(plan.program, plan.argv, plan.envp);
     code = errno;
+    stage = ChildStage::kExec;
   }
-  ssize_t ignored = write(pipes.exec_err[1], &code, sizeof code);
+  const int report[2] = {code, static_cast<int>(stage)};
+  ssize_t ignored = write(pipes.exec_err[1], report, sizeof report);
   (void)ignored;
   _exit(127);
 }
@@ -171,28 +192,38 @@ void ResetSignalsForExec() {
 // exec_err pipe closes on success, or carries the child's errno). Takes
 // the pipes' ownership: on success the read ends of the output pipes go,
 // non-blocking, to the result; on failure the child is reaped, every pipe
-// closed, and the error names `name` as given and `program` as resolved.
+// closed, and the error names `spec`'s program as given and `program` as
+// resolved, and the user or folder when switching to them failed.
 absl::StatusOr<SpawnedProcess> AwaitExec(pid_t pid, SpawnPipes& pipes,
-                                         const std::string& name,
+                                         const ProcessSpec& spec,
                                          const std::string& program) {
+  const std::string& name = spec.argv[0];
   CloseFd(pipes.out[1]);
   CloseFd(pipes.err[1]);
   CloseFd(pipes.exec_err[1]);
-  int child_errno = 0;
+  int report[2] = {0, 0};
   ssize_t n;
   do {
-    n = read(pipes.exec_err[0], &child_errno, sizeof child_errno);
+    n = read(pipes.exec_err[0], report, sizeof report);
   } while (n < 0 && errno == EINTR);
   CloseFd(pipes.exec_err[0]);
-  if (n == sizeof child_errno) {
+  const int child_errno = report[0];
+  if (n == sizeof report) {
     // Exec failed: reap the child now so no zombie is left for the caller.
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     CloseFd(pipes.out[0]);
     CloseFd(pipes.err[0]);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot run '", name, "' (", program, "): ", std::strerror(child_errno)));
+    std::string step;
+    if (report[1] == static_cast<int>(ChildStage::kCredentials) && spec.run_as) {
+      step = absl::StrCat(" as uid ", spec.run_as->uid, " gid ", spec.run_as->gid);
+    } else if (report[1] == static_cast<int>(ChildStage::kCwd)) {
+      step = absl::StrCat(" in working folder '", spec.cwd, "'");
+    }
+    return absl::FailedPreconditionError(absl::StrCat("cannot run '", name, "' (",
+                                                      program, ")", step, ": ",
+                                                      std::strerror(child_errno)));
   }
   SpawnedProcess p;
   p.pid = pid;
@@ -229,6 +260,7 @@ absl::StatusOr<SpawnedProcess> PosixProcessControl::Spawn(const ProcessSpec& spe
   plan.argv = argv.data();
   plan.envp = envp.data();
   plan.cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  if (spec.run_as) plan.groups = spec.run_as->groups.data();
   plan.parent = getpid();
   plan.pipes = &pipes;
 
@@ -246,7 +278,7 @@ absl::StatusOr<SpawnedProcess> PosixProcessControl::Spawn(const ProcessSpec& spe
   // means the child already exec'd (having set it), and any real failure
   // the child reports itself through exec_err.
   (void)setpgid(pid, pgid == 0 ? pid : pgid);
-  return AwaitExec(pid, pipes, spec.argv[0], *program);
+  return AwaitExec(pid, pipes, spec, *program);
 }
 
 }  // namespace

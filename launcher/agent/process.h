@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,20 @@
 #include "absl/status/statusor.h"
 
 namespace elastrun::launcher {
+
+// The user a process runs as: set in the child before exec by a launcher
+// running as root (a root elastrund runs a job's workers as its owner).
+struct ProcessCredentials {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  // Supplementary groups (the user's, as initgroups would set them).
+  std::vector<gid_t> groups;
+
+  bool operator==(const ProcessCredentials& o) const {
+    return uid == o.uid && gid == o.gid && groups == o.groups;
+  }
+  bool operator!=(const ProcessCredentials& o) const { return !(*this == o); }
+};
 
 // What to start. The environment is complete (nothing is inherited).
 struct ProcessSpec {
@@ -38,6 +53,9 @@ struct ProcessSpec {
   // else (OpenCgroupProcs in cgroup.h; owned by the caller); -1: the
   // launcher's cgroup.
   int cgroup_procs_fd = -1;
+  // Run as this user (groups, then gid, then uid are set before exec; a
+  // failure is a spawn error); unset: the launcher's own user.
+  std::optional<ProcessCredentials> run_as;
 };
 
 struct SpawnedProcess {

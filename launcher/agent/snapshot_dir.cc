@@ -16,8 +16,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -58,10 +60,12 @@ absl::Status NotAFolder(int parent_fd, const std::string& name, const std::strin
   return Errno(open_errno, absl::StrCat("cannot open snapshot folder ", path));
 }
 
-// Opens `name` under `parent_fd` as a folder of ours, first creating it
-// (mode 0700) when `create`. Returns the open descriptor.
+// Opens `name` under `parent_fd` as a folder of user `uid`, first creating
+// it (mode 0700, chowned to uid:gid) when `create`. Returns the open
+// descriptor.
 absl::StatusOr<int> OpenOwnedDir(int parent_fd, const std::string& name,
-                                 const std::string& path, bool create) {
+                                 const std::string& path, bool create, uid_t uid,
+                                 gid_t gid) {
   bool created = false;
   if (create) {
     if (mkdirat(parent_fd, name.c_str(), 0700) == 0) {
@@ -77,10 +81,13 @@ absl::StatusOr<int> OpenOwnedDir(int parent_fd, const std::string& name,
   absl::Status bad;
   if (fstat(fd, &st) != 0) {
     bad = Errno(errno, absl::StrCat("cannot stat snapshot folder ", path));
-  } else if (st.st_uid != geteuid()) {
-    bad = absl::FailedPreconditionError(absl::StrCat(
-        "snapshot folder ", path, " belongs to uid ", st.st_uid, ", not to this user (uid ",
-        geteuid(), "); refusing to use it"));
+  } else if (created && st.st_uid != uid && fchown(fd, uid, gid) != 0) {
+    bad =
+        Errno(errno, absl::StrCat("cannot give snapshot folder ", path, " to uid ", uid));
+  } else if (!created && st.st_uid != uid) {
+    bad = absl::FailedPreconditionError(
+        absl::StrCat("snapshot folder ", path, " belongs to uid ", st.st_uid,
+                     ", not to uid ", uid, "; refusing to use it"));
   } else if (created) {
     // The umask may have taken bits that the owner needs.
     if (fchmod(fd, 0700) != 0) bad = Errno(errno, absl::StrCat("cannot chmod 700 ", path));
@@ -204,25 +211,36 @@ std::string SnapshotFolderName(absl::string_view id) {
 }
 
 std::string SnapshotUserRoot(const std::string& base) {
-  return absl::StrCat(base, "/elastrun-", geteuid());
+  return SnapshotUserRoot(base, geteuid());
+}
+
+std::string SnapshotUserRoot(const std::string& base, uid_t uid) {
+  return absl::StrCat(base, "/elastrun-", uid);
 }
 
 absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base, const std::string& name) {
+  return CreateSnapshotDir(base, name, geteuid(), getegid());
+}
+
+absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
+                                              const std::string& name, uid_t uid,
+                                              gid_t gid) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("snapshot folder name \"", name, "\" is not a single path component"));
   }
-  const std::string root = SnapshotUserRoot(base);
+  const std::string root = SnapshotUserRoot(base, uid);
   const auto [parent, leaf] = SplitLast(root);
   const int parent_fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (parent_fd < 0) {
     return Errno(errno, absl::StrCat("cannot open the snapshot base folder ", parent));
   }
-  absl::StatusOr<int> root_fd = OpenOwnedDir(parent_fd, leaf, root, /*create=*/true);
+  absl::StatusOr<int> root_fd =
+      OpenOwnedDir(parent_fd, leaf, root, /*create=*/true, uid, gid);
   close(parent_fd);
   if (!root_fd.ok()) return root_fd.status();
   const std::string path = absl::StrCat(root, "/", name);
-  absl::StatusOr<int> fd = OpenOwnedDir(*root_fd, name, path, /*create=*/true);
+  absl::StatusOr<int> fd = OpenOwnedDir(*root_fd, name, path, /*create=*/true, uid, gid);
   close(*root_fd);
   if (!fd.ok()) return fd.status();
   close(*fd);
@@ -258,14 +276,42 @@ absl::Status RemoveSnapshotDir(const std::string& path) {
 
 absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
     const std::string& base, const std::function<bool(absl::string_view name)>& is_leftover) {
-  const std::string root = SnapshotUserRoot(base);
+  return RemoveLeftoverSnapshotDirs(base, geteuid(), is_leftover);
+}
+
+std::vector<uid_t> SnapshotUsers(const std::string& base) {
+  std::vector<uid_t> users;
+  DIR* d = opendir(base.c_str());
+  if (d == nullptr) return users;
+  const int fd = dirfd(d);
+  while (dirent* e = readdir(d)) {
+    absl::string_view name = e->d_name;
+    uint32_t uid = 0;
+    if (!absl::ConsumePrefix(&name, "elastrun-") || !absl::SimpleAtoi(name, &uid)) {
+      continue;
+    }
+    struct stat st;
+    if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+        st.st_uid == uid) {
+      users.push_back(uid);
+    }
+  }
+  closedir(d);
+  return users;
+}
+
+absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
+    const std::string& base, uid_t uid,
+    const std::function<bool(absl::string_view name)>& is_leftover) {
+  const std::string root = SnapshotUserRoot(base, uid);
   const auto [parent, leaf] = SplitLast(root);
   const int parent_fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (parent_fd < 0) {
     if (errno == ENOENT) return std::vector<std::string>();
     return Errno(errno, absl::StrCat("cannot open the snapshot base folder ", parent));
   }
-  absl::StatusOr<int> root_fd = OpenOwnedDir(parent_fd, leaf, root, /*create=*/false);
+  absl::StatusOr<int> root_fd =
+      OpenOwnedDir(parent_fd, leaf, root, /*create=*/false, uid, /*gid=*/0);
   close(parent_fd);
   if (!root_fd.ok()) {
     if (absl::IsNotFound(root_fd.status())) return std::vector<std::string>();
@@ -285,8 +331,8 @@ absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
   for (const std::string& name : names) {
     struct stat st;
     if (fstatat(*root_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
-      continue;  // only folders, only ours
+        !S_ISDIR(st.st_mode) || st.st_uid != uid) {
+      continue;  // only folders, only the user's
     }
     const std::string path = absl::StrCat(root, "/", name);
     absl::Status st_remove = RemoveAt(*root_fd, name, path);

@@ -15,6 +15,8 @@
 #ifndef ELASTRUN_LAUNCHER_AGENT_SNAPSHOT_DIR_H_
 #define ELASTRUN_LAUNCHER_AGENT_SNAPSHOT_DIR_H_
 
+#include <sys/types.h>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -50,6 +52,8 @@ std::string SnapshotFolderName(absl::string_view id);
 
 // <base>/elastrun-<uid>: the folder of this user's snapshot folders.
 std::string SnapshotUserRoot(const std::string& base);
+// The same for user `uid`.
+std::string SnapshotUserRoot(const std::string& base, uid_t uid);
 
 // Creates (or adopts, when it is already a real folder of ours with mode
 // 0700) <base>/elastrun-<uid>/<name> and returns its path. `name` must be a
@@ -60,6 +64,12 @@ std::string SnapshotUserRoot(const std::string& base);
 // fails.
 absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
                                               const std::string& name);
+// The same for another user (a root elastrund running the job of `uid`):
+// <base>/elastrun-<uid>/<name>, both levels owned by uid:gid (chowned when
+// made here), mode 0700; a level owned by anyone but `uid` is refused.
+absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
+                                              const std::string& name, uid_t uid,
+                                              gid_t gid);
 
 // Takes an exclusive lock (flock) on the folder `path` for as long as the
 // returned descriptor stays open (close it to release; it is close-on-exec,
@@ -83,6 +93,16 @@ absl::Status RemoveSnapshotDir(const std::string& path);
 // An error (the root is unsafe, or a removal failed) names the path.
 absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
     const std::string& base, const std::function<bool(absl::string_view name)>& is_leftover);
+// The same under SnapshotUserRoot(base, uid), for the folders of user
+// `uid` (a root elastrund cleans up after the jobs it ran as their owners):
+// only a root and folders owned by `uid`.
+absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
+    const std::string& base, uid_t uid,
+    const std::function<bool(absl::string_view name)>& is_leftover);
+
+// The users with a snapshot root under `base`: each N of a real folder
+// <base>/elastrun-N owned by uid N. Empty when `base` cannot be listed.
+std::vector<uid_t> SnapshotUsers(const std::string& base);
 
 }  // namespace elastrun::launcher
 

@@ -210,6 +210,28 @@ TEST_F(SnapshotDirTest, FolderOfAnotherUserIsRefused) {
   EXPECT_TRUE(Exists(root_ + "/job"));
 }
 
+TEST_F(SnapshotDirTest, RootMakesTheFolderOfTheJobsOwner) {
+  if (geteuid() != 0) GTEST_SKIP() << "only root makes folders for another user";
+  absl::StatusOr<std::string> dir = CreateSnapshotDir(base_, "job", 4242, 4243);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string theirs = SnapshotUserRoot(base_, 4242);
+  EXPECT_EQ(*dir, theirs + "/job");
+  for (const std::string& level : {theirs, *dir}) {
+    struct stat st;
+    ASSERT_EQ(lstat(level.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 4242u) << level;
+    EXPECT_EQ(st.st_gid, 4243u) << level;
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << level;
+  }
+  // Adopted again (the next round), and never handed to another user.
+  EXPECT_TRUE(CreateSnapshotDir(base_, "job", 4242, 4243).ok());
+  ASSERT_EQ(rename(theirs.c_str(), SnapshotUserRoot(base_, 4244).c_str()), 0);
+  absl::StatusOr<std::string> other = CreateSnapshotDir(base_, "job", 4244, 4244);
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(other.status().message(),
+              HasSubstr("belongs to uid 4242, not to uid 4244"));
+}
+
 TEST_F(SnapshotDirTest, RemoveDeletesFilesAndFoldersButNotLinkTargets) {
   absl::StatusOr<std::string> dir = CreateSnapshotDir(base_, "job");
   ASSERT_TRUE(dir.ok()) << dir.status();

@@ -49,7 +49,9 @@ int StandbyPool::MakeSetCgroup() {
 }
 
 void StandbyPool::Fill(const std::vector<std::string>& argv,
-                       const std::vector<std::string>& env, size_t n) {
+                       const std::vector<std::string>& env, size_t n,
+                       const std::string& cwd,
+                       const std::optional<ProcessCredentials>& run_as) {
   if (!empty()) return;
   const int cgroup_fd = MakeSetCgroup();
   for (size_t i = 0; i < n; ++i) {
@@ -63,6 +65,8 @@ void StandbyPool::Fill(const std::vector<std::string>& argv,
     p.process_group = set_.pgid;
     p.niceness = StandbyNiceness();
     p.cgroup_procs_fd = cgroup_fd;
+    p.cwd = cwd;
+    p.run_as = run_as;
     auto spawned = processes_->Spawn(p);
     close(fds[1]);
     if (!spawned.ok()) {
@@ -79,13 +83,18 @@ void StandbyPool::Fill(const std::vector<std::string>& argv,
   }
   argv_ = argv;
   env_ = env;
+  cwd_ = cwd;
+  run_as_ = run_as;
 }
 
-std::optional<StandbySet> StandbyPool::Take(const std::vector<std::string>& argv,
-                                            const std::vector<std::string>& env,
-                                            size_t n) {
+std::optional<StandbySet> StandbyPool::Take(
+    const std::vector<std::string>& argv, const std::vector<std::string>& env, size_t n,
+    const std::string& cwd, const std::optional<ProcessCredentials>& run_as) {
   ReapDead();  // a standby may have died since the last look
-  if (set_.workers.size() != n || argv != argv_ || env != env_) return std::nullopt;
+  if (set_.workers.size() != n || argv != argv_ || env != env_ || cwd != cwd_ ||
+      run_as != run_as_) {
+    return std::nullopt;
+  }
   StandbySet taken = std::move(set_);
   set_ = StandbySet{};
   return taken;
@@ -136,6 +145,8 @@ void StandbyPool::Discard() {
   set_ = StandbySet{};
   argv_.clear();
   env_.clear();
+  cwd_.clear();
+  run_as_.reset();
 }
 
 }  // namespace elastrun::launcher

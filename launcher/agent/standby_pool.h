@@ -51,13 +51,19 @@ class StandbyPool {
 
   // Starts `n` standbys running `argv` with `env` (at a lower priority, where
   // it can be raised again, so their start-up yields to the running
-  // attempt). Only when the pool is empty; on any spawn failure none is kept.
+  // attempt), in folder `cwd` (empty: the launcher's) as user `run_as`
+  // (unset: the launcher's). Only when the pool is empty; on any spawn
+  // failure none is kept.
   void Fill(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            size_t n);
+            size_t n, const std::string& cwd = "",
+            const std::optional<ProcessCredentials>& run_as = std::nullopt);
 
-  // Hands over the set if it runs `argv` with `env` and has `n` workers.
-  std::optional<StandbySet> Take(const std::vector<std::string>& argv,
-                                 const std::vector<std::string>& env, size_t n);
+  // Hands over the set if it runs `argv` with `env` and has `n` workers, in
+  // `cwd` as `run_as`: a set of another user is never handed to a job.
+  std::optional<StandbySet> Take(
+      const std::vector<std::string>& argv, const std::vector<std::string>& env, size_t n,
+      const std::string& cwd = "",
+      const std::optional<ProcessCredentials>& run_as = std::nullopt);
 
   // Reaps standbys that died (call on SIGCHLD): a set with a dead member is
   // useless, and is discarded.
@@ -84,6 +90,8 @@ class StandbyPool {
   StandbySet set_;
   std::vector<std::string> argv_;
   std::vector<std::string> env_;
+  std::string cwd_;
+  std::optional<ProcessCredentials> run_as_;
 };
 
 }  // namespace elastrun::launcher

@@ -2,9 +2,13 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <optional>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -38,6 +42,31 @@ TEST_F(StandbyPoolTest, HandsTheSetOnlyToTheSameProgram) {
   ASSERT_EQ(set->workers.size(), 2u);
   EXPECT_EQ(set->pgid, set->workers[0].pid) << "one group of their own";
   // The taker owns them now: end them as an attempt would.
+  ASSERT_TRUE(processes_->SignalGroup(set->pgid, SIGKILL).ok());
+  for (const StandbyWorker& w : set->workers) {
+    for (int fd : {w.control, w.stdout_fd, w.stderr_fd}) close(fd);
+    int status;
+    EXPECT_EQ(waitpid(w.pid, &status, 0), w.pid);
+  }
+}
+
+TEST_F(StandbyPoolTest, SetOfAnotherUserOrFolderIsNeverHandedOver) {
+  const bool root = geteuid() == 0;
+  std::optional<ProcessCredentials> nobody;
+  if (root) nobody = ProcessCredentials{65534, 65534, {65534}};
+  StandbyPool pool(processes_.get());
+  pool.Fill(kArgv, kEnv, 1, "/", nobody);
+  ASSERT_FALSE(pool.empty());
+  if (root) {
+    // It runs as that user.
+    struct stat st;
+    ASSERT_EQ(stat(("/proc/" + std::to_string(pool.set().workers[0].pid)).c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 65534u);
+    EXPECT_FALSE(pool.Take(kArgv, kEnv, 1, "/", std::nullopt).has_value());
+  }
+  EXPECT_FALSE(pool.Take(kArgv, kEnv, 1, "/tmp", nobody).has_value());
+  auto set = pool.Take(kArgv, kEnv, 1, "/", nobody);
+  ASSERT_TRUE(set.has_value());
   ASSERT_TRUE(processes_->SignalGroup(set->pgid, SIGKILL).ok());
   for (const StandbyWorker& w : set->workers) {
     for (int fd : {w.control, w.stdout_fd, w.stderr_fd}) close(fd);

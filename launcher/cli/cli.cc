@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <tuple>
 
@@ -18,6 +19,8 @@
 #include "common/tls.h"
 #include "launcher/cli/commands.h"
 #include "launcher/cli/run.h"
+
+extern char** environ;
 
 namespace elastrun::launcher {
 namespace {
@@ -118,7 +121,15 @@ constexpr FlagInfo kSubmitFlags[] = {
     {"--nproc-per-node", "N", "workers per node, one slot each (default 1)"},
     {"--max-restarts", "K", "failure-caused restarts for the job (default 0)"},
     {"--env", "NAME=VALUE", "extra worker environment (repeatable)", true},
-    {"--working-dir", "DIR", "worker's working directory on its node"},
+    {"--working-dir", "DIR",
+     "workers' working folder on their nodes (default: the\n"
+     "job file's working_dir, else the current folder)"},
+    {"--export", "ALL|NONE|VAR[=VALUE],...",
+     "workers' environment, as Slurm's --export: ALL (default)\n"
+     "this shell's whole environment, but elastrun's tokens\n"
+     "and credentials; NONE the node daemon's; VAR,VAR=VALUE\n"
+     "the daemon's plus these (ALL in the list: all plus\n"
+     "these). --env and the job file's env come on top"},
     {"--last-call-timeout", "DUR",
      "after MIN nodes joined, wait this long for more (1s)"},
     {"--join-timeout", "DUR", "a round below MIN this long fails the job (600s)"},
@@ -481,6 +492,16 @@ CliContext RealCliContext() {
     const char* v = std::getenv(name.c_str());
     if (v == nullptr) return std::nullopt;
     return std::string(v);
+  };
+  ctx.environment = [] {
+    std::vector<std::string> all;
+    for (char** e = environ; *e != nullptr; ++e) all.emplace_back(*e);
+    return all;
+  };
+  ctx.cwd = []() -> std::string {
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::current_path(ec);
+    return ec ? std::string() : p.string();
   };
   ctx.connect = [](const ServiceOptions& o) { return NewGrpcJobsClient(o); };
   ctx.sleep = [](absl::Duration d) { absl::SleepFor(d); };

@@ -43,6 +43,12 @@ int ExitCodeFor(const absl::Status& status);
 struct CliContext {
   // Environment lookup (ELASTRUN_RENDEZVOUS, ELASTRUN_TOKEN).
   std::function<std::optional<std::string>(const std::string&)> env;
+  // The whole environment ("NAME=value"), for `submit --export`; empty:
+  // none.
+  std::function<std::vector<std::string>()> environment;
+  // The current folder, `submit`'s default working folder; empty function
+  // or result: none (the node daemon's).
+  std::function<std::string()> cwd;
   // Opens a client for the resolved options.
   std::function<std::unique_ptr<JobsClient>(const ServiceOptions&)> connect;
   // `wait` polls with these: time, and a pause between two polls.

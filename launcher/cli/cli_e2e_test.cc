@@ -264,7 +264,7 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   for (const char* id : {"n1", "n2"}) {
     absl::StatusOr<std::unique_ptr<testing::Subprocess>> d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", id, "--slots",
-         "2", "--log-dir", logs + "/" + id},
+         "2", "--state-dir", logs + "/state-" + id, "--log-dir", logs + "/" + id},
         {"ELASTRUN_SNAPSHOT_BASE=" + logs});  // off the real /dev/shm
     ASSERT_TRUE(d.ok()) << d.status();
     daemons.push_back(*std::move(d));
@@ -344,7 +344,7 @@ TEST_F(CliE2eTest, AJobNoNodeCanHoldIsRefusedAndWaitingForNodesBlocksNoOne) {
   absl::StatusOr<std::unique_ptr<testing::Subprocess>> daemon =
       testing::Subprocess::Start(
           {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", "node-a",
-           "--slots", "1", "--log-dir", dir + "/logs"},
+           "--slots", "1", "--state-dir", dir + "/state", "--log-dir", dir + "/logs"},
           {"ELASTRUN_SNAPSHOT_BASE=" + dir});  // off the real /dev/shm
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   RunResult wait = Cli({"wait", id(first), "--timeout", "120"});

@@ -148,6 +148,32 @@ TEST_F(CliTest, SubmitFromFlagsPrintsOnlyTheId) {
   EXPECT_TRUE(service_.submitted[1].wait_for_nodes());
 }
 
+TEST_F(CliTest, SubmitSendsItsFolderAndEnvironment) {
+  ctx_.cwd = [] { return std::string("/home/u/project"); };
+  ctx_.environment = [] {
+    return std::vector<std::string>{"MYVAR=1", "ELASTRUN_TOKEN=secret"};
+  };
+  ASSERT_EQ(Run("submit", {"--env", "A=2", "--", "python3", "train.py"}), 0)
+      << err_.str();
+  ASSERT_EQ(service_.submitted.size(), 1u);
+  const v1::JobSpec& all = service_.submitted[0];
+  EXPECT_EQ(all.working_dir(), "/home/u/project");
+  EXPECT_TRUE(all.replace_env());
+  EXPECT_THAT(all.env(), ::testing::UnorderedElementsAre(::testing::Pair("MYVAR", "1"),
+                                                         ::testing::Pair("A", "2")));
+
+  ASSERT_EQ(Run("submit", {"--export", "NONE", "--working-dir", "/data", "--", "x"}), 0)
+      << err_.str();
+  ASSERT_EQ(service_.submitted.size(), 2u);
+  EXPECT_EQ(service_.submitted[1].working_dir(), "/data");
+  EXPECT_FALSE(service_.submitted[1].replace_env());
+  EXPECT_TRUE(service_.submitted[1].env().empty());
+
+  EXPECT_EQ(Run("submit", {"--export", "NONE,X", "--", "x"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("elastrun submit: --export: \"NONE\""));
+  EXPECT_EQ(service_.submitted.size(), 2u);
+}
+
 TEST_F(CliTest, SubmitFromFileWithOverrides) {
   EXPECT_EQ(
       Run("submit", {std::string(ELASTRUN_CONFIGS_DIR) + "/jobs/fashion_mnist_mlp.yaml",

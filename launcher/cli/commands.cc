@@ -164,6 +164,17 @@ absl::StatusOr<v1::JobSpec> SpecFromArgs(const ParsedArgs& a) {
 
 int Submit(const ParsedArgs& a, const CliContext& ctx) {
   absl::StatusOr<v1::JobSpec> spec = SpecFromArgs(a);
+  if (spec.ok()) {
+    // Workers run where the submitter stands, with what it exported, as
+    // with Slurm: `submit -- python3 train.py` from a project folder works.
+    const auto it = a.flags.find("--export");
+    const std::string value = it == a.flags.end() ? "ALL" : it->second.back();
+    const absl::Status exported = ApplyExport(
+        value, ctx.environment ? ctx.environment() : std::vector<std::string>(), &*spec);
+    if (!exported.ok()) spec = exported;
+  }
+  if (spec.ok() && spec->working_dir().empty() && ctx.cwd)
+    spec->set_working_dir(ctx.cwd());
   // Whatever went wrong locally (a missing file included) is the caller's
   // input: a usage error, nothing sent.
   if (!spec.ok()) return Fail(a, ctx, spec.status(), kExitUsage);

@@ -2,12 +2,15 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/config/config.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -320,6 +323,58 @@ absl::StatusOr<v1::JobSpec> ApplySpecFlags(const SpecFlags& flags, v1::JobSpec s
         "the program name (the word after \"--\") is empty");
   }
   return spec;
+}
+
+namespace {
+
+// A variable `submit --export ALL` never sends: the credentials elastrun
+// itself reads are the submitter's, not the workers'.
+bool IsElastrunSecret(absl::string_view name) {
+  return absl::StartsWith(name, "ELASTRUN_") &&
+         (absl::StrContains(name, "TOKEN") || absl::StrContains(name, "CREDENTIAL"));
+}
+
+}  // namespace
+
+absl::Status ApplyExport(const std::string& value,
+                         const std::vector<std::string>& environment, v1::JobSpec* spec) {
+  std::map<std::string, std::string> submitter;  // the submitter's, by name
+  for (const std::string& e : environment) {
+    const size_t eq = e.find('=');
+    if (eq != std::string::npos) submitter.emplace(e.substr(0, eq), e.substr(eq + 1));
+  }
+  std::map<std::string, std::string> exported;
+  bool all = value.empty();
+  if (value == "NONE") return absl::OkStatus();
+  for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+    const size_t eq = item.find('=');
+    const std::string name(item.substr(0, eq));
+    if (name == "ALL" && eq == absl::string_view::npos) {
+      all = true;
+      continue;
+    }
+    if (!IsEnvName(name) || name == "NONE") {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--export: \"%s\" is not ALL, NONE (alone), VAR or VAR=VALUE with VAR in "
+          "[A-Za-z_][A-Za-z0-9_]*",
+          absl::CHexEscape(item)));
+    }
+    if (eq != absl::string_view::npos) {
+      exported[name] = std::string(item.substr(eq + 1));
+    } else if (auto it = submitter.find(name); it != submitter.end()) {
+      exported[name] = it->second;
+    }
+  }
+  if (all) {
+    for (const auto& [name, v] : submitter) {
+      if (IsEnvName(name) && !IsElastrunSecret(name)) exported.emplace(name, v);
+    }
+    spec->set_replace_env(true);
+  }
+  for (const auto& [name, v] : spec->env()) exported[name] = v;  // the spec's own win
+  spec->mutable_env()->clear();
+  spec->mutable_env()->insert(exported.begin(), exported.end());
+  return absl::OkStatus();
 }
 
 }  // namespace elastrun::launcher

@@ -70,6 +70,20 @@ struct SpecFlags {
 absl::StatusOr<v1::JobSpec> ApplySpecFlags(const SpecFlags& flags, v1::JobSpec spec,
                                            bool from_file);
 
+// `elastrun submit --export VALUE` (Slurm's --export): which environment
+// the workers get. "ALL" (also "", the default): the submitter's whole
+// `environment` ("NAME=value" entries) but elastrun's secrets
+// (ELASTRUN_TOKEN, ELASTRUN_TOKEN_FILE, ELASTRUN_CREDENTIAL, any ELASTRUN_*
+// naming a TOKEN or CREDENTIAL) and names that are not [A-Za-z_][A-Za-z0-9_]*,
+// as the workers' whole environment (spec.replace_env). "NONE": the node
+// daemon's environment (spec unchanged). "VAR,VAR=value,...": the daemon's
+// environment plus those variables, VAR from `environment` (skipped when
+// unset there), VAR=value as given; "ALL" in the list adds the whole
+// environment. In every case the spec's own env (job file, --env) wins.
+// Errors (InvalidArgument) name --export and the bad item.
+absl::Status ApplyExport(const std::string& value,
+                         const std::vector<std::string>& environment, v1::JobSpec* spec);
+
 // The defaults a spec built from flags starts from: 1 node, 1 worker, no
 // restarts.
 v1::JobSpec DefaultJobSpec();

@@ -1,6 +1,8 @@
 #include "launcher/cli/spec.h"
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -228,6 +230,69 @@ TEST(CliSpecTest, FlagsOverrideAJobFile) {
   EXPECT_THAT(s->argv(), ElementsAre("x"));
   f.program = {"y"};
   EXPECT_THAT(ErrorOf(ApplySpecFlags(f, *file, true)), HasSubstr("not both"));
+}
+
+v1::JobSpec WithEnv(std::map<std::string, std::string> env) {
+  v1::JobSpec spec;
+  spec.mutable_env()->insert(env.begin(), env.end());
+  return spec;
+}
+
+std::map<std::string, std::string> EnvOf(const v1::JobSpec& spec) {
+  return std::map<std::string, std::string>(spec.env().begin(), spec.env().end());
+}
+
+const std::vector<std::string> kSubmitter = {"PATH=/usr/bin",
+                                             "MYVAR=mine",
+                                             "ELASTRUN_TOKEN=secret",
+                                             "ELASTRUN_TOKEN_FILE=/t",
+                                             "ELASTRUN_CREDENTIAL=c",
+                                             "ELASTRUN_MY_TOKEN=x",
+                                             "BASH_FUNC_f%%=() { :; }",
+                                             "ELASTRUN_RENDEZVOUS=h:1",
+                                             "A=submitter"};
+
+TEST(CliSpecTest, ExportAllSendsTheWholeEnvironmentButElastrunSecrets) {
+  for (const std::string value : {"ALL", ""}) {
+    v1::JobSpec spec = WithEnv({{"A", "flag"}});
+    ASSERT_TRUE(ApplyExport(value, kSubmitter, &spec).ok());
+    EXPECT_TRUE(spec.replace_env());
+    EXPECT_EQ(EnvOf(spec), (std::map<std::string, std::string>{
+                               {"A", "flag"},  // --env / the job file win
+                               {"ELASTRUN_RENDEZVOUS", "h:1"},
+                               {"MYVAR", "mine"},
+                               {"PATH", "/usr/bin"}}));
+  }
+}
+
+TEST(CliSpecTest, ExportNoneKeepsTheDaemonsEnvironment) {
+  v1::JobSpec spec = WithEnv({{"A", "flag"}});
+  ASSERT_TRUE(ApplyExport("NONE", kSubmitter, &spec).ok());
+  EXPECT_FALSE(spec.replace_env());
+  EXPECT_EQ(EnvOf(spec), (std::map<std::string, std::string>{{"A", "flag"}}));
+}
+
+TEST(CliSpecTest, ExportListAddsNamedVariablesToTheDaemons) {
+  v1::JobSpec spec = WithEnv({{"A", "flag"}});
+  ASSERT_TRUE(ApplyExport("MYVAR,UNSET_HERE,B=given,A=list", kSubmitter, &spec).ok());
+  EXPECT_FALSE(spec.replace_env());
+  EXPECT_EQ(EnvOf(spec), (std::map<std::string, std::string>{
+                             {"A", "flag"}, {"B", "given"}, {"MYVAR", "mine"}}));
+  // ALL in a list: everything, plus the values given.
+  v1::JobSpec all;
+  ASSERT_TRUE(ApplyExport("ALL,EDITOR=vi", kSubmitter, &all).ok());
+  EXPECT_TRUE(all.replace_env());
+  EXPECT_EQ(EnvOf(all).at("EDITOR"), "vi");
+  EXPECT_EQ(EnvOf(all).count("ELASTRUN_TOKEN"), 0u);
+}
+
+TEST(CliSpecTest, ExportErrorsNameTheFlagAndTheItem) {
+  for (const std::string bad : {"NONE,MYVAR", "1X", "A-B=1", "=x"}) {
+    v1::JobSpec spec;
+    absl::Status st = ApplyExport(bad, kSubmitter, &spec);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << bad;
+    EXPECT_THAT(st.message(), HasSubstr("--export: \"")) << bad;
+  }
 }
 
 }  // namespace

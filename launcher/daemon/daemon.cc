@@ -4,16 +4,18 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "glog/logging.h"
 #include "common/files.h"
+#include "glog/logging.h"
 #include "launcher/agent/attempt.h"
-#include "launcher/round/context.h"
 #include "launcher/agent/port.h"
+#include "launcher/daemon/worker_user.h"
+#include "launcher/round/context.h"
 #include "launcher/round/failure.h"
 #include "rendezvous/codec.h"
 
@@ -238,13 +240,18 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
   group.max_restarts = start.max_restarts();
   group.agent_socket = options_.agent_socket;
   ending_.erase(start.job_id());  // the job is (back) here
-  group.snapshot_dir = snapshots_.FolderFor(start.job_id());
   const rendezvous::RoundAssignment round = rendezvous::FromProto(a);
   const AttemptContext ctx =
       ContextFor(start.job_id(), round, *round.Find(options_.node_id), attempt_dir);
-  absl::Status made;
-  for (int local = 0; local < group.nproc_per_node && made.ok(); ++local) {
-    made = MakeDirs(absl::StrCat(attempt_dir, "/", local));
+  const std::string cwd = start.spec().working_dir().empty() ? options_.working_dir
+                                                             : start.spec().working_dir();
+  absl::StatusOr<WorkerUser> user = ResolveWorkerUser(
+      start.spec(), start.job_id(), options_.node_id, geteuid(), getegid());
+  absl::Status made = user.status();
+  if (made.ok()) made = CheckWorkingDir(cwd, start.job_id(), options_.node_id);
+  if (made.ok()) {
+    made = MakeAttemptFolders(options_.log_dir, start.job_id(), attempt_dir,
+                              group.nproc_per_node, *user);
   }
   if (!made.ok()) {
     reports_.push_back(FailureReport(
@@ -254,12 +261,16 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
                           /*cannot_start=*/true)));
     return std::nullopt;
   }
-  std::vector<std::string> env = options_.base_env;
-  for (const auto& [name, value] : start.spec().env()) env.push_back(name + "=" + value);
-  AttemptSpec spec = BuildAttempt(group, ctx, env);
-  const std::string cwd =
-      start.spec().working_dir().empty() ? options_.working_dir : start.spec().working_dir();
-  for (WorkerSpec& w : spec.workers) w.process.cwd = cwd;
+  group.snapshot_dir = snapshots_.FolderFor(start.job_id(), user->uid, user->gid);
+  AttemptSpec spec =
+      BuildAttempt(group, ctx, WorkerBaseEnv(options_.base_env, start.spec(), *user));
+  for (WorkerSpec& w : spec.workers) {
+    w.process.cwd = cwd;
+    w.process.run_as = user->run_as;
+  }
+  spec.standby_cwd = cwd;
+  spec.standby_run_as = user->run_as;
+  spec.new_log_files = true;  // in folders made just now: nothing may be there
   if (options_.on_output_line) {
     // Tagged here, per attempt: lines of several jobs interleave.
     spec.on_output_line = [hook = options_.on_output_line, job = start.job_id(),

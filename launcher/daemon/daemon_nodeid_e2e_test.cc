@@ -58,7 +58,8 @@ class DaemonNodeIdE2eTest : public ::testing::Test {
   testing::Subprocess& StartDaemon() {
     auto d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
-         "--slots", "2", "--log-dir", dir_ + "/logs", "--shutdown-timeout", "10s"},
+         "--slots", "2", "--state-dir", dir_ + "/state-n1", "--log-dir", dir_ + "/logs",
+         "--shutdown-timeout", "10s"},
         {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
     EXPECT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));
@@ -104,7 +105,7 @@ TEST_F(DaemonNodeIdE2eTest, SecondDaemonWithTheNodeIdExitsAndTheFirstFinishesIts
                 "(node \"n1\" is held by another daemon at 127.0.0.1 (incarnation "));
   EXPECT_THAT(second.Output(), HasSubstr("lease expires in"));
   // It touched nothing of the first daemon's.
-  EXPECT_TRUE(FileExists(dir_ + "/logs/agent.sock"));
+  EXPECT_TRUE(FileExists(dir_ + "/state-n1/agent.sock"));
   EXPECT_TRUE(FileExists(folder));
 
   FILE* go = std::fopen((dir_ + "/go").c_str(), "w");

@@ -77,7 +77,8 @@ class DaemonSnapshotsE2eTest : public ::testing::Test {
   void StartDaemon() {
     auto d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
-         "--slots", "2", "--log-dir", dir_ + "/logs", "--shutdown-timeout", "10s"},
+         "--slots", "2", "--state-dir", dir_ + "/state-n1", "--log-dir", dir_ + "/logs",
+         "--shutdown-timeout", "10s"},
         {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);

@@ -170,5 +170,28 @@ TEST(JobSnapshotsTest, LeftoversOfThisNodeGoAndEverythingElseStays) {
   EXPECT_EQ(none.FolderFor("j"), "");
 }
 
+TEST(JobSnapshotsTest, RootRemovesTheLeftoversOfTheOwnersItRanJobsFor) {
+  if (geteuid() != 0) GTEST_SKIP() << "only a root daemon runs other users' jobs";
+  const std::string base = testing::MakeTempDir("job_snapshots_owners");
+  const std::string theirs = absl::StrCat(base, "/elastrun-4242");
+  JobSnapshots node(base, "n1");
+  ASSERT_EQ(node.FolderFor("old", 4242, 4242), theirs + "/old@n1");
+  JobSnapshots other_node(base, "n2");
+  ASSERT_FALSE(other_node.FolderFor("old", 4242, 4242).empty());
+  // A folder named like a user's root that the user does not own is not one.
+  const std::string fake = absl::StrCat(base, "/elastrun-4243");
+  ASSERT_EQ(mkdir(fake.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((fake + "/old@n1").c_str(), 0700), 0);
+
+  JobSnapshots restarted(base, "n1");
+  const std::string live = restarted.FolderFor("live", 4242, 4242);
+  absl::StatusOr<std::vector<std::string>> removed = restarted.RemoveLeftovers();
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_THAT(*removed, ElementsAre(theirs + "/old@n1"));
+  EXPECT_TRUE(Exists(live));
+  EXPECT_TRUE(Exists(theirs + "/old@n2"));
+  EXPECT_TRUE(Exists(fake + "/old@n1"));
+}
+
 }  // namespace
 }  // namespace elastrun::launcher

@@ -3,7 +3,9 @@
 // ends and what the service answers.
 #include "launcher/daemon/daemon.h"
 
+#include <pwd.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <deque>
 #include <functional>
@@ -24,6 +26,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 class DaemonTest : public ::testing::Test {
  protected:
@@ -191,6 +194,46 @@ TEST_F(DaemonTest, LogFolderThatCannotBeMadeIsReportedAsAFailure) {
   ASSERT_EQ(client_.reports.size(), 1u);
   EXPECT_EQ(client_.reports[0].failure().exit_code(), 127);
   EXPECT_THAT(client_.reports[0].failure().message(), ::testing::HasSubstr("/proc"));
+}
+
+TEST_F(DaemonTest, AttemptRunsInTheJobsFolderAsItsOwnerWithFreshLogs) {
+  v1::Command c = Start("j-1", 0);
+  v1::JobSpec* spec = c.mutable_start()->mutable_spec();
+  spec->set_working_dir("/");
+  spec->set_replace_env(true);
+  const bool root = geteuid() == 0 && getpwuid(65534) != nullptr;
+  if (root) {
+    spec->mutable_owner()->set_uid(65534);
+    spec->mutable_owner()->set_gid(65534);
+  }
+  daemon_->OnCommand(c);
+  ASSERT_EQ(runner_.started.size(), 1u) << client_.reports.size();
+  const AttemptSpec& a = runner_.started[0].spec;
+  EXPECT_TRUE(a.new_log_files);
+  EXPECT_EQ(a.standby_cwd, "/");
+  for (const WorkerSpec& w : a.workers) {
+    EXPECT_EQ(w.process.cwd, "/");
+    EXPECT_EQ(w.process.run_as.has_value(), root);
+    EXPECT_EQ(a.standby_run_as.has_value(), root);
+    if (root) {
+      EXPECT_EQ(w.process.run_as->uid, 65534u);
+    }
+    // replace_env: the spec's environment only (and the contract's).
+    EXPECT_THAT(w.process.env, Contains("EXTRA=1"));
+    EXPECT_THAT(w.process.env, Not(Contains("PATH=/usr/bin")));
+  }
+}
+
+TEST_F(DaemonTest, AttemptOfAnUnknownOwnerOrMissingFolderCannotStart) {
+  v1::Command c = Start("j-1", 0);
+  c.mutable_start()->mutable_spec()->set_working_dir("/nonexistent/project");
+  daemon_->OnCommand(c);
+  EXPECT_THAT(runner_.started, IsEmpty());
+  ASSERT_EQ(client_.reports.size(), 1u);
+  EXPECT_THAT(
+      client_.reports[0].failure().message(),
+      ::testing::HasSubstr("working folder /nonexistent/project of job j-1 is missing "
+                           "on node b"));
 }
 
 TEST_F(DaemonTest, AttemptStartIsAnnouncedWithJobAndRound) {

@@ -79,9 +79,10 @@ class Cluster {
   void StartDaemon(const std::vector<std::string>& prefix = {}) {
     const std::string id = absl::StrCat("node", daemons_.size());
     std::vector<std::string> argv = prefix;
-    argv.insert(argv.end(), {testing::BinDir() + "/elastrund", "--rendezvous", address_,
-                             "--node-id", id, "--slots", "2", "--log-dir",
-                             absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s"});
+    argv.insert(argv.end(),
+                {testing::BinDir() + "/elastrund", "--rendezvous", address_, "--node-id",
+                 id, "--slots", "2", "--state-dir", absl::StrCat(dir_, "/state-", id),
+                 "--log-dir", absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s"});
     if (!token_file_.empty()) argv.insert(argv.end(), {"--token-file", token_file_});
     auto d = testing::Subprocess::Start(argv, {marker_});
     ASSERT_TRUE(d.ok()) << d.status();
@@ -121,6 +122,12 @@ class Cluster {
     spec.clear_argv();
     spec.add_argv(testing::BinDir() + "/elastrun-test-worker");
     for (const std::string& a : worker_args) spec.add_argv(a);
+    return SubmitSpec(spec);
+  }
+
+  // Submits `spec` as it is; returns the job id (empty, after a failed
+  // expectation, when refused).
+  std::string SubmitSpec(const v1::JobSpec& spec) {
     v1::SubmitRequest r;
     *r.mutable_spec() = spec;
     grpc::ClientContext ctx;

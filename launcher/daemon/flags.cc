@@ -1,5 +1,6 @@
 #include "launcher/daemon/flags.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -19,10 +20,19 @@ reporting how each attempt ends. Workers keep running while the service is
 away; the daemon reconnects and re-registers.
 )";
 
-constexpr char kFooter[] = R"(DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
+constexpr char kFooter[] =
+    R"(DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
 On SIGINT/SIGTERM/SIGHUP/SIGQUIT the daemon stops its workers (the signal,
 then SIGKILL after the grace), and exits with 128+signal; the service sees
 the node leave and re-forms the job without it.
+The state folder (--state-dir) is the daemon's own: made 0700 (0711 for a
+root daemon, so that workers of other users reach their folders in it); an
+existing one that is a symlink, belongs to another user or is writable by
+others is refused (exit 1). Worker logs and the agent socket live in it;
+new log folders and files are never reused or written through a link.
+A root daemon runs a job's workers as the job's owner (uid, gid, the user's
+groups, HOME/USER/LOGNAME), in the job's working folder; a non-root daemon
+runs only its own user's jobs.
 Snapshots live in BASE/elastrun-UID/JOB@NODE/ (BASE: $ELASTRUN_SNAPSHOT_BASE,
 else /dev/shm, else $XDG_RUNTIME_DIR, else $TMPDIR), one per job, removed when
 the job ends or leaves this node; at start the daemon removes its own leftovers.
@@ -59,10 +69,17 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
       ->type_name("ADDR");
   app->add_option("--labels", raw->labels, "labels shown by `elastrun nodes`.")
       ->type_name("K=V,...");
+  app->add_option("--state-dir", f->state_dir,
+                  "the daemon's own folder: logs and the agent socket\n"
+                  "(default: /var/lib/elastrund/<node id> as root, else\n"
+                  "$XDG_STATE_HOME/elastrund/<node id>, else\n"
+                  "~/.local/state/elastrund/<node id>). Must belong to\n"
+                  "the daemon's user and be writable by no one else.")
+      ->type_name("DIR");
   app->add_option("--log-dir", f->log_dir,
                   "worker logs: DIR/<job>/attempt_<round>/<local_rank>/\n"
-                  "{stdout,stderr}.log and error.json\n"
-                  "(default: /tmp/elastrund-<node id>).")
+                  "{stdout,stderr}.log and error.json, under the same\n"
+                  "rules as --state-dir (default: <state dir>/logs).")
       ->type_name("DIR");
   CLI::Option* token =
       app->add_option("--token", f->token,
@@ -108,7 +125,7 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
 
 // The checks CLI11 does not know: values, the environment's fallbacks.
 absl::Status Finish(const Raw& raw, const EnvLookup& env, const std::string& hostname,
-                    DaemonFlags* f) {
+                    bool is_root, DaemonFlags* f) {
   if (f->rendezvous.empty()) {
     if (auto v = env("ELASTRUN_RENDEZVOUS"); v) f->rendezvous = *v;
   }
@@ -156,19 +173,44 @@ absl::Status Finish(const Raw& raw, const EnvLookup& env, const std::string& hos
     if (!d.ok()) return d.status();
     f->shutdown_timeout = *d;
   }
-  if (f->log_dir.empty()) f->log_dir = "/tmp/elastrund-" + f->node_id;
+  if (f->state_dir.empty()) f->state_dir = DefaultStateDir(f->node_id, is_root, env);
+  if (f->log_dir.empty()) f->log_dir = f->state_dir + "/logs";
   return absl::OkStatus();
 }
 
 }  // namespace
 
-std::optional<int> ParseDaemonFlags(const std::vector<std::string>& args, const EnvLookup& env,
-                                    const std::string& hostname, std::ostream& out,
-                                    std::ostream& err, DaemonFlags* flags) {
+std::string DefaultStateDir(const std::string& node_id, bool is_root,
+                            const EnvLookup& env) {
+  // One path component: never a subfolder, never "." or "..".
+  std::string node = node_id;
+  for (char& c : node) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
+        c != '-') {
+      c = '_';
+    }
+  }
+  if (node.find_first_not_of('.') == std::string::npos) node = "_" + node;
+  if (is_root) return "/var/lib/elastrund/" + node;
+  auto set = [&](const char* name) -> std::optional<std::string> {
+    std::optional<std::string> v = env(name);
+    // The XDG spec: a relative value is invalid and ignored.
+    if (v && absl::StartsWith(*v, "/")) return v;
+    return std::nullopt;
+  };
+  if (auto v = set("XDG_STATE_HOME")) return absl::StrCat(*v, "/elastrund/", node);
+  if (auto v = set("HOME")) return absl::StrCat(*v, "/.local/state/elastrund/", node);
+  return "/tmp/elastrund-" + node;
+}
+
+std::optional<int> ParseDaemonFlags(const std::vector<std::string>& args,
+                                    const EnvLookup& env, const std::string& hostname,
+                                    bool is_root, std::ostream& out, std::ostream& err,
+                                    DaemonFlags* flags) {
   Raw raw;
   std::unique_ptr<CLI::App> app = NewDaemonApp(flags, &raw);
   if (std::optional<int> exit = flags::Parse(*app, args, out, err)) return exit;
-  if (absl::Status st = Finish(raw, env, hostname, flags); !st.ok()) {
+  if (absl::Status st = Finish(raw, env, hostname, is_root, flags); !st.ok()) {
     err << flags::UsageError(kBinary, std::string(st.message()));
     return flags::kExitUsage;
   }

@@ -28,7 +28,10 @@ struct DaemonFlags {
   std::string advertise_addr;
   // --labels k=v,...
   std::map<std::string, std::string> labels;
-  // --log-dir; default /tmp/elastrund-<node id>.
+  // --state-dir: the daemon's own folder (logs, agent socket); default
+  // DefaultStateDir().
+  std::string state_dir;
+  // --log-dir; default <state dir>/logs.
   std::string log_dir;
   // --token, --token-file, else $ELASTRUN_TOKEN; empty: none.
   std::string token;
@@ -45,14 +48,23 @@ struct DaemonFlags {
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 
+// The state folder when --state-dir is not given: /var/lib/elastrund/<node>
+// for root, else $XDG_STATE_HOME/elastrund/<node>, else
+// $HOME/.local/state/elastrund/<node> (else under /tmp, for a user without
+// a home). <node> is the node id made safe as one path component.
+std::string DefaultStateDir(const std::string& node_id, bool is_root,
+                            const EnvLookup& env);
+
 // Parses `args` (without argv[0]); `env` gives $ELASTRUN_RENDEZVOUS,
-// $ELASTRUN_TOKEN and $ELASTRUN_TLS_*, `hostname` the default node id.
-// Returns an exit code when the program should exit now (0 after --help or
-// --version printed to `out`; 2 after a usage error naming the flag printed
-// to `err`), else std::nullopt with *flags filled.
-std::optional<int> ParseDaemonFlags(const std::vector<std::string>& args, const EnvLookup& env,
-                                    const std::string& hostname, std::ostream& out,
-                                    std::ostream& err, DaemonFlags* flags);
+// $ELASTRUN_TOKEN, $ELASTRUN_TLS_* (and the state folder's default), `hostname` the default
+// node id, `is_root` whether the daemon runs as root. Returns an exit code when
+// the program should exit now (0 after --help or --version printed to
+// `out`; 2 after a usage error naming the flag printed to `err`), else
+// std::nullopt with *flags filled.
+std::optional<int> ParseDaemonFlags(const std::vector<std::string>& args,
+                                    const EnvLookup& env, const std::string& hostname,
+                                    bool is_root, std::ostream& out, std::ostream& err,
+                                    DaemonFlags* flags);
 
 }  // namespace elastrun::launcher
 

@@ -19,7 +19,7 @@ struct Result {
 };
 
 Result Parse(const std::vector<std::string>& args,
-             std::map<std::string, std::string> env = {}) {
+             std::map<std::string, std::string> env = {}, bool is_root = false) {
   std::ostringstream out, err;
   Result r;
   r.code = ParseDaemonFlags(
@@ -29,7 +29,7 @@ Result Parse(const std::vector<std::string>& args,
         if (it == env.end()) return std::nullopt;
         return it->second;
       },
-      "host1", out, err, &r.flags);
+      "host1", is_root, out, err, &r.flags);
   r.out = out.str();
   r.err = err.str();
   return r;
@@ -49,17 +49,41 @@ TEST(DaemonFlagsTest, ValuesDefaultsAndEnvironment) {
   EXPECT_TRUE(r.flags.standby);
   EXPECT_TRUE(r.flags.no_snapshots);
   EXPECT_EQ(r.flags.token, "t");
-  EXPECT_EQ(r.flags.log_dir, "/tmp/elastrund-host1");
+  // No home, not root: the last resort.
+  EXPECT_EQ(r.flags.state_dir, "/tmp/elastrund-host1");
+  EXPECT_EQ(r.flags.log_dir, "/tmp/elastrund-host1/logs");
 
   Result env = Parse({"--node-id", "n2"}, {{"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"}});
   ASSERT_EQ(env.code, std::nullopt) << env.err;
   EXPECT_EQ(env.flags.rendezvous_port, 7);
   EXPECT_EQ(env.flags.slots, 0);  // main's default
   EXPECT_FALSE(env.flags.no_snapshots);
-  EXPECT_EQ(env.flags.log_dir, "/tmp/elastrund-n2");
+  EXPECT_EQ(env.flags.log_dir, "/tmp/elastrund-n2/logs");
   // A flag wins over the environment.
   Result both = Parse({"--rendezvous=127.0.0.1:8"}, {{"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"}});
   EXPECT_EQ(both.flags.rendezvous_port, 8);
+}
+
+TEST(DaemonFlagsTest, StateDirDefaultsByUserAndOverrides) {
+  const std::map<std::string, std::string> env = {{"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"},
+                                                  {"HOME", "/home/u"},
+                                                  {"XDG_STATE_HOME", "/xdg"}};
+  Result root = Parse({"--node-id", "n1"}, env, /*is_root=*/true);
+  ASSERT_EQ(root.code, std::nullopt) << root.err;
+  EXPECT_EQ(root.flags.state_dir, "/var/lib/elastrund/n1");
+  EXPECT_EQ(root.flags.log_dir, "/var/lib/elastrund/n1/logs");
+
+  EXPECT_EQ(Parse({"--node-id", "n1"}, env).flags.state_dir, "/xdg/elastrund/n1");
+  Result home = Parse({"--node-id", "a/b"}, {{"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"},
+                                             {"HOME", "/home/u"},
+                                             {"XDG_STATE_HOME", "relative"}});
+  // A relative XDG_STATE_HOME is ignored; a node id never makes a subfolder.
+  EXPECT_EQ(home.flags.state_dir, "/home/u/.local/state/elastrund/a_b");
+
+  Result given = Parse({"--state-dir", "/s", "--log-dir", "/l"}, env);
+  EXPECT_EQ(given.flags.state_dir, "/s");
+  EXPECT_EQ(given.flags.log_dir, "/l");
+  EXPECT_EQ(Parse({"--state-dir", "/s"}, env).flags.log_dir, "/s/logs");
 }
 
 TEST(DaemonFlagsTest, UsageErrorsNameTheFlagAndExit2) {

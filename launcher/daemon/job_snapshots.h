@@ -9,6 +9,8 @@
 #ifndef ELASTRUN_LAUNCHER_DAEMON_JOB_SNAPSHOTS_H_
 #define ELASTRUN_LAUNCHER_DAEMON_JOB_SNAPSHOTS_H_
 
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -31,6 +33,9 @@ class JobSnapshots {
   // in the log saying why) when it cannot be made: the job's workers then
   // run without ELASTRUN_SNAPSHOT, and the next call tries again.
   std::string FolderFor(const std::string& job);
+  // The same for a job whose workers run as uid:gid (a root daemon running
+  // another user's job): <base>/elastrun-<uid>/<job>@<node>, theirs.
+  std::string FolderFor(const std::string& job, uid_t uid, gid_t gid);
 
   // Removes the folder of `job`, if it has one (a failure is logged).
   void Remove(const std::string& job);
@@ -41,8 +46,10 @@ class JobSnapshots {
   // For a daemon starting up: removes every folder of this node (name
   // ending "@<node>") that no job of this daemon has: the leftovers of an
   // earlier daemon of this node that died without cleaning up. Only real
-  // folders owned by this user. Returns the paths removed; an error names
-  // the path.
+  // folders owned by this user; for a root daemon, also those of every user
+  // it may have run jobs for (each under its own elastrun-<uid>). Returns
+  // the paths removed; an error names the path (the other users' folders
+  // are still tried).
   absl::StatusOr<std::vector<std::string>> RemoveLeftovers();
 
  private:

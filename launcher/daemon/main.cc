@@ -159,8 +159,8 @@ AgentOptions MakeAgentOptions(const DaemonFlags& flags, std::atomic<Daemon*>* ro
   AgentOptions agent_options;
   agent_options.standby = flags.standby;
   agent_options.grace = flags.shutdown_timeout;
-  // Workers report progress on a socket in the log folder (owner-only).
-  agent_options.progress_socket = flags.log_dir + "/agent.sock";
+  // Workers report progress on a socket in the state folder.
+  agent_options.progress_socket = flags.state_dir + "/agent.sock";
   agent_options.on_progress = [router](const elastrun::ProgressReport& report) {
     if (Daemon* d = router->load()) d->OnProgress(report);
   };
@@ -222,6 +222,30 @@ SessionOptions MakeSessionOptions(const DaemonFlags& flags, const std::string& a
   session_options.addr = advertise;
   session_options.slots = flags.slots > 0 ? flags.slots : DefaultSlots();
   return session_options;
+}
+
+// Makes (or checks) the state and log folders: private to the daemon's
+// user, never through a link or in a folder another user made, so that
+// nobody can steer where a root daemon writes. 0711 for root: the workers
+// it runs as other users reach their own folders inside (never list them).
+// Returns exit code 1 after a message naming the folder when one is unsafe.
+std::optional<int> PrepareFolders(const DaemonFlags& flags) {
+  const mode_t mode = geteuid() == 0 ? 0711 : 0700;
+  const std::pair<const char*, std::string> folders[] = {{"--state-dir", flags.state_dir},
+                                                         {"--log-dir", flags.log_dir}};
+  for (const auto& [flag, dir] : folders) {
+    const size_t slash = dir.find_last_of('/');
+    absl::Status made = slash == 0 || slash == std::string::npos
+                            ? absl::OkStatus()
+                            : elastrun::MakeDirs(dir.substr(0, slash));
+    if (made.ok()) made = elastrun::MakePrivateDir(dir, mode, /*must_be_new=*/false);
+    if (!made.ok()) {
+      std::fprintf(stderr, "elastrund: %s: %s\n", flag,
+                   std::string(made.message()).c_str());
+      return 1;
+    }
+  }
+  return std::nullopt;
 }
 
 // Blocks the stop signals and SIGCHLD in the calling thread, and so in
@@ -361,7 +385,7 @@ int RunNode(const DaemonFlags& flags, const SessionOptions& session_options,
   DaemonSession session(session_options, client, &daemon);
   LOG(INFO) << "elastrund " << flags.node_id << ": service " << flags.rendezvous
             << ", advertising " << session_options.addr << ", " << daemon_options.slots
-            << " slots, logs in " << flags.log_dir
+            << " slots, state in " << flags.state_dir << ", logs in " << flags.log_dir
             << (daemon_options.snapshot_base.empty()
                     ? ", no snapshots"
                     : ", snapshots in " + SnapshotUserRoot(daemon_options.snapshot_base));
@@ -380,7 +404,7 @@ int main(int argc, char** argv) {
   DaemonFlags flags;
   if (std::optional<int> exit =
           ParseDaemonFlags(std::vector<std::string>(argv + 1, argv + argc), GetEnv,
-                           Hostname(), std::cout, std::cerr, &flags)) {
+                           Hostname(), geteuid() == 0, std::cout, std::cerr, &flags)) {
     return *exit;
   }
   // The TLS files are read and checked before anything is made.
@@ -397,11 +421,7 @@ int main(int argc, char** argv) {
                                              std::string(advertise.status().message()));
     return elastrun::flags::kExitUsage;
   }
-  if (absl::Status made = elastrun::MakeDirs(flags.log_dir); !made.ok()) {
-    std::fprintf(stderr, "elastrund: --log-dir: %s\n",
-                 std::string(made.message()).c_str());
-    return 1;
-  }
+  if (std::optional<int> exit = PrepareFolders(flags)) return *exit;
 
   if (!BlockStopSignals()) {
     std::fprintf(stderr, "elastrund: cannot block signals: %s\n", std::strerror(errno));
@@ -429,6 +449,14 @@ int main(int argc, char** argv) {
   if (!agent.ok()) {
     std::fprintf(stderr, "elastrund: cannot start the agent: %s\n",
                  std::string(agent.status().message()).c_str());
+    return 1;
+  }
+  // A root daemon's workers may run as any user: they must reach the socket
+  // (sendto needs write permission on it). What arrives there is only
+  // decoded and routed, never a path or a command for the daemon.
+  if (geteuid() == 0 && chmod(agent_options.progress_socket.c_str(), 0666) != 0) {
+    std::fprintf(stderr, "elastrund: chmod %s: %s\n",
+                 agent_options.progress_socket.c_str(), std::strerror(errno));
     return 1;
   }
   return RunNode(flags, session_options, client.get(), agent_options, agent->get(), &router,

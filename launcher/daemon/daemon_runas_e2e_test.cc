@@ -1,0 +1,281 @@
+// End to end: the real elastrun-rendezvous, a real elastrund and shell
+// workers (no torch). The daemon's state folder (refused when another user
+// made it or it is a link; a link planted where a log goes is never
+// followed), workers run as the job's owner (a root daemon), and `elastrun
+// submit` sending its working folder and environment. Snapshots go to the
+// test's own temporary folder, never the real /dev/shm.
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun {
+namespace {
+
+using daemon_testing::Cluster;
+using daemon_testing::kDeadline;
+using daemon_testing::PollUntil;
+using testing::BinDir;
+using testing::FileExists;
+using ::testing::HasSubstr;
+
+constexpr uid_t kNobody = 65534;
+
+void WriteFile(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr) << path;
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+
+// The root-only cases need the unprivileged user the hostile cases use.
+bool HaveNobody() {
+  passwd* pw = getpwuid(kNobody);
+  return geteuid() == 0 && pw != nullptr;
+}
+
+class DaemonRunAsE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir("daemon_runas_e2e");
+    // Workers of another user pass through the test's folder to theirs.
+    ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
+    base_ = dir_ + "/base";
+    state_ = dir_ + "/daemon-state";  // dir_/state is the service's
+    ASSERT_EQ(mkdir(base_.c_str(), 0755), 0);
+    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
+    cluster_ = std::make_unique<Cluster>(dir_, marker_);
+    ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
+  }
+  void TearDown() override {
+    if (daemon_ && !daemon_->exit_code()) {
+      daemon_->Signal(SIGTERM);
+      EXPECT_TRUE(daemon_->Wait(kDeadline).ok());
+    }
+    cluster_->StopAll();  // the service; checks that nothing is left
+  }
+
+  // Starts elastrund "n1" with --state-dir `state_` (logs inside).
+  void StartDaemon() {
+    auto d = testing::Subprocess::Start(
+        {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
+         "--slots", "2", "--state-dir", state_, "--shutdown-timeout", "10s"},
+        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = *std::move(d);
+  }
+  void StartDaemonAndWait() {
+    ASSERT_NO_FATAL_FAILURE(StartDaemon());
+    ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
+        << daemon_->Output();
+  }
+  // Expects the daemon to exit 1 before it registers; returns its output.
+  std::string DaemonRefuses() {
+    absl::StatusOr<int> code = daemon_->Wait(kDeadline);
+    EXPECT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(daemon_->exit_code(), 1) << daemon_->Output();
+    return daemon_->Output();
+  }
+
+  // A one-worker job running `sh -c script`.
+  v1::JobSpec ShellJob(const std::string& name, const std::string& script) {
+    v1::JobSpec spec;
+    spec.set_name(name);
+    spec.set_min_nodes(1);
+    spec.set_max_nodes(1);
+    spec.set_nproc_per_node(1);
+    for (const char* a : {"/bin/sh", "-c"}) spec.add_argv(a);
+    spec.add_argv(script);
+    return spec;
+  }
+
+  std::string Stdout(const std::string& job) {
+    return testing::ReadFile(
+        absl::StrCat(state_, "/logs/", job, "/attempt_0/0/stdout.log"));
+  }
+
+  std::string dir_, base_, state_, marker_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<testing::Subprocess> daemon_;
+};
+
+TEST_F(DaemonRunAsE2eTest, StateFolderOfAnotherUserIsRefused) {
+  if (!HaveNobody()) GTEST_SKIP() << "needs root and the user nobody (uid 65534)";
+  ASSERT_EQ(mkdir(state_.c_str(), 0700), 0);
+  ASSERT_EQ(chown(state_.c_str(), kNobody, kNobody), 0);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  const std::string out = DaemonRefuses();
+  EXPECT_THAT(out, HasSubstr("--state-dir: folder " + state_ + " belongs to uid 65534"));
+  EXPECT_FALSE(FileExists(state_ + "/logs"));
+}
+
+TEST_F(DaemonRunAsE2eTest, StateFolderThatIsALinkIsNotFollowed) {
+  const std::string target = dir_ + "/elsewhere";
+  ASSERT_EQ(mkdir(target.c_str(), 0700), 0);
+  ASSERT_EQ(symlink(target.c_str(), state_.c_str()), 0);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  EXPECT_THAT(DaemonRefuses(), HasSubstr("folder " + state_ + " is a symlink"));
+  EXPECT_FALSE(FileExists(target + "/logs"));
+  EXPECT_FALSE(FileExists(target + "/agent.sock"));
+}
+
+TEST_F(DaemonRunAsE2eTest, GroupWritableStateFolderIsRefused) {
+  ASSERT_EQ(mkdir(state_.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(state_.c_str(), 0770), 0);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  EXPECT_THAT(DaemonRefuses(), HasSubstr("has mode 0770: others may write to it"));
+}
+
+TEST_F(DaemonRunAsE2eTest, LinkPlantedWhereALogGoesIsNotFollowed) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
+  // The first job of this service will be plant-1: its rank 0's log folder
+  // holds a link to a file that must stay as it is.
+  const std::string victim = dir_ + "/victim";
+  ASSERT_NO_FATAL_FAILURE(WriteFile(victim, "precious\n"));
+  const std::string rank_dir = state_ + "/logs/plant-1/attempt_0/0";
+  ASSERT_EQ(testing::Run({"mkdir", "-p", rank_dir})->exit_code, 0);
+  ASSERT_EQ(symlink(victim.c_str(), (rank_dir + "/stdout.log").c_str()), 0);
+
+  const std::string job = cluster_->SubmitSpec(ShellJob("plant", "echo overwritten"));
+  ASSERT_EQ(job, "plant-1");
+  v1::JobStatus st = cluster_->WaitFinished(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_FAILED) << st.DebugString();
+  EXPECT_THAT(st.DebugString(),
+              HasSubstr(state_ + "/logs/plant-1/attempt_0 exists already"))
+      << daemon_->Output();
+  EXPECT_EQ(testing::ReadFile(victim), "precious\n");
+}
+
+TEST_F(DaemonRunAsE2eTest, RootDaemonRunsWorkersAsTheJobsOwner) {
+  if (!HaveNobody()) GTEST_SKIP() << "needs root and the user nobody (uid 65534)";
+  ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
+  const std::string project = dir_ + "/project";
+  ASSERT_EQ(mkdir(project.c_str(), 0755), 0);
+  // What the owner needs: its snapshot folder, the agent socket, the
+  // folder of its error file, its working folder.
+  const std::string script =
+      "id -u; pwd; stat -c %u:%a \"$ELASTRUN_SNAPSHOT\"; echo \"home=$HOME\"; "
+      "[ -w \"$ELASTRUN_AGENT_SOCKET\" ] && echo socket-reachable; "
+      "touch \"$(dirname \"$TORCHELASTIC_ERROR_FILE\")/probe\" && echo "
+      "error-folder-writable";
+  v1::JobSpec spec = ShellJob("owned", script);
+  spec.set_working_dir(project);
+  spec.mutable_owner()->set_uid(kNobody);
+  spec.mutable_owner()->set_gid(getpwuid(kNobody)->pw_gid);
+  spec.mutable_owner()->set_user("nobody");
+  const std::string job = cluster_->SubmitSpec(spec);
+  v1::JobStatus st = cluster_->WaitFinished(job);
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << daemon_->Output();
+  const std::string out = Stdout(job);
+  EXPECT_THAT(out, HasSubstr("65534\n" + project + "\n65534:700\n"));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("home=", getpwuid(kNobody)->pw_dir, "\n")));
+  EXPECT_THAT(out, HasSubstr("socket-reachable\nerror-folder-writable\n"));
+
+  // No owner: the daemon's own user, as before.
+  const std::string mine = cluster_->SubmitSpec(ShellJob("mine", "id -u"));
+  ASSERT_EQ(cluster_->WaitFinished(mine).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Stdout(mine), "0\n");
+}
+
+TEST_F(DaemonRunAsE2eTest, UnknownOwnerOrMissingFolderCannotStart) {
+  if (geteuid() != 0) GTEST_SKIP() << "a root daemon resolves owners";
+  ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
+  v1::JobSpec spec = ShellJob("ghost", "true");
+  spec.mutable_owner()->set_uid(3999999);  // no such account here
+  spec.mutable_owner()->set_gid(3999999);
+  const std::string ghost = cluster_->SubmitSpec(spec);
+  v1::JobStatus st = cluster_->WaitFinished(ghost);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(st.DebugString(), HasSubstr("uid 3999999, which is unknown on node n1"));
+
+  v1::JobSpec lost = ShellJob("lost", "true");
+  lost.set_working_dir(dir_ + "/no-such-folder");
+  const std::string lost_id = cluster_->SubmitSpec(lost);
+  st = cluster_->WaitFinished(lost_id);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(st.DebugString(),
+              HasSubstr(absl::StrCat("working folder ", dir_, "/no-such-folder of job ",
+                                     lost_id, " is missing on node n1")));
+}
+
+TEST_F(DaemonRunAsE2eTest, NonRootDaemonRunsOnlyItsOwnUsersJobs) {
+  if (!HaveNobody() || !FileExists("/usr/sbin/runuser")) {
+    GTEST_SKIP() << "needs root, runuser and the user nobody (uid 65534)";
+  }
+  // The daemon runs as nobody, in folders of nobody's.
+  const std::string home = dir_ + "/nobody";
+  ASSERT_EQ(mkdir(home.c_str(), 0700), 0);
+  ASSERT_EQ(chown(home.c_str(), kNobody, kNobody), 0);
+  state_ = home + "/state";
+  auto d = testing::Subprocess::Start(
+      {"/usr/sbin/runuser", "-u", "nobody", "--", BinDir() + "/elastrund", "--rendezvous",
+       cluster_->address(), "--node-id", "n1", "--slots", "1", "--state-dir", state_,
+       "--shutdown-timeout", "10s"},
+      {marker_, "ELASTRUN_SNAPSHOT_BASE=" + home});
+  ASSERT_TRUE(d.ok()) << d.status();
+  daemon_ = *std::move(d);
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
+      << daemon_->Output();
+
+  v1::JobSpec roots = ShellJob("roots", "id -u");
+  roots.mutable_owner()->set_uid(0);
+  const std::string refused = cluster_->SubmitSpec(roots);
+  v1::JobStatus st = cluster_->WaitFinished(refused);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(st.DebugString(),
+              HasSubstr(absl::StrCat("elastrund on node n1 runs as uid 65534; job ",
+                                     refused, " belongs to uid 0")));
+  v1::JobSpec own = ShellJob("own", "id -u");
+  own.mutable_owner()->set_uid(kNobody);
+  own.mutable_owner()->set_gid(kNobody);
+  const std::string ran = cluster_->SubmitSpec(own);
+  ASSERT_EQ(cluster_->WaitFinished(ran).state(), v1::JOB_STATE_SUCCEEDED)
+      << daemon_->Output();
+  EXPECT_EQ(Stdout(ran), "65534\n");
+}
+
+TEST_F(DaemonRunAsE2eTest, SubmitSendsItsFolderAndEnvironment) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
+  const std::string project = dir_ + "/project";
+  ASSERT_EQ(mkdir(project.c_str(), 0755), 0);
+  // `elastrun submit` run from the project folder, MYVAR in its
+  // environment only (the daemon has none).
+  auto submit = [&](const std::string& flags) {
+    absl::StatusOr<testing::RunResult> r = testing::Run(
+        {"/bin/sh", "-c",
+         absl::StrCat("cd '", project, "' && exec '", BinDir(), "/elastrun' submit ",
+                      "--rendezvous ", cluster_->address(), " ", flags,
+                      " -- sh -c 'pwd; echo \"MYVAR=${MYVAR-unset}\"'")},
+        {marker_, "MYVAR=from the submitter"});
+    EXPECT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
+    return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";
+  };
+  const std::string all = submit("");
+  ASSERT_EQ(cluster_->WaitFinished(all).state(), v1::JOB_STATE_SUCCEEDED)
+      << daemon_->Output();
+  EXPECT_EQ(Stdout(all), project + "\nMYVAR=from the submitter\n");
+
+  const std::string none = submit("--export NONE");
+  ASSERT_EQ(cluster_->WaitFinished(none).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Stdout(none), project + "\nMYVAR=unset\n");
+
+  const std::string listed = submit("--export MYVAR,OTHER=x --working-dir /");
+  ASSERT_EQ(cluster_->WaitFinished(listed).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Stdout(listed), "/\nMYVAR=from the submitter\n");
+}
+
+}  // namespace
+}  // namespace elastrun

@@ -1,0 +1,147 @@
+#include "launcher/daemon/worker_user.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+
+namespace elastrun::launcher {
+namespace {
+
+// The user `uid`'s account on this node; NotFound when it has none.
+absl::StatusOr<passwd> LookUpUid(uid_t uid, std::vector<char>* buffer) {
+  long size = sysconf(_SC_GETPW_R_SIZE_MAX);
+  buffer->resize(size > 0 ? static_cast<size_t>(size) : 16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  int rc;
+  while ((rc = getpwuid_r(uid, &pw, buffer->data(), buffer->size(), &found)) == ERANGE) {
+    buffer->resize(buffer->size() * 2);
+  }
+  if (rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot look up uid ", uid, ": ", strerror(rc)));
+  }
+  if (found == nullptr) return absl::NotFoundError(absl::StrCat("uid ", uid));
+  return pw;
+}
+
+// The supplementary groups of `user` (with `gid`), as initgroups would set.
+std::vector<gid_t> GroupsOf(const char* user, gid_t gid) {
+  int n = 32;
+  std::vector<gid_t> groups(n);
+  while (getgrouplist(user, gid, groups.data(), &n) < 0) groups.resize(n);
+  groups.resize(n);
+  return groups;
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerUser> ResolveWorkerUser(const v1::JobSpec& spec,
+                                             const std::string& job_id,
+                                             const std::string& node_id, uid_t self_uid,
+                                             gid_t self_gid) {
+  WorkerUser self;
+  self.uid = self_uid;
+  self.gid = self_gid;
+  if (!spec.has_owner() || spec.owner().uid() == self_uid) return self;
+  const v1::JobOwner& owner = spec.owner();
+  if (self_uid != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("elastrund on node ", node_id, " runs as uid ", self_uid, "; job ",
+                     job_id, " belongs to uid ", owner.uid(),
+                     " (only a root elastrund runs other users' jobs)"));
+  }
+  std::vector<char> buffer;
+  absl::StatusOr<passwd> pw = LookUpUid(owner.uid(), &buffer);
+  if (absl::IsNotFound(pw.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " belongs to uid ", owner.uid(),
+        owner.user().empty() ? "" : absl::StrCat(" (", owner.user(), ")"),
+        ", which is unknown on node ", node_id, "; its workers cannot start there"));
+  }
+  if (!pw.ok()) return pw.status();
+  WorkerUser user;
+  user.uid = owner.uid();
+  user.gid = owner.gid();
+  user.run_as = ProcessCredentials{user.uid, user.gid, GroupsOf(pw->pw_name, user.gid)};
+  user.env = {absl::StrCat("HOME=", pw->pw_dir), absl::StrCat("USER=", pw->pw_name),
+              absl::StrCat("LOGNAME=", pw->pw_name)};
+  return user;
+}
+
+std::vector<std::string> WorkerBaseEnv(const std::vector<std::string>& base_env,
+                                       const v1::JobSpec& spec, const WorkerUser& user) {
+  std::vector<std::string> env;
+  std::map<std::string, size_t> index;  // name -> position in env
+  auto set = [&](const std::string& entry) {
+    const std::string name = entry.substr(0, entry.find('='));
+    auto [it, added] = index.emplace(name, env.size());
+    if (added) {
+      env.push_back(entry);
+    } else {
+      env[it->second] = entry;
+    }
+  };
+  if (!spec.replace_env()) {
+    for (const std::string& e : base_env) set(e);
+  }
+  // Sorted by name (the map's order): the same environment gives the same
+  // list, so a standby set started for it matches the next attempt.
+  std::map<std::string, std::string> sorted(spec.env().begin(), spec.env().end());
+  for (const auto& [name, value] : sorted) set(absl::StrCat(name, "=", value));
+  for (const std::string& e : user.env) set(e);
+  return env;
+}
+
+absl::Status MakeAttemptFolders(const std::string& log_dir, const std::string& job_id,
+                                const std::string& attempt_dir, int nproc,
+                                const WorkerUser& user) {
+  const mode_t mode = geteuid() == 0 ? 0711 : 0700;
+  if (absl::Status st = MakeDirs(log_dir); !st.ok()) return st;
+  const std::string job_dir = absl::StrCat(log_dir, "/", job_id);
+  if (absl::Status st = MakePrivateDir(job_dir, mode, /*must_be_new=*/false); !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = MakePrivateDir(attempt_dir, mode, /*must_be_new=*/true);
+      !st.ok()) {
+    return st;
+  }
+  for (int local = 0; local < nproc; ++local) {
+    const std::string dir = absl::StrCat(attempt_dir, "/", local);
+    if (absl::Status st = MakePrivateDir(dir, 0700, /*must_be_new=*/true); !st.ok())
+      return st;
+    // Made just now in a folder only the daemon writes to: no link there.
+    if (user.run_as && lchown(dir.c_str(), user.uid, user.gid) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot give folder ", dir, " to uid ", user.uid, ": ", strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWorkingDir(const std::string& dir, const std::string& job_id,
+                             const std::string& node_id) {
+  if (dir.empty()) return absl::OkStatus();
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("working folder ", dir, " of job ",
+                                                      job_id, " is missing on node ",
+                                                      node_id, ": ", strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("working folder ", dir, " of job ",
+                                                      job_id, " is not a folder on node ",
+                                                      node_id));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace elastrun::launcher

@@ -1,0 +1,71 @@
+// Who a job's workers run as on this node, from its spec's owner (set by
+// the service from the submitter's verified identity): a root elastrund runs
+// them as the owner, as Slurm does, never as root for another user; a
+// non-root elastrund runs only its own user's jobs. And the folders and
+// environment that follow from it: the attempt's log folders (the workers'
+// own per-rank folder, where they write their error file) and the
+// environment they start from.
+//
+// Thread-compatible: plain functions.
+#ifndef ELASTRUN_LAUNCHER_DAEMON_WORKER_USER_H_
+#define ELASTRUN_LAUNCHER_DAEMON_WORKER_USER_H_
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "elastrun/v1/types.pb.h"
+#include "launcher/agent/process.h"
+
+namespace elastrun::launcher {
+
+struct WorkerUser {
+  // Set when the workers run as another user than the daemon's.
+  std::optional<ProcessCredentials> run_as;
+  // The workers' user and group (the daemon's own when run_as is unset).
+  uid_t uid = 0;
+  gid_t gid = 0;
+  // HOME, USER and LOGNAME of that user ("NAME=value"); empty when the
+  // workers run as the daemon's user (they keep the environment's).
+  std::vector<std::string> env;
+};
+
+// The user the workers of `job_id` (its spec `spec`) run as on `node_id`,
+// for a daemon running as `self_uid`:`self_gid`. No owner, or the owner is
+// the daemon's user: the daemon's user. A root daemon: the owner's uid, gid
+// and the groups of the owner's name on this node. FailedPrecondition,
+// naming the uid, job and node, when a root daemon does not know the uid,
+// or a non-root daemon is asked to run another user's job.
+absl::StatusOr<WorkerUser> ResolveWorkerUser(const v1::JobSpec& spec,
+                                             const std::string& job_id,
+                                             const std::string& node_id, uid_t self_uid,
+                                             gid_t self_gid);
+
+// The environment the workers start from: `base_env` (the daemon's) unless
+// spec.replace_env, then spec.env and user.env over it (a later name
+// replaces an earlier one; the order of first appearance is kept).
+std::vector<std::string> WorkerBaseEnv(const std::vector<std::string>& base_env,
+                                       const v1::JobSpec& spec, const WorkerUser& user);
+
+// Makes the log folders of one attempt: <log_dir>/<job> (kept across
+// rounds), <log_dir>/<job>/attempt_<round> and its <local_rank> folders
+// (new: one that exists is an error, never reused), private to the daemon
+// (0711 for root, whose workers of other users pass through; else 0700),
+// each rank's folder given to the workers' user (they write their error
+// file there). Errors name the folder.
+absl::Status MakeAttemptFolders(const std::string& log_dir, const std::string& job_id,
+                                const std::string& attempt_dir, int nproc,
+                                const WorkerUser& user);
+
+// OK when `dir` is empty (the daemon's own folder) or a folder on this
+// node; else FailedPrecondition naming the folder, the job and the node.
+absl::Status CheckWorkingDir(const std::string& dir, const std::string& job_id,
+                             const std::string& node_id);
+
+}  // namespace elastrun::launcher
+
+#endif  // ELASTRUN_LAUNCHER_DAEMON_WORKER_USER_H_

@@ -1,0 +1,119 @@
+#include "launcher/daemon/worker_user.h"
+
+#include <pwd.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace elastrun::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+v1::JobSpec Owned(uint32_t uid, uint32_t gid) {
+  v1::JobSpec spec;
+  spec.mutable_owner()->set_uid(uid);
+  spec.mutable_owner()->set_gid(gid);
+  return spec;
+}
+
+TEST(WorkerUserTest, NoOwnerOrTheDaemonsOwnUserRunsAsTheDaemon) {
+  for (const v1::JobSpec& spec : {v1::JobSpec(), Owned(1000, 1000)}) {
+    absl::StatusOr<WorkerUser> u = ResolveWorkerUser(spec, "j-1", "n1", 1000, 100);
+    ASSERT_TRUE(u.ok()) << u.status();
+    EXPECT_FALSE(u->run_as);
+    EXPECT_EQ(u->uid, 1000u);
+    EXPECT_EQ(u->gid, 100u);
+    EXPECT_TRUE(u->env.empty());
+  }
+  // Root's own job (only root can submit as root) stays root.
+  absl::StatusOr<WorkerUser> root = ResolveWorkerUser(Owned(0, 0), "j-1", "n1", 0, 0);
+  ASSERT_TRUE(root.ok());
+  EXPECT_FALSE(root->run_as);
+}
+
+TEST(WorkerUserTest, NonRootDaemonRefusesAnotherUsersJob) {
+  absl::StatusOr<WorkerUser> u =
+      ResolveWorkerUser(Owned(1001, 1001), "j-7", "n1", 1000, 1000);
+  ASSERT_FALSE(u.ok());
+  EXPECT_THAT(
+      u.status().message(),
+      HasSubstr("elastrund on node n1 runs as uid 1000; job j-7 belongs to uid 1001"));
+}
+
+TEST(WorkerUserTest, RootDaemonRunsAsTheOwnerWithItsAccount) {
+  passwd* pw = getpwuid(65534);
+  if (pw == nullptr) GTEST_SKIP() << "needs the user nobody (uid 65534)";
+  const std::string home = pw->pw_dir;
+  const std::string name = pw->pw_name;
+  absl::StatusOr<WorkerUser> u =
+      ResolveWorkerUser(Owned(65534, 65534), "j-1", "n1", 0, 0);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ASSERT_TRUE(u->run_as);
+  EXPECT_EQ(u->run_as->uid, 65534u);
+  EXPECT_EQ(u->run_as->gid, 65534u);
+  EXPECT_THAT(u->run_as->groups, ::testing::Contains(65534u));
+  EXPECT_THAT(u->env, ElementsAre("HOME=" + home, "USER=" + name, "LOGNAME=" + name));
+
+  absl::StatusOr<WorkerUser> ghost =
+      ResolveWorkerUser(Owned(3999999, 1), "j-2", "n9", 0, 0);
+  ASSERT_FALSE(ghost.ok());
+  EXPECT_THAT(ghost.status().message(),
+              HasSubstr("job j-2 belongs to uid 3999999, which is unknown on node n9"));
+}
+
+TEST(WorkerUserTest, EnvironmentLayersReplaceByName) {
+  v1::JobSpec spec;
+  (*spec.mutable_env())["B"] = "spec";
+  (*spec.mutable_env())["HOME"] = "/spec-home";
+  WorkerUser user;
+  user.env = {"HOME=/home/u"};
+  EXPECT_THAT(WorkerBaseEnv({"A=daemon", "B=daemon", "HOME=/root"}, spec, user),
+              ElementsAre("A=daemon", "B=spec", "HOME=/home/u"));
+  // replace_env: the daemon's environment is not the workers'.
+  spec.set_replace_env(true);
+  EXPECT_THAT(WorkerBaseEnv({"A=daemon"}, spec, WorkerUser()),
+              ElementsAre("B=spec", "HOME=/spec-home"));
+}
+
+TEST(WorkerUserTest, AttemptFoldersAreNewAndTheRanksAreTheWorkers) {
+  char tmpl[] = "/tmp/worker_user_test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string logs = std::string(tmpl) + "/logs";
+  const std::string attempt = logs + "/j-1/attempt_0";
+  WorkerUser user;
+  user.uid = geteuid();
+  user.gid = getegid();
+  if (geteuid() == 0) {
+    user.run_as = ProcessCredentials{65534, 65534, {}};
+    user.uid = user.gid = 65534;
+  }
+  ASSERT_TRUE(MakeAttemptFolders(logs, "j-1", attempt, 2, user).ok());
+  struct stat st;
+  ASSERT_EQ(stat((attempt + "/1").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, user.uid);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  // Never reused: an attempt folder that exists is an error naming it.
+  absl::Status again = MakeAttemptFolders(logs, "j-1", attempt, 2, user);
+  EXPECT_THAT(again.message(), HasSubstr("folder " + attempt + " exists already"));
+  // A later round of the job goes into the same job folder.
+  EXPECT_TRUE(MakeAttemptFolders(logs, "j-1", logs + "/j-1/attempt_1", 1, user).ok());
+  EXPECT_EQ(std::system(("rm -rf " + std::string(tmpl)).c_str()), 0);
+}
+
+TEST(WorkerUserTest, MissingWorkingFolderNamesFolderJobAndNode) {
+  EXPECT_TRUE(CheckWorkingDir("", "j-1", "n1").ok());
+  EXPECT_TRUE(CheckWorkingDir("/", "j-1", "n1").ok());
+  EXPECT_THAT(
+      CheckWorkingDir("/nonexistent/p", "j-1", "n1").message(),
+      HasSubstr("working folder /nonexistent/p of job j-1 is missing on node n1"));
+}
+
+}  // namespace
+}  // namespace elastrun::launcher
