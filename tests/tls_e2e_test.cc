@@ -97,7 +97,7 @@ class TlsE2eTest : public ::testing::Test {
                                      id,
                                      "--slots",
                                      "1",
-                                     "--log-dir",
+                                     "--state-dir",
                                      dir_ + "/" + id,
                                      "--shutdown-timeout",
                                      "5s"};

@@ -87,7 +87,7 @@ class DaemonCgroupE2eTest : public ::testing::Test {
   testing::Subprocess& StartDaemon() {
     auto d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", node_,
-         "--slots", "1", "--log-dir", dir_ + "/logs", "--shutdown-timeout", "10s"},
+         "--slots", "1", "--state-dir", dir_ + "/state", "--shutdown-timeout", "10s"},
         {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
     EXPECT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));
