@@ -80,8 +80,8 @@ class RunCgroupTest : public ::testing::Test {
   // The worker writes its cgroup to seen/cg, then runs `then`.
   std::unique_ptr<testing::Subprocess> StartRun(const std::string& then) {
     const std::string script = absl::StrCat(
-        "grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/cg.tmp; mv ", seen_,
-        "/cg.tmp ", seen_, "/cg; ", then);
+        "grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/tmp.cg; mv ", seen_,
+        "/tmp.cg ", seen_, "/cg; ", then);
     auto run = testing::Subprocess::Start(
         {BinDir() + "/elastrun", "run", "--log-dir", logs_, "--no-snapshots",
          "--shutdown-timeout", "10s", "/bin/sh", "-c", script},
@@ -104,8 +104,8 @@ class RunCgroupTest : public ::testing::Test {
 };
 
 TEST_F(RunCgroupTest, SigkilledRunLeavesNoGrandchildRunning) {
-  auto run = StartRun(absl::StrCat("sleep 1000 & echo $! > ", seen_, "/pid.tmp; mv ", seen_,
-                                   "/pid.tmp ", seen_, "/pid; wait"));
+  auto run = StartRun(absl::StrCat("sleep 1000 & echo $! > ", seen_, "/tmp.pid; mv ", seen_,
+                                   "/tmp.pid ", seen_, "/pid; wait"));
   ASSERT_NE(run, nullptr);
   const std::string dir = RunFolder(run->pid());
   ASSERT_TRUE(testing::WaitForFiles(seen_, "pid", 1, kWait).ok());

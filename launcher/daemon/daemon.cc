@@ -203,7 +203,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
         LOG(WARNING) << "attempt " << job << "/" << j.current->round
                      << " still runs; stopping it for round " << round;
         j.current->stop_requested = true;
-        stop_id = j.current->id;
+        if (j.current->on_runner) stop_id = j.current->id;
       }
     } else if (SlotsOfOthersLocked(job, /*live_only=*/false) + nproc > options_.slots) {
       LOG(INFO) << "job " << job << " round " << round << " waits for "
@@ -318,6 +318,18 @@ void Daemon::StartOnRunner(std::vector<Launched> launches) {
     const uint64_t id = launch.id;
     runner_->Start(id, std::move(launch.spec),
                    [this, id](const AttemptOutcome& outcome) { OnAttemptEnded(id, outcome); });
+    int stop_signal = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = jobs_.find(launch.job_id);
+      if (it != jobs_.end() && it->second.current && it->second.current->id == id) {
+        Attempt& a = *it->second.current;
+        a.on_runner = true;
+        if (a.stop_requested) stop_signal = a.stop_signal;
+      }
+    }
+    // Stopped (Shutdown, a stop command) while it was being handed over.
+    if (stop_signal != 0) runner_->Stop(id, stop_signal);
   }
   FlushReports();  // a launch that failed queued its report
 }
@@ -334,7 +346,7 @@ void Daemon::HandleStop(const std::string& job_id, std::optional<int64_t> round)
     if (j.joined_nproc > 0 && (!round || j.joined_round <= *round)) j.joined_nproc = 0;
     if (j.current && (!round || j.current->round <= *round) && !j.current->stop_requested) {
       j.current->stop_requested = true;
-      stop_id = j.current->id;
+      if (j.current->on_runner) stop_id = j.current->id;
       LOG(INFO) << "stopping job " << job_id << " round " << j.current->round;
     }
     MaybeForgetLocked(job_id);
@@ -466,7 +478,8 @@ void Daemon::Shutdown(int sig) {
       j.joined_nproc = 0;
       if (j.current && !j.current->stop_requested) {
         j.current->stop_requested = true;
-        stop_ids.push_back(j.current->id);
+        j.current->stop_signal = sig;
+        if (j.current->on_runner) stop_ids.push_back(j.current->id);
       }
     }
     // The node leaves every job: folders go as their attempts end.

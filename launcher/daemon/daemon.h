@@ -39,6 +39,7 @@
 #ifndef ELASTRUN_LAUNCHER_DAEMON_DAEMON_H_
 #define ELASTRUN_LAUNCHER_DAEMON_DAEMON_H_
 
+#include <csignal>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -172,6 +173,11 @@ class Daemon {
     int nproc = 0;  // slots it takes
     std::string attempt_dir;
     bool stop_requested = false;  // by a command or Shutdown: no report
+    // Handed to the runner yet. A stop requested before (between Launch and
+    // runner_->Start) is sent by StartOnRunner, which the runner would
+    // otherwise drop as a stop of an attempt it does not know.
+    bool on_runner = false;
+    int stop_signal = SIGTERM;
   };
   // What this node does for one job.
   struct JobState {

@@ -87,7 +87,7 @@ class DaemonCgroupE2eTest : public ::testing::Test {
   testing::Subprocess& StartDaemon() {
     auto d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", node_,
-         "--slots", "1", "--state-dir", dir_ + "/state", "--shutdown-timeout", "10s"},
+         "--slots", "1", "--state-dir", dir_ + "/daemon-state", "--shutdown-timeout", "10s"},
         {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
     EXPECT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));
@@ -115,9 +115,9 @@ TEST_F(DaemonCgroupE2eTest, RestartedDaemonKillsWhatItsSigkilledPredecessorLeft)
   ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << first.Output();
   // The worker says where it runs, then starts its grandchild.
   const std::string job = Submit(absl::StrCat(
-      "grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/cg.tmp; mv ", seen_,
-      "/cg.tmp ", seen_, "/cg; sleep 1000 & echo $! > ", seen_, "/pid.tmp; mv ", seen_,
-      "/pid.tmp ", seen_, "/pid; wait"));
+      "grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/tmp.cg; mv ", seen_,
+      "/tmp.cg ", seen_, "/cg; sleep 1000 & echo $! > ", seen_, "/tmp.pid; mv ", seen_,
+      "/tmp.pid ", seen_, "/pid; wait"));
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(testing::WaitForFiles(seen_, "pid", 1, kDeadline).ok()) << first.Output();
   const std::string node_dir = absl::StrCat(own_, "/elastrun-node-", node_, "@", first.pid());
@@ -142,6 +142,10 @@ TEST_F(DaemonCgroupE2eTest, RestartedDaemonKillsWhatItsSigkilledPredecessorLeft)
   EXPECT_THAT(restarted.Output(), ::testing::Not(HasSubstr("cgroups not used")));
   struct stat st;
   EXPECT_NE(stat(node_dir.c_str(), &st), 0) << node_dir << " was removed";
+  // The job re-formed on the restarted daemon; cancelled, its new
+  // grandchild dies with its attempt's cgroup.
+  ASSERT_TRUE(cluster_->Cancel(job));
+  EXPECT_EQ(cluster_->WaitFinished(job).state(), v1::JOB_STATE_CANCELLED) << restarted.Output();
 }
 
 TEST_F(DaemonCgroupE2eTest, JobThatEndsLeavesNoAttemptFolder) {
