@@ -24,7 +24,7 @@ start=$SECONDS
 # Abseil's locks are not taken for races.
 TESTS=(tsan_canary_test common_test auth_test flags_test rendezvous_core_test rendezvous_service_test
        rendezvous_coordinator_test rendezvous_server_test rendezvous_flags_test
-       agent_test agent_process_test runner_test daemon_test daemon_flags_test cli_test
+       agent_test agent_process_test runner_test daemon_test daemon_flags_test cred_socket_test cli_test
        worker_snapshot_test trainer_core_test)
 BINARIES=(elastrun-rendezvous elastrund elastrun)
 
