@@ -29,6 +29,9 @@ namespace elastrun::auth {
 // Call metadata (gRPC keys are lower case).
 inline constexpr char kAuthorizationKey[] = "authorization";  // "Bearer TOKEN"
 inline constexpr char kCredentialKey[] = "x-elastrun-credential";
+// Sent by a cluster caller with Submit: the job's owner, "UID:GID:NAME"
+// (the CLI sends its own user's).
+inline constexpr char kOwnerKey[] = "x-elastrun-owner";
 
 // How long a credential from the daemon is valid.
 inline constexpr absl::Duration kCredentialLife = absl::Minutes(5);

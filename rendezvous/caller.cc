@@ -18,7 +18,7 @@ absl::StatusOr<auth::Identity> ParseOwner(absl::string_view text) {
   if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &who.uid) ||
       !absl::SimpleAtoi(parts[1], &who.gid) || parts[2].empty()) {
     return absl::UnauthenticatedError(
-        absl::StrCat(kOwnerKey, ": \"", text, "\" is not UID:GID:NAME"));
+        absl::StrCat(auth::kOwnerKey, ": \"", text, "\" is not UID:GID:NAME"));
   }
   who.name = std::string(parts[2]);
   return who;

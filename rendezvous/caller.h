@@ -21,10 +21,6 @@
 
 namespace elastrun::rendezvous {
 
-// Metadata a cluster caller may send with Submit: the job's owner
-// "UID:GID:NAME" (the CLI sends its own user's).
-inline constexpr char kOwnerKey[] = "x-elastrun-owner";
-
 struct Caller {
   // Holds the token.
   bool cluster = false;
@@ -37,7 +33,7 @@ struct Caller {
 struct CallMetadata {
   std::optional<std::string> authorization;  // "Bearer TOKEN"
   std::optional<std::string> credential;     // x-elastrun-credential
-  std::optional<std::string> owner;          // x-elastrun-owner
+  std::optional<std::string> owner;          // auth::kOwnerKey
 };
 
 // Who the caller is. `token` empty: every caller is a cluster caller (only

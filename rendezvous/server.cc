@@ -39,7 +39,7 @@ struct AuthPolicy {
     CallMetadata md;
     md.authorization = Metadata(ctx, auth::kAuthorizationKey);
     md.credential = Metadata(ctx, auth::kCredentialKey);
-    md.owner = Metadata(ctx, kOwnerKey);
+    md.owner = Metadata(ctx, auth::kOwnerKey);
     return Authenticate(md, token, clock->Now());
   }
 };

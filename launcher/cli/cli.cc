@@ -3,6 +3,8 @@
 // flags in run_options.cc.
 #include "launcher/cli/cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
@@ -12,10 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/auth.h"
 #include "common/flags.h"
 #include "common/strings.h"
 #include "launcher/cli/commands.h"
 #include "launcher/cli/run.h"
+#include "launcher/daemon/cred_socket.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -24,7 +28,8 @@ using internal::ParsedArgs;
 
 constexpr char kExitCodesHelp[] = R"(Exit codes of the job commands:
   0  done (wait: the job SUCCEEDED)
-  1  the job FAILED or was CANCELLED (wait), or the command failed
+  1  the job FAILED or was CANCELLED (wait), or the command failed (also:
+     refused by the service: not identified, or not your job)
   2  usage error: bad flags or arguments, or a job spec refused
   3  the service could not be reached or did not answer in time
   4  no such job
@@ -39,8 +44,14 @@ elastrun-rendezvous service and the node daemons (elastrund).
 )";
 
 constexpr char kServiceNote[] = R"(Job commands find the service from --rendezvous HOST:PORT or
-$ELASTRUN_RENDEZVOUS (default 127.0.0.1:29400) and send --token-file,
---token or $ELASTRUN_TOKEN.
+$ELASTRUN_RENDEZVOUS (default 127.0.0.1:29400). They identify you with the
+cluster token from --token-file, --token, $ELASTRUN_TOKEN, $ELASTRUN_TOKEN_FILE
+or the service's default token file (/var/lib/elastrun/token for root, else
+$XDG_STATE_HOME/elastrun/token or ~/.local/state/elastrun/token) when you can
+read it; else with a credential for your own uid from this node's elastrund
+($ELASTRUN_CRED_SOCKET, default /run/elastrund/cred.sock, or
+$XDG_RUNTIME_DIR/elastrund-cred.sock for a daemon run by a user). The job you
+submit is yours: only you (or root) may cancel it or read its logs.
 )";
 
 constexpr char kMoreHelp[] =
@@ -84,7 +95,9 @@ constexpr FlagInfo kServiceFlags[] = {
     {"--token", "TOKEN",
      "sent as \"authorization: Bearer TOKEN\" (default\n"
      "$ELASTRUN_TOKEN; visible in ps: prefer --token-file)"},
-    {"--token-file", "FILE", "read the token from FILE (whitespace stripped)"},
+    {"--token-file", "FILE",
+     "read the token from FILE (yours, mode 0600;\n"
+     "default $ELASTRUN_TOKEN_FILE, else the default file)"},
     {"--rpc-timeout", "DUR", "deadline of each call to the service (default 10s)"},
     {"--retry-for", "DUR",
      "status, list, nodes, logs, wait: retry a service that\n"
@@ -274,6 +287,48 @@ ParsedArgs FromApp(const CLI::App& sub) {
   return a;
 }
 
+// Who the commands say the caller is: a token named by flag or variable
+// (read now; a token file open to others is refused), else the default
+// token file and the daemon's credential socket, tried at the first call.
+absl::Status FinishIdentity(const std::function<std::optional<std::string>(const char*)>& env,
+                            const std::string& token_file_flag, const std::string& token_flag,
+                            ServiceOptions& service) {
+  std::string file = token_file_flag;
+  const char* from = "--token-file";
+  if (file.empty() && !token_flag.empty()) {
+    service.token = token_flag;
+    return absl::OkStatus();
+  }
+  if (file.empty()) {
+    if (auto v = env("ELASTRUN_TOKEN"); v && !v->empty()) {
+      service.token = *v;
+      return absl::OkStatus();
+    }
+    if (auto v = env("ELASTRUN_TOKEN_FILE"); v && !v->empty()) {
+      file = *v;
+      from = "$ELASTRUN_TOKEN_FILE";
+    }
+  }
+  if (!file.empty()) {
+    absl::StatusOr<std::string> token = auth::ReadTokenFile(file);
+    if (!token.ok()) return absl::InvalidArgumentError(absl::StrCat(from, ": ", token.status().message()));
+    service.token = *token;
+    return absl::OkStatus();
+  }
+  auto lookup = [&](const std::string& name) { return env(name.c_str()); };
+  service.token_file = auth::DefaultTokenFile(lookup, geteuid());
+  if (auto v = env("ELASTRUN_CRED_SOCKET"); v && !v->empty()) {
+    service.cred_socket = *v;
+  } else {
+    // The root daemon's first: a user's own daemon only when there is none.
+    service.cred_socket = DefaultCredSocket(lookup, 0);
+    if (geteuid() != 0 && access(service.cred_socket.c_str(), F_OK) != 0) {
+      service.cred_socket = DefaultCredSocket(lookup, geteuid());
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Service flags, then the environment, then the defaults; --output.
 absl::Status FinishJobFlags(const CliContext& ctx, ParsedArgs& a) {
   auto env = [&](const char* name) { return ctx.env ? ctx.env(name) : std::nullopt; };
@@ -286,14 +341,10 @@ absl::Status FinishJobFlags(const CliContext& ctx, ParsedArgs& a) {
   if (a.Has("--token") && a.Has("--token-file")) {
     return absl::InvalidArgumentError("give --token or --token-file, not both");
   }
-  if (a.Has("--token-file")) {
-    absl::StatusOr<std::string> token = flags::ReadTokenFile(a.Last("--token-file"));
-    if (!token.ok()) return token.status();
-    a.service.token = *token;
-  } else if (a.Has("--token")) {
-    a.service.token = a.Last("--token");
-  } else if (auto v = env("ELASTRUN_TOKEN"); v) {
-    a.service.token = *v;
+  if (absl::Status st = FinishIdentity(env, a.Has("--token-file") ? a.Last("--token-file") : "",
+                                       a.Has("--token") ? a.Last("--token") : "", a.service);
+      !st.ok()) {
+    return st;
   }
   if (a.Has("--rpc-timeout")) {
     absl::StatusOr<absl::Duration> d = ParseDuration(a.Last("--rpc-timeout"), "--rpc-timeout");

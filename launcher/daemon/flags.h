@@ -29,8 +29,13 @@ struct DaemonFlags {
   std::map<std::string, std::string> labels;
   // --log-dir; default /tmp/elastrund-<node id>.
   std::string log_dir;
-  // --token, --token-file, else $ELASTRUN_TOKEN; empty: none.
+  // --token, --token-file, else $ELASTRUN_TOKEN, else $ELASTRUN_TOKEN_FILE
+  // (files read with auth::ReadTokenFile's checks); empty: main reads the
+  // default token file.
   std::string token;
+  // --cred-socket, else $ELASTRUN_CRED_SOCKET; empty: main's default
+  // (DefaultCredSocket); "none": no credential socket.
+  std::string cred_socket;
   // --shutdown-timeout: grace between the stop signal and SIGKILL.
   absl::Duration shutdown_timeout = absl::Seconds(30);
   // --standby: pre-start the next attempt's workers.
@@ -41,8 +46,8 @@ struct DaemonFlags {
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 
-// Parses `args` (without argv[0]); `env` gives $ELASTRUN_RENDEZVOUS and
-// $ELASTRUN_TOKEN, `hostname` the default node id. Returns an exit code when
+// Parses `args` (without argv[0]); `env` gives $ELASTRUN_RENDEZVOUS,
+// $ELASTRUN_TOKEN, $ELASTRUN_TOKEN_FILE and $ELASTRUN_CRED_SOCKET, `hostname` the default node id. Returns an exit code when
 // the program should exit now (0 after --help or --version printed to
 // `out`; 2 after a usage error naming the flag printed to `err`), else
 // std::nullopt with *flags filled.
