@@ -29,9 +29,10 @@ constexpr size_t kMaxTokenFileBytes = 4096;
 constexpr size_t kTokenBytes = 32;
 
 std::string Fix(const std::string& path) {
-  return absl::StrCat(" (the token file must belong to this user and be readable by it alone: "
-                      "chmod 600 ",
-                      path, ")");
+  return absl::StrCat(
+      " (the token file must belong to this user and be readable by it alone: "
+      "chmod 600 ",
+      path, ")");
 }
 
 // The folder part of `path` ("" for a bare name).
@@ -62,9 +63,9 @@ absl::Status CheckOpenFile(int fd, const std::string& path) {
         absl::StrCat("token file ", path, " is not a regular file", Fix(path)));
   }
   if (st.st_uid != geteuid()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "token file %s belongs to uid %d, not to this user (uid %d)%s", path, st.st_uid,
-        geteuid(), Fix(path)));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("token file %s belongs to uid %d, not to this user (uid %d)%s",
+                        path, st.st_uid, geteuid(), Fix(path)));
   }
   if ((st.st_mode & 077) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -117,7 +118,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   struct stat lst;
   if (lstat(path.c_str(), &lst) != 0) {
     const int e = errno;
-    if (e == ENOENT) return absl::NotFoundError(absl::StrCat("token file ", path, " does not exist"));
+    if (e == ENOENT)
+      return absl::NotFoundError(absl::StrCat("token file ", path, " does not exist"));
     if (e == EACCES) {
       return absl::PermissionDeniedError(
           absl::StrCat("cannot read the token file ", path, " (permission denied)"));
@@ -126,8 +128,9 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
         absl::StrCat("token file ", path, ": ", strerror(e)));
   }
   if (S_ISLNK(lst.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "token file ", path, " is a symbolic link; refusing it (name the real file)", Fix(path)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("token file ", path,
+                     " is a symbolic link; refusing it (name the real file)", Fix(path)));
   }
   const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
@@ -165,7 +168,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
-absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path, bool* created) {
+absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path,
+                                                  bool* created) {
   *created = false;
   absl::StatusOr<std::string> existing = ReadTokenFile(path);
   if (!absl::IsNotFound(existing.status())) return existing;
@@ -175,17 +179,19 @@ absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path, bool*
       if (absl::Status st = MakeDirs(parent); !st.ok()) return st;
     }
     if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot create the token file's folder ", dir, ": ", strerror(errno)));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create the token file's folder ", dir, ": ", strerror(errno)));
     }
   }
   unsigned char bytes[kTokenBytes];
   if (RAND_bytes(bytes, sizeof bytes) != 1) {
-    return absl::InternalError("no random bytes for a new token (OpenSSL RAND_bytes failed)");
+    return absl::InternalError(
+        "no random bytes for a new token (OpenSSL RAND_bytes failed)");
   }
   const std::string token = absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes));
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     // Another process made it first: use theirs.
     if (errno == EEXIST) return ReadTokenFile(path);
@@ -193,7 +199,8 @@ absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path, bool*
         absl::StrCat("cannot create the token file ", path, ": ", strerror(errno)));
   }
   const std::string line = token + "\n";
-  const bool written = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  const bool written =
+      write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   const bool synced = fsync(fd) == 0;
   close(fd);
   if (!written || !synced) {
@@ -207,14 +214,15 @@ absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path, bool*
 
 absl::StatusOr<std::string> SignCredential(absl::string_view token, const Identity& who,
                                            absl::Time expiry) {
-  if (token.empty()) return absl::InvalidArgumentError("no token to sign a credential with");
+  if (token.empty())
+    return absl::InvalidArgumentError("no token to sign a credential with");
   if (who.name.empty() || absl::StrContains(who.name, ':') ||
       absl::StrContains(who.name, '\n')) {
     return absl::InvalidArgumentError(
         absl::StrCat("user name \"", who.name, "\" cannot go into a credential"));
   }
-  const std::string body =
-      absl::StrFormat("v1:%d:%d:%s:%d", who.uid, who.gid, who.name, absl::ToUnixSeconds(expiry));
+  const std::string body = absl::StrFormat("v1:%d:%d:%s:%d", who.uid, who.gid, who.name,
+                                           absl::ToUnixSeconds(expiry));
   return absl::StrCat(body, ":", HexHmac(token, body));
 }
 
@@ -242,10 +250,10 @@ absl::StatusOr<Identity> VerifyCredential(absl::string_view token,
   }
   who.name = std::string(parts[3]);
   if (now > absl::FromUnixSeconds(expiry)) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "x-elastrun-credential of ", who.name, " expired at ",
-        absl::FormatTime(absl::FromUnixSeconds(expiry), absl::UTCTimeZone()),
-        " (the CLI asks its node's elastrund for a fresh one)"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("x-elastrun-credential of ", who.name, " expired at ",
+                     absl::FormatTime(absl::FromUnixSeconds(expiry), absl::UTCTimeZone()),
+                     " (the CLI asks its node's elastrund for a fresh one)"));
   }
   return who;
 }

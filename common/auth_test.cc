@@ -57,13 +57,15 @@ TEST(CredentialTest, ExpiredIsRefused) {
   absl::StatusOr<std::string> cred = SignCredential("secret", Nobody(), kNow);
   ASSERT_TRUE(cred.ok());
   EXPECT_TRUE(VerifyCredential("secret", *cred, kNow).ok());
-  absl::StatusOr<Identity> late = VerifyCredential("secret", *cred, kNow + absl::Seconds(1));
+  absl::StatusOr<Identity> late =
+      VerifyCredential("secret", *cred, kNow + absl::Seconds(1));
   EXPECT_TRUE(absl::IsUnauthenticated(late.status()));
   EXPECT_THAT(late.status().message(), HasSubstr("expired"));
 }
 
 TEST(CredentialTest, OtherTokenIsRefused) {
-  absl::StatusOr<std::string> cred = SignCredential("other", Nobody(), kNow + absl::Minutes(1));
+  absl::StatusOr<std::string> cred =
+      SignCredential("other", Nobody(), kNow + absl::Minutes(1));
   ASSERT_TRUE(cred.ok());
   absl::StatusOr<Identity> who = VerifyCredential("secret", *cred, kNow);
   EXPECT_TRUE(absl::IsUnauthenticated(who.status()));
@@ -77,14 +79,16 @@ TEST(CredentialTest, ForgedUidOrExpiryIsRefused) {
   // Claim root with nobody's signature.
   std::string as_root = *cred;
   as_root.replace(0, std::string("v1:65534:65534").size(), "v1:0:0");
-  EXPECT_TRUE(absl::IsUnauthenticated(VerifyCredential("secret", as_root, kNow).status()));
+  EXPECT_TRUE(
+      absl::IsUnauthenticated(VerifyCredential("secret", as_root, kNow).status()));
   // Push the expiry out.
   std::string later = *cred;
   const size_t mac = later.rfind(':');
   const size_t exp = later.rfind(':', mac - 1);
   later.replace(exp + 1, mac - exp - 1, "9999999999");
   EXPECT_TRUE(absl::IsUnauthenticated(VerifyCredential("secret", later, kNow).status()));
-  for (const char* junk : {"", "v1", "v2:0:0:root:1:ab", "Bearer secret", "v1:0:0:root:x"}) {
+  for (const char* junk :
+       {"", "v1", "v2:0:0:root:1:ab", "Bearer secret", "v1:0:0:root:x"}) {
     EXPECT_TRUE(absl::IsUnauthenticated(VerifyCredential("secret", junk, kNow).status()))
         << junk;
   }
@@ -169,7 +173,8 @@ TEST(DefaultTokenFileTest, RootUserAndFallbacks) {
   EXPECT_EQ(DefaultTokenFile(env({{"HOME", "/root"}}), 0), "/var/lib/elastrun/token");
   EXPECT_EQ(DefaultTokenFile(env({{"HOME", "/h"}, {"XDG_STATE_HOME", "/s"}}), 1000),
             "/s/elastrun/token");
-  EXPECT_EQ(DefaultTokenFile(env({{"HOME", "/h"}}), 1000), "/h/.local/state/elastrun/token");
+  EXPECT_EQ(DefaultTokenFile(env({{"HOME", "/h"}}), 1000),
+            "/h/.local/state/elastrun/token");
   EXPECT_EQ(DefaultTokenFile(env({}), 1000), "");
 }
 

@@ -40,11 +40,13 @@ absl::StatusOr<Caller> Authenticate(const CallMetadata& md, const std::string& t
     absl::string_view given = *md.authorization;
     if (!absl::ConsumePrefix(&given, "Bearer ") ||
         !auth::ConstantTimeEquals(given, token)) {
-      return absl::UnauthenticatedError("wrong token in \"authorization: Bearer <token>\"");
+      return absl::UnauthenticatedError(
+          "wrong token in \"authorization: Bearer <token>\"");
     }
     caller.cluster = true;
   } else if (md.credential) {
-    absl::StatusOr<auth::Identity> who = auth::VerifyCredential(token, *md.credential, now);
+    absl::StatusOr<auth::Identity> who =
+        auth::VerifyCredential(token, *md.credential, now);
     if (!who.ok()) return who.status();
     caller.user = *std::move(who);
     return caller;
@@ -89,7 +91,8 @@ absl::Status CheckJobAccess(const Caller& caller, const v1::JobStatus& job,
         "only root or a holder of the cluster token may",
         action, job.job_id()));
   }
-  if (caller.user && caller.user->uid == job.spec().owner().uid()) return absl::OkStatus();
+  if (caller.user && caller.user->uid == job.spec().owner().uid())
+    return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrFormat(
       "cannot %s job %s: job %s belongs to %s; only its owner or root may", action,
       job.job_id(), job.job_id(), OwnerText(job.spec().owner())));

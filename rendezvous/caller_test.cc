@@ -11,7 +11,8 @@ using ::testing::HasSubstr;
 constexpr char kToken[] = "s3cret";
 const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 
-CallMetadata WithCredential(const auth::Identity& who, absl::Time expiry = kNow + absl::Minutes(5),
+CallMetadata WithCredential(const auth::Identity& who,
+                            absl::Time expiry = kNow + absl::Minutes(5),
                             const std::string& token = kToken) {
   CallMetadata md;
   md.credential = *auth::SignCredential(token, who, expiry);
@@ -87,7 +88,8 @@ TEST(AccessTest, DaemonRpcsNeedTheToken) {
 TEST(AccessTest, OnlyOwnerRootOrClusterMayTouchAJob) {
   const v1::JobStatus job = JobOwnedBy(1000, "alice");
   EXPECT_TRUE(CheckJobAccess(Caller{false, kAlice}, job, "cancel").ok());
-  EXPECT_TRUE(CheckJobAccess(Caller{false, auth::Identity{0, 0, "root"}}, job, "cancel").ok());
+  EXPECT_TRUE(
+      CheckJobAccess(Caller{false, auth::Identity{0, 0, "root"}}, job, "cancel").ok());
   EXPECT_TRUE(CheckJobAccess(Caller{true, std::nullopt}, job, "cancel").ok());
   absl::Status st = CheckJobAccess(Caller{false, kBob}, job, "cancel");
   EXPECT_TRUE(absl::IsPermissionDenied(st));
@@ -97,8 +99,10 @@ TEST(AccessTest, OnlyOwnerRootOrClusterMayTouchAJob) {
 TEST(AccessTest, JobWithoutOwnerOnlyForClusterAndRoot) {
   v1::JobStatus job;
   job.set_job_id("old-1");
-  EXPECT_TRUE(absl::IsPermissionDenied(CheckJobAccess(Caller{false, kAlice}, job, "cancel")));
-  EXPECT_TRUE(CheckJobAccess(Caller{false, auth::Identity{0, 0, "root"}}, job, "cancel").ok());
+  EXPECT_TRUE(
+      absl::IsPermissionDenied(CheckJobAccess(Caller{false, kAlice}, job, "cancel")));
+  EXPECT_TRUE(
+      CheckJobAccess(Caller{false, auth::Identity{0, 0, "root"}}, job, "cancel").ok());
   EXPECT_TRUE(CheckJobAccess(Caller{true, std::nullopt}, job, "cancel").ok());
 }
 

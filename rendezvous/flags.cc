@@ -15,13 +15,14 @@ placement, rendezvous rounds, barriers. Node daemons (elastrund) and the CLI
 (elastrun) connect to it over gRPC.
 )";
 
-constexpr char kFooter[] = R"(Callers must identify themselves: with the cluster token, read from the token
-file (--token-file; default /var/lib/elastrun/token for root, else
-$XDG_STATE_HOME/elastrun/token or ~/.local/state/elastrun/token), which the
-service creates on its first start (32 random bytes, hex, mode 0600, folder
-0700) and refuses when it is a symlink, not this user's, or open to group or
-others; or with a short-lived credential that the local elastrund gives any
-user for their own uid. Daemons and the CLI find the same file.
+constexpr char kFooter[] = R"(Callers identify themselves with the cluster token, or with a short-lived
+credential that the local elastrund gives any user for their own uid. The
+token is read from the token file (--token-file; default
+/var/lib/elastrun/token for root, else $XDG_STATE_HOME/elastrun/token or
+~/.local/state/elastrun/token), which the service creates on its first start
+(32 random bytes as hex, mode 0600, folder 0700). A token file that is a
+symlink, not this user's, or open to group or others is refused. Daemons and
+the CLI find the same file.
 DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
 Stops cleanly on SIGINT or SIGTERM; daemons keep their workers running and
 reconnect when the service is back.

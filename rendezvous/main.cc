@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   absl::StatusOr<std::string> token = ServiceToken(flags);
   if (!token.ok()) {
-    std::fprintf(stderr, "elastrun-rendezvous: %s\n", std::string(token.status().message()).c_str());
+    std::fprintf(stderr, "elastrun-rendezvous: %s\n",
+                 std::string(token.status().message()).c_str());
     return 1;
   }
   elastrun::rendezvous::ServerOptions options;

@@ -24,8 +24,9 @@ struct As {
 };
 
 As User(uint32_t uid, const std::string& name, const std::string& token = kToken) {
-  return As{"", *auth::SignCredential(token, auth::Identity{uid, uid, name},
-                                      absl::Now() + absl::Minutes(5)),
+  return As{"",
+            *auth::SignCredential(token, auth::Identity{uid, uid, name},
+                                  absl::Now() + absl::Minutes(5)),
             ""};
 }
 As Cluster(const std::string& owner = "") { return As{kToken, "", owner}; }
@@ -40,7 +41,8 @@ class ServerAuthTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<RendezvousServer>> s = RendezvousServer::Create(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
-    auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+    auto channel =
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
     jobs_ = v1::Jobs::NewStub(channel);
     rdzv_ = v1::Rendezvous::NewStub(channel);
   }
@@ -60,7 +62,8 @@ class ServerAuthTest : public ::testing::Test {
     r.mutable_spec()->set_nproc_per_node(1);
     r.mutable_spec()->add_argv("worker");
     r.mutable_spec()->set_wait_for_nodes(true);
-    if (claimed.uid() != 0 || !claimed.user().empty()) *r.mutable_spec()->mutable_owner() = claimed;
+    if (claimed.uid() != 0 || !claimed.user().empty())
+      *r.mutable_spec()->mutable_owner() = claimed;
     grpc::ClientContext ctx;
     Prepare(ctx, as);
     v1::SubmitResponse resp;
@@ -132,7 +135,8 @@ TEST_F(ServerAuthTest, OnlyOwnerRootOrClusterCancelsOrReadsLogs) {
   grpc::Status st = Cancel(User(1001, "bob"), job);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(st.error_message(), HasSubstr("belongs to alice (uid 1000)"));
-  EXPECT_EQ(Logs(User(1001, "bob"), job).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Logs(User(1001, "bob"), job).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   // Anyone identified may look at the queue (as squeue).
   {
     grpc::ClientContext ctx;

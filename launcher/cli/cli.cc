@@ -311,7 +311,9 @@ absl::Status FinishIdentity(const std::function<std::optional<std::string>(const
   }
   if (!file.empty()) {
     absl::StatusOr<std::string> token = auth::ReadTokenFile(file);
-    if (!token.ok()) return absl::InvalidArgumentError(absl::StrCat(from, ": ", token.status().message()));
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(from, ": ", token.status().message()));
+    }
     service.token = *token;
     return absl::OkStatus();
   }

@@ -25,9 +25,9 @@ absl::StatusOr<sockaddr_un> Address(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "credential socket path \"", path, "\" is empty or longer than ",
-        sizeof addr.sun_path - 1, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("credential socket path \"", path,
+                                                   "\" is empty or longer than ",
+                                                   sizeof addr.sun_path - 1, " bytes"));
   }
   memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   return addr;
@@ -51,14 +51,16 @@ absl::Status ClearPath(const std::string& path, const sockaddr_un& addr) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
   if (!S_ISSOCK(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "credential socket ", path, " exists and is not a socket; remove it or give "
-        "--cred-socket another path"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("credential socket ", path,
+                     " exists and is not a socket; remove it or give "
+                     "--cred-socket another path"));
   }
   if (int fd = Connect(addr); fd >= 0) {
     close(fd);
-    return absl::AlreadyExistsError(absl::StrCat(
-        "another elastrund serves credentials at ", path, "; give --cred-socket another path"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("another elastrund serves credentials at ", path,
+                     "; give --cred-socket another path"));
   }
   unlink(path.c_str());
   return absl::OkStatus();
@@ -79,7 +81,8 @@ std::string DefaultCredSocket(const auth::EnvLookup& env, uid_t euid) {
   return *runtime + "/elastrund-cred.sock";
 }
 
-absl::StatusOr<std::unique_ptr<CredSocket>> CredSocket::Create(CredSocketOptions options) {
+absl::StatusOr<std::unique_ptr<CredSocket>> CredSocket::Create(
+    CredSocketOptions options) {
   if (options.token.empty()) {
     return absl::InvalidArgumentError("the credential socket needs the cluster token");
   }
@@ -129,7 +132,8 @@ void CredSocket::Serve() {
     pollfd fds[2] = {{stop_read_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
-      LOG(ERROR) << "credential socket " << options_.path << ": poll: " << strerror(errno);
+      LOG(ERROR) << "credential socket " << options_.path
+                 << ": poll: " << strerror(errno);
       return;
     }
     if (fds[0].revents != 0) return;
@@ -145,7 +149,8 @@ void CredSocket::Answer(int fd) {
   socklen_t len = sizeof peer;
   std::string answer;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
-    answer = absl::StrCat("error: cannot read the caller's credentials: ", strerror(errno));
+    answer =
+        absl::StrCat("error: cannot read the caller's credentials: ", strerror(errno));
   } else {
     auth::Identity who{peer.uid, peer.gid, auth::UserName(peer.uid)};
     absl::StatusOr<std::string> cred =
@@ -160,7 +165,8 @@ void CredSocket::Answer(int fd) {
   }
 }
 
-absl::StatusOr<std::string> FetchCredential(const std::string& path, absl::Duration timeout) {
+absl::StatusOr<std::string> FetchCredential(const std::string& path,
+                                            absl::Duration timeout) {
   absl::StatusOr<sockaddr_un> addr = Address(path);
   if (!addr.ok()) return addr.status();
   const int fd = Connect(*addr);
@@ -176,8 +182,9 @@ absl::StatusOr<std::string> FetchCredential(const std::string& path, absl::Durat
     const int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
     pollfd p = {fd, POLLIN, 0};
     if (ms <= 0 || poll(&p, 1, ms) == 0) {
-      st = absl::DeadlineExceededError(absl::StrCat(
-          "the daemon at ", path, " sent no credential within ", absl::FormatDuration(timeout)));
+      st = absl::DeadlineExceededError(absl::StrCat("the daemon at ", path,
+                                                    " sent no credential within ",
+                                                    absl::FormatDuration(timeout)));
       break;
     }
     const ssize_t n = read(fd, buf, sizeof buf);
@@ -194,7 +201,8 @@ absl::StatusOr<std::string> FetchCredential(const std::string& path, absl::Durat
         absl::StrCat("the daemon at ", path, " gave no credential: ", line));
   }
   if (!absl::StartsWith(line, "v1:")) {
-    return absl::UnavailableError(absl::StrCat("no credential from the daemon at ", path));
+    return absl::UnavailableError(
+        absl::StrCat("no credential from the daemon at ", path));
   }
   return std::string(line);
 }

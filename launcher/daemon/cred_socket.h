@@ -64,7 +64,8 @@ class CredSocket {
 // user. Unavailable naming the path when no daemon answers there (missing,
 // refused), DeadlineExceeded after `timeout`, FailedPrecondition with the
 // daemon's reason when it answers an error.
-absl::StatusOr<std::string> FetchCredential(const std::string& path, absl::Duration timeout);
+absl::StatusOr<std::string> FetchCredential(const std::string& path,
+                                            absl::Duration timeout);
 
 }  // namespace elastrun::launcher
 

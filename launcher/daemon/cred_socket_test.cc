@@ -3,11 +3,11 @@
 #include "launcher/daemon/cred_socket.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <string.h>
 #include <unistd.h>
 
 #include <string>
@@ -57,14 +57,16 @@ TEST_F(CredSocketTest, AnswersACredentialForTheCallersUid) {
 
   absl::StatusOr<std::string> cred = FetchCredential(path_, kWait);
   ASSERT_TRUE(cred.ok()) << cred.status();
-  absl::StatusOr<auth::Identity> who = auth::VerifyCredential(kToken, *cred, clock_.Now());
+  absl::StatusOr<auth::Identity> who =
+      auth::VerifyCredential(kToken, *cred, clock_.Now());
   ASSERT_TRUE(who.ok()) << who.status();
   EXPECT_EQ(who->uid, geteuid());
   EXPECT_EQ(who->gid, getegid());
   // Valid for the credential life, not longer.
-  EXPECT_TRUE(auth::VerifyCredential(kToken, *cred, clock_.Now() + auth::kCredentialLife).ok());
-  EXPECT_FALSE(auth::VerifyCredential(kToken, *cred,
-                                      clock_.Now() + auth::kCredentialLife + absl::Seconds(1))
+  EXPECT_TRUE(
+      auth::VerifyCredential(kToken, *cred, clock_.Now() + auth::kCredentialLife).ok());
+  EXPECT_FALSE(auth::VerifyCredential(
+                   kToken, *cred, clock_.Now() + auth::kCredentialLife + absl::Seconds(1))
                    .ok());
 }
 
