@@ -22,6 +22,7 @@
 namespace elastrun::rendezvous {
 namespace {
 
+// The value of the call's metadata `key`, if it was sent.
 std::optional<std::string> Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
   const auto& md = ctx->client_metadata();
   auto it = md.find(key);

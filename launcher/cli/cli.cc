@@ -14,12 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/auth.h"
 #include "common/flags.h"
 #include "common/strings.h"
 #include "launcher/cli/commands.h"
+#include "launcher/cli/identity.h"
 #include "launcher/cli/run.h"
-#include "launcher/daemon/cred_socket.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -287,50 +286,6 @@ ParsedArgs FromApp(const CLI::App& sub) {
   return a;
 }
 
-// Who the commands say the caller is: a token named by flag or variable
-// (read now; a token file open to others is refused), else the default
-// token file and the daemon's credential socket, tried at the first call.
-absl::Status FinishIdentity(const std::function<std::optional<std::string>(const char*)>& env,
-                            const std::string& token_file_flag, const std::string& token_flag,
-                            ServiceOptions& service) {
-  std::string file = token_file_flag;
-  const char* from = "--token-file";
-  if (file.empty() && !token_flag.empty()) {
-    service.token = token_flag;
-    return absl::OkStatus();
-  }
-  if (file.empty()) {
-    if (auto v = env("ELASTRUN_TOKEN"); v && !v->empty()) {
-      service.token = *v;
-      return absl::OkStatus();
-    }
-    if (auto v = env("ELASTRUN_TOKEN_FILE"); v && !v->empty()) {
-      file = *v;
-      from = "$ELASTRUN_TOKEN_FILE";
-    }
-  }
-  if (!file.empty()) {
-    absl::StatusOr<std::string> token = auth::ReadTokenFile(file);
-    if (!token.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(from, ": ", token.status().message()));
-    }
-    service.token = *token;
-    return absl::OkStatus();
-  }
-  auto lookup = [&](const std::string& name) { return env(name.c_str()); };
-  service.token_file = auth::DefaultTokenFile(lookup, geteuid());
-  if (auto v = env("ELASTRUN_CRED_SOCKET"); v && !v->empty()) {
-    service.cred_socket = *v;
-  } else {
-    // The root daemon's first: a user's own daemon only when there is none.
-    service.cred_socket = DefaultCredSocket(lookup, 0);
-    if (geteuid() != 0 && access(service.cred_socket.c_str(), F_OK) != 0) {
-      service.cred_socket = DefaultCredSocket(lookup, geteuid());
-    }
-  }
-  return absl::OkStatus();
-}
-
 // Service flags, then the environment, then the defaults; --output.
 absl::Status FinishJobFlags(const CliContext& ctx, ParsedArgs& a) {
   auto env = [&](const char* name) { return ctx.env ? ctx.env(name) : std::nullopt; };
@@ -343,8 +298,9 @@ absl::Status FinishJobFlags(const CliContext& ctx, ParsedArgs& a) {
   if (a.Has("--token") && a.Has("--token-file")) {
     return absl::InvalidArgumentError("give --token or --token-file, not both");
   }
-  if (absl::Status st = FinishIdentity(env, a.Has("--token-file") ? a.Last("--token-file") : "",
-                                       a.Has("--token") ? a.Last("--token") : "", a.service);
+  if (absl::Status st =
+          ResolveIdentity(ctx.env, a.Has("--token-file") ? a.Last("--token-file") : "",
+                          a.Has("--token") ? a.Last("--token") : "", geteuid(), a.service);
       !st.ok()) {
     return st;
   }
