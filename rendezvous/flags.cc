@@ -15,7 +15,15 @@ placement, rendezvous rounds, barriers. Node daemons (elastrund) and the CLI
 (elastrun) connect to it over gRPC.
 )";
 
-constexpr char kFooter[] = R"(DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
+constexpr char kFooter[] = R"(Callers identify themselves with the cluster token, or with a short-lived
+credential that the local elastrund gives any user for their own uid. The
+token is read from the token file (--token-file; default
+/var/lib/elastrun/token for root, else $XDG_STATE_HOME/elastrun/token or
+~/.local/state/elastrun/token), which the service creates on its first start
+(32 random bytes as hex, mode 0600, folder 0700). A token file that is a
+symlink, not this user's, or open to group or others is refused. Daemons and
+the CLI find the same file.
+DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
 Stops cleanly on SIGINT or SIGTERM; daemons keep their workers running and
 reconnect when the service is back.
 )";
@@ -26,14 +34,13 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                                      std::ostream& out, std::ostream& err,
                                      ServiceFlags* flags) {
   std::unique_ptr<CLI::App> app = flags::NewApp(kBinary, kIntro, kFooter);
-  std::string heartbeat, lease, token_file;
+  std::string heartbeat, lease;
   app->add_option("--listen", flags->listen,
                   "address to serve on (default 127.0.0.1:29400).\n"
                   "Port 0 picks a free port. The chosen address is\n"
                   "printed on stdout as \"listening on HOST:PORT\".\n"
-                  "A non-loopback HOST requires --token or --token-file\n"
-                  "(and should have --tls-cert: the token travels in\n"
-                  "clear without TLS).")
+                  "Off loopback give --tls-cert too: without TLS the\n"
+                  "token travels in clear.")
       ->type_name("HOST:PORT");
   app->add_option("--state-dir", flags->state_dir,
                   "keep state in DIR/state.db (SQLite; DIR is created).\n"
@@ -49,11 +56,13 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
       ->type_name("DUR");
   CLI::Option* token =
       app->add_option("--token", flags->token,
-                      "require \"authorization: Bearer TOKEN\" on every\n"
-                      "call (visible in ps: prefer --token-file).")
+                      "the cluster token, instead of the token file\n"
+                      "(visible in ps: prefer --token-file).")
           ->type_name("TOKEN");
-  app->add_option("--token-file", token_file,
-                  "read the token from FILE (surrounding whitespace ignored).")
+  app->add_option("--token-file", flags->token_file,
+                  "the token file (default: see below); created with a\n"
+                  "new random token when missing; must be this user's,\n"
+                  "mode 0600.")
       ->type_name("FILE")
       ->excludes(token);
   app->add_option("--tls-cert", flags->tls.cert,
@@ -82,11 +91,6 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
     absl::StatusOr<absl::Duration> d = ParseDuration(lease, "--lease-timeout");
     if (!d.ok()) return usage(d.status());
     flags->lease_timeout = *d;
-  }
-  if (!token_file.empty()) {
-    absl::StatusOr<std::string> t = flags::ReadTokenFile(token_file);
-    if (!t.ok()) return usage(t.status());
-    flags->token = *t;
   }
   // Half a pair, or a CA without the pair, is a usage error now; the files
   // themselves are read when the server starts.

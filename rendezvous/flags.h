@@ -21,10 +21,13 @@ struct ServiceFlags {
   // --heartbeat-interval / --lease-timeout (the lease options).
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lease_timeout = absl::Seconds(3);
-  // --token, or read from --token-file; empty: no token.
+  // --token; empty: the token is in a file (token_file).
   std::string token;
   // --tls-cert / --tls-key (TLS), --tls-ca (mutual TLS); empty: plaintext.
   tls::TlsFiles tls;
+  // --token-file; empty: the default (auth::DefaultTokenFile). Read, or
+  // created when missing, by main.cc.
+  std::string token_file;
 };
 
 // Parses `args` (without argv[0]) into *flags. Returns an exit code when

@@ -3,9 +3,11 @@
 // for SIGINT/SIGTERM.
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -13,10 +15,43 @@
 #include <thread>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/flags.h"
 #include "glog/logging.h"
 #include "rendezvous/flags.h"
 #include "rendezvous/server.h"
+
+namespace {
+
+std::optional<std::string> GetEnv(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+// The cluster token: --token, else the token file, created with a new
+// random token on the first start. Errors name the file and the fix.
+absl::StatusOr<std::string> ServiceToken(const elastrun::rendezvous::ServiceFlags& flags) {
+  if (!flags.token.empty()) return flags.token;
+  std::string path = flags.token_file;
+  if (path.empty()) path = elastrun::auth::DefaultTokenFile(GetEnv, geteuid());
+  if (path.empty()) {
+    return absl::FailedPreconditionError(
+        "no token file: give --token-file FILE (neither $XDG_STATE_HOME nor $HOME is set)");
+  }
+  bool created = false;
+  absl::StatusOr<std::string> token = elastrun::auth::LoadOrCreateTokenFile(path, &created);
+  if (!token.ok()) return token.status();
+  if (created) {
+    LOG(INFO) << "created the token file " << path
+              << " (mode 0600); daemons and the CLI read it, or copy it to other nodes";
+  } else {
+    LOG(INFO) << "the cluster token is in " << path;
+  }
+  return token;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   elastrun::rendezvous::ServiceFlags flags;
@@ -26,9 +61,15 @@ int main(int argc, char** argv) {
   }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  absl::StatusOr<std::string> token = ServiceToken(flags);
+  if (!token.ok()) {
+    std::fprintf(stderr, "elastrun-rendezvous: %s\n",
+                 std::string(token.status().message()).c_str());
+    return 1;
+  }
   elastrun::rendezvous::ServerOptions options;
   options.listen = flags.listen;
-  options.token = flags.token;
+  options.token = *token;
   options.tls = flags.tls;
   options.coordinator.lease.heartbeat_interval = flags.heartbeat_interval;
   options.coordinator.lease.lease_timeout = flags.lease_timeout;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -15,39 +16,49 @@
 #include "elastrun/v1/jobs.grpc.pb.h"
 #include "elastrun/v1/rendezvous.grpc.pb.h"
 #include "glog/logging.h"
+#include "rendezvous/caller.h"
 #include "rendezvous/grpc_status.h"
 
 namespace elastrun::rendezvous {
 namespace {
 
-// Checks "authorization: Bearer <token>" in constant time. Empty token: OK.
-absl::Status CheckToken(const grpc::CallbackServerContext* ctx, const std::string& token) {
-  if (token.empty()) return absl::OkStatus();
+// The value of the call's metadata `key`, if it was sent.
+std::optional<std::string> Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
   const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) {
-    return absl::UnauthenticatedError(
-        "missing \"authorization: Bearer <token>\" metadata (the service has --token)");
-  }
-  const std::string want = "Bearer " + token;
-  const grpc::string_ref got = it->second;
-  unsigned diff = got.size() != want.size();
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff |= static_cast<unsigned char>(i < got.size() ? got.data()[i] : 0) ^
-            static_cast<unsigned char>(want[i]);
-  }
-  if (diff != 0) return absl::UnauthenticatedError("wrong token");
-  return absl::OkStatus();
+  auto it = md.find(key);
+  if (it == md.end()) return std::nullopt;
+  return std::string(it->second.data(), it->second.size());
 }
 
-// Runs a unary handler: token check, then `f` (StatusOr<Resp> or Status).
+// Who may call, as the services check it: the token and the clock that
+// credentials expire by.
+struct AuthPolicy {
+  std::string token;
+  const Clock* clock = &RealClock();
+
+  absl::StatusOr<Caller> CallerOf(const grpc::CallbackServerContext* ctx) const {
+    CallMetadata md;
+    md.authorization = Metadata(ctx, auth::kAuthorizationKey);
+    md.credential = Metadata(ctx, auth::kCredentialKey);
+    md.owner = Metadata(ctx, auth::kOwnerKey);
+    return Authenticate(md, token, clock->Now());
+  }
+};
+
+// Whom an RPC serves: node daemons only, or every identified caller.
+enum class Audience { kCluster, kAnyone };
+
+// Runs a unary handler: the caller's identity and audience checked, then
+// `f(caller)` (StatusOr<Resp> or Status).
 template <typename Resp, typename F>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const std::string& token,
-                                Resp* resp, F f) {
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const AuthPolicy& policy,
+                                Audience audience, const char* rpc, Resp* resp, F f) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::Status st = CheckToken(ctx, token);
+  absl::StatusOr<Caller> caller = policy.CallerOf(ctx);
+  absl::Status st = caller.status();
+  if (st.ok() && audience == Audience::kCluster) st = RequireCluster(*caller, rpc);
   if (st.ok()) {
-    auto result = f();
+    auto result = f(*caller);
     if constexpr (std::is_same_v<decltype(result), absl::Status>) {
       st = result;
     } else {
@@ -57,6 +68,15 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const std::str
   }
   reactor->Finish(ToGrpcStatus(st));
   return reactor;
+}
+
+// The caller of a daemon-facing stream or barrier: OK only for a cluster
+// caller.
+absl::Status CheckCluster(grpc::CallbackServerContext* ctx, const AuthPolicy& policy,
+                          const char* rpc) {
+  absl::StatusOr<Caller> caller = policy.CallerOf(ctx);
+  if (!caller.ok()) return caller.status();
+  return RequireCluster(*caller, rpc);
 }
 
 // Bounds on log traffic: one PushLogs request, one StreamLogs answer.
@@ -235,23 +255,25 @@ class BarrierReactor : public grpc::ServerUnaryReactor {
 
 class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackService {
  public:
-  RendezvousService(Coordinator* c, LogStore* logs, std::string token)
-      : c_(c), logs_(logs), token_(std::move(token)) {}
+  RendezvousService(Coordinator* c, LogStore* logs, AuthPolicy policy)
+      : c_(c), logs_(logs), policy_(std::move(policy)) {}
 
   grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* ctx,
                                          const v1::RegisterNodeRequest* req,
                                          v1::RegisterNodeResponse* resp) override {
-    return Unary(ctx, token_, resp, [&] { return c_->RegisterNode(*req); });
+    return Unary(ctx, policy_, Audience::kCluster, "RegisterNode", resp,
+                 [&](const Caller&) { return c_->RegisterNode(*req); });
   }
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const v1::HeartbeatRequest* req,
                                       v1::HeartbeatResponse* resp) override {
-    return Unary(ctx, token_, resp, [&] { return c_->Heartbeat(*req); });
+    return Unary(ctx, policy_, Audience::kCluster, "Heartbeat", resp,
+                 [&](const Caller&) { return c_->Heartbeat(*req); });
   }
   grpc::ServerWriteReactor<v1::Command>* Watch(grpc::CallbackServerContext* ctx,
                                                const v1::WatchRequest* req) override {
     std::shared_ptr<WatchReactor> r = WatchReactor::Make(c_, req->node_id());
-    absl::Status st = CheckToken(ctx, token_);
+    absl::Status st = CheckCluster(ctx, policy_, "Watch");
     if (st.ok()) st = c_->AttachWatch(*req, r);
     if (!st.ok()) r->Close(st);
     return r.get();
@@ -259,22 +281,25 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
   grpc::ServerUnaryReactor* JoinRound(grpc::CallbackServerContext* ctx,
                                       const v1::JoinRoundRequest* req,
                                       v1::JoinRoundResponse* resp) override {
-    return Unary(ctx, token_, resp, [&] { return c_->JoinRound(*req); });
+    return Unary(ctx, policy_, Audience::kCluster, "JoinRound", resp,
+                 [&](const Caller&) { return c_->JoinRound(*req); });
   }
   grpc::ServerUnaryReactor* ReportExit(grpc::CallbackServerContext* ctx,
                                        const v1::ReportExitRequest* req,
                                        v1::ReportExitResponse* resp) override {
-    return Unary(ctx, token_, resp, [&] { return c_->ReportExit(*req); });
+    return Unary(ctx, policy_, Audience::kCluster, "ReportExit", resp,
+                 [&](const Caller&) { return c_->ReportExit(*req); });
   }
   grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext* ctx,
                                            const v1::ReportProgressRequest* req,
                                            v1::ReportProgressResponse* resp) override {
-    return Unary(ctx, token_, resp, [&] { return c_->ReportProgress(*req); });
+    return Unary(ctx, policy_, Audience::kCluster, "ReportProgress", resp,
+                 [&](const Caller&) { return c_->ReportProgress(*req); });
   }
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
                                     const v1::BarrierRequest* req,
                                     v1::BarrierResponse* resp) override {
-    if (absl::Status st = CheckToken(ctx, token_); !st.ok()) {
+    if (absl::Status st = CheckCluster(ctx, policy_, "Barrier"); !st.ok()) {
       grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
       r->Finish(ToGrpcStatus(st));
       return r;
@@ -287,7 +312,8 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
   grpc::ServerUnaryReactor* PushLogs(grpc::CallbackServerContext* ctx,
                                      const v1::PushLogsRequest* req,
                                      v1::PushLogsResponse* resp) override {
-    return Unary(ctx, token_, resp, [&]() -> absl::Status {
+    return Unary(ctx, policy_, Audience::kCluster, "PushLogs", resp,
+                 [&](const Caller&) -> absl::Status {
       if (req->job_id().empty()) return absl::InvalidArgumentError("job_id: empty");
       size_t bytes = 0;
       for (const v1::LogChunk& c : req->chunks()) bytes += c.data().size();
@@ -295,10 +321,16 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
         return absl::InvalidArgumentError(absl::StrFormat(
             "chunks: %d bytes in one PushLogs; at most %d", bytes, kMaxPushLogsBytes));
       }
-      // Only jobs the service knows: a stale daemon cannot fill memory.
+      // Only jobs the service knows, from their own nodes: a stale or
+      // stray daemon cannot fill memory or write into another job's logs.
       v1::GetJobRequest get;
       get.set_job_id(req->job_id());
-      RETURN_IF_ERROR(c_->GetJob(get).status());
+      ASSIGN_OR_RETURN(v1::JobStatus job, c_->GetJob(get));
+      if (!NodeInJob(job, req->node_id())) {
+        return absl::PermissionDeniedError(absl::StrFormat(
+            "node \"%s\" is not and was not in a round of job %s: its log chunks are dropped",
+            req->node_id(), req->job_id()));
+      }
       logs_->Append(req->job_id(), {req->chunks().begin(), req->chunks().end()});
       return absl::OkStatus();
     });
@@ -307,49 +339,65 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
  private:
   Coordinator* const c_;
   LogStore* const logs_;
-  const std::string token_;
+  const AuthPolicy policy_;
 };
 
 class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
  public:
-  JobsService(Coordinator* c, LogStore* logs, std::string token)
-      : c_(c), logs_(logs), token_(std::move(token)) {}
+  JobsService(Coordinator* c, LogStore* logs, AuthPolicy policy)
+      : c_(c), logs_(logs), policy_(std::move(policy)) {}
 
   grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx,
                                    const v1::SubmitRequest* req,
                                    v1::SubmitResponse* resp) override {
-    return Unary(ctx, token_, resp, [&] { return c_->Submit(*req); });
+    return Unary(ctx, policy_, Audience::kAnyone, "Submit", resp, [&](const Caller& caller) {
+      v1::SubmitRequest owned = *req;
+      *owned.mutable_spec() = WithOwner(caller, req->spec());
+      return c_->Submit(owned);
+    });
   }
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx,
                                 const v1::GetJobRequest* req,
                                 v1::JobStatus* resp) override {
-    return Unary(ctx, token_, resp, [&] { return c_->GetJob(*req); });
+    return Unary(ctx, policy_, Audience::kAnyone, "Get", resp,
+                 [&](const Caller&) { return c_->GetJob(*req); });
   }
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
                                  const v1::ListJobsRequest* req,
                                  v1::ListJobsResponse* resp) override {
-    return Unary(ctx, token_, resp,
-                 [&] { return absl::StatusOr<v1::ListJobsResponse>(c_->ListJobs(*req)); });
+    return Unary(ctx, policy_, Audience::kAnyone, "List", resp, [&](const Caller&) {
+      return absl::StatusOr<v1::ListJobsResponse>(c_->ListJobs(*req));
+    });
   }
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
                                    v1::JobStatus* resp) override {
-    return Unary(ctx, token_, resp, [&] { return c_->CancelJob(*req); });
+    return Unary(ctx, policy_, Audience::kAnyone, "Cancel", resp,
+                 [&](const Caller& caller) -> absl::StatusOr<v1::JobStatus> {
+      v1::GetJobRequest get;
+      get.set_job_id(req->job_id());
+      ASSIGN_OR_RETURN(v1::JobStatus job, c_->GetJob(get));
+      RETURN_IF_ERROR(CheckJobAccess(caller, job, "cancel"));
+      return c_->CancelJob(*req);
+    });
   }
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
                                       const v1::ListNodesRequest* req,
                                       v1::ListNodesResponse* resp) override {
-    return Unary(ctx, token_, resp,
-                 [&] { return absl::StatusOr<v1::ListNodesResponse>(c_->ListNodes()); });
+    return Unary(ctx, policy_, Audience::kAnyone, "ListNodes", resp, [&](const Caller&) {
+      return absl::StatusOr<v1::ListNodesResponse>(c_->ListNodes());
+    });
   }
   grpc::ServerWriteReactor<v1::LogChunk>* StreamLogs(
       grpc::CallbackServerContext* ctx, const v1::StreamLogsRequest* req) override {
-    absl::Status st = CheckToken(ctx, token_);
+    absl::StatusOr<Caller> caller = policy_.CallerOf(ctx);
+    absl::Status st = caller.status();
     LogStore::ReadResult read;
     if (st.ok()) {
       v1::GetJobRequest get;
       get.set_job_id(req->job_id());
-      st = c_->GetJob(get).status();
+      absl::StatusOr<v1::JobStatus> job = c_->GetJob(get);
+      st = job.ok() ? CheckJobAccess(*caller, *job, "read the logs of") : job.status();
     }
     if (st.ok()) {
       read = logs_->Read(req->job_id(), req->after_seq(), req->rank(), kMaxStreamLogsBytes);
@@ -360,7 +408,7 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
  private:
   Coordinator* const c_;
   LogStore* const logs_;
-  const std::string token_;
+  const AuthPolicy policy_;
 };
 
 absl::Status CheckListenSecurity(absl::string_view listen, absl::string_view token) {
@@ -402,10 +450,12 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
   CoordinatorOptions copts = s->options_.coordinator;
   if (s->options_.timer_thread) copts.on_timers_changed = [raw] { raw->WakeTimer(); };
   ASSIGN_OR_RETURN(s->coordinator_, Coordinator::Create(std::move(copts)));
+  AuthPolicy policy;
+  policy.token = s->options_.token;
+  if (s->options_.coordinator.clock != nullptr) policy.clock = s->options_.coordinator.clock;
   s->rendezvous_service_ =
-      std::make_unique<RendezvousService>(s->coordinator_.get(), &s->logs_, s->options_.token);
-  s->jobs_service_ =
-      std::make_unique<JobsService>(s->coordinator_.get(), &s->logs_, s->options_.token);
+      std::make_unique<RendezvousService>(s->coordinator_.get(), &s->logs_, policy);
+  s->jobs_service_ = std::make_unique<JobsService>(s->coordinator_.get(), &s->logs_, policy);
 
   grpc::ServerBuilder builder;
   int bound = 0;

@@ -1,5 +1,6 @@
 // The gRPC face of the rendezvous service: the Rendezvous and Jobs services
-// (callback API) over one Coordinator, the listening socket, token checks,
+// (callback API) over one Coordinator, the listening socket, caller checks
+// (caller.h: the token, user credentials, job owners),
 // and the timer thread that fires leases and round deadlines.
 #ifndef ELASTRUN_RENDEZVOUS_SERVER_H_
 #define ELASTRUN_RENDEZVOUS_SERVER_H_
@@ -27,8 +28,11 @@ namespace elastrun::rendezvous {
 struct ServerOptions {
   // "HOST:PORT" ("[v6]:PORT" for IPv6); port 0 picks a free port.
   std::string listen = "127.0.0.1:29400";
-  // Shared secret every RPC must carry as "authorization: Bearer <token>".
-  // Empty: no check, allowed only on a loopback address.
+  // The cluster token (rendezvous/caller.h): callers carry it as
+  // "authorization: Bearer <token>", or a credential signed with it.
+  // Empty: no check, every caller counts as holding the token; allowed only
+  // on a loopback address, and used only by in-process tests
+  // (elastrun-rendezvous always has a token: flag, or its token file).
   std::string token;
   // TLS (cert+key) or mutual TLS (and ca); all empty: plaintext. TLS does
   // not lift the token rule above.

@@ -493,6 +493,8 @@ std::vector<v1::LogChunk> ReadLogs(v1::Jobs::Stub& jobs, const std::string& job,
 
 TEST_F(ServerTest, PushedLogsAreStreamedBackByCursorAndRank) {
   StartServer();
+  TestDaemon n0(Dial(*server_), "n0");
+  ASSERT_TRUE(n0.Register(2).ok());
   const std::string job = Submit(1, 1, 1, /*wait_for_nodes=*/true);
   auto rdzv = v1::Rendezvous::NewStub(Dial(*server_));
   v1::PushLogsRequest push;
@@ -519,6 +521,19 @@ TEST_F(ServerTest, PushedLogsAreStreamedBackByCursorAndRank) {
   auto rank1 = ReadLogs(*jobs_, job, 1, 0, &st);
   ASSERT_EQ(rank1.size(), 1u);
   EXPECT_EQ(rank1[0].data(), "line 1\n");
+
+  // A node that is not the job's: refused, and its chunks dropped.
+  {
+    v1::PushLogsRequest stray = push;
+    stray.set_node_id("stranger");
+    stray.mutable_chunks(0)->set_data("forged\n");
+    grpc::ClientContext ctx;
+    v1::PushLogsResponse resp;
+    grpc::Status pushed = rdzv->PushLogs(&ctx, stray, &resp);
+    EXPECT_EQ(pushed.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(pushed.error_message(), HasSubstr("stranger"));
+    EXPECT_EQ(ReadLogs(*jobs_, job, -1, 0, &st).size(), 3u);
+  }
 
   // Unknown jobs: pushing and reading are refused.
   ReadLogs(*jobs_, "no-such-job", -1, 0, &st);

@@ -4,6 +4,7 @@
 // the survivors must re-form and finish. Needs root (CAP_NET_ADMIN) and
 // iproute2; skipped with a message where namespaces cannot be made.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -67,6 +68,7 @@ class MultiHostTest : public ::testing::Test {
     dir_ = testing::MakeTempDir("multihost");
     token_file_ = dir_ + "/token";
     std::ofstream(token_file_) << "s3cret-" << id_ << "\n";
+    chmod(token_file_.c_str(), 0600);  // a token file open to others is refused
     marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=multihost-", getpid(), "-", dir_);
   }
 
@@ -110,7 +112,9 @@ class MultiHostTest : public ::testing::Test {
         {"ip", "netns", "exec", Ns(h), BinDir() + "/elastrund", "--rendezvous", address_,
          "--node-id", absl::StrCat("host", h), "--slots", "1", "--advertise-addr", Addr(h),
          "--token-file", token_file_, "--state-dir", absl::StrCat(dir_, "/state-", h),
-         "--log-dir", absl::StrCat(dir_, "/logs-", h), "--shutdown-timeout", "2"},
+         "--log-dir", absl::StrCat(dir_, "/logs-", h),
+         "--cred-socket", absl::StrCat(dir_, "/cred-", h, ".sock"),
+         "--shutdown-timeout", "2"},
         {marker_, "GLOO_SOCKET_IFNAME=" + Inner(h)});
     ASSERT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));

@@ -100,7 +100,9 @@ class TlsE2eTest : public ::testing::Test {
                                      "--state-dir",
                                      dir_ + "/" + id,
                                      "--shutdown-timeout",
-                                     "5s"};
+                                     "5s",
+                                     "--cred-socket",
+                                     "none"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     env.insert(env.end(), {marker_, "ELASTRUN_TOKEN=" + std::string(kToken),
                            "ELASTRUN_SNAPSHOT_BASE=" + dir_});
@@ -227,14 +229,14 @@ TEST_F(TlsE2eTest, ServerNameForAnAddressTheCertificateDoesNotCarry) {
 TEST_F(TlsE2eTest, ServiceRefusesBadTlsFlagsWithUsageErrors) {
   absl::StatusOr<RunResult> half =
       testing::Run({BinDir() + "/elastrun-rendezvous", "--listen", "127.0.0.1:0",
-                    "--tls-cert", pki_.server_cert},
+                    "--token", kToken, "--tls-cert", pki_.server_cert},
                    {marker_});
   ASSERT_TRUE(half.ok()) << half.status();
   EXPECT_EQ(half->exit_code, 2);
   EXPECT_THAT(half->output, HasSubstr("elastrun-rendezvous: --tls-cert needs --tls-key"));
   absl::StatusOr<RunResult> mismatch =
       testing::Run({BinDir() + "/elastrun-rendezvous", "--listen", "127.0.0.1:0",
-                    "--tls-cert", pki_.server_cert, "--tls-key", pki_.client_key},
+                    "--token", kToken, "--tls-cert", pki_.server_cert, "--tls-key", pki_.client_key},
                    {marker_});
   ASSERT_TRUE(mismatch.ok()) << mismatch.status();
   EXPECT_EQ(mismatch->exit_code, 2);
@@ -257,7 +259,8 @@ TEST_F(TlsE2eTest, UnreadableKeyIsAUsageErrorNamingIt) {
   ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);  // the folder and the certificate: readable
   absl::StatusOr<RunResult> r =
       testing::Run({runuser, "-u", "nobody", "--", bin, "--listen", "127.0.0.1:0",
-                    "--tls-cert", pki_.server_cert, "--tls-key", pki_.server_key},
+                    "--token", kToken, "--tls-cert", pki_.server_cert, "--tls-key",
+                    pki_.server_key},
                    {marker_});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 2) << r->output;

@@ -161,7 +161,8 @@ class TrainingE2eTest : public ::testing::Test {
     argv.insert(argv.end(), {"--max-restarts", "3", "--env", "OMP_NUM_THREADS=1"});
     argv.insert(argv.end(), {"--env", "ELASTRUN_TRAIN_SAMPLE_LOG=samples", "--", train_});
     argv.insert(argv.end(), {"--config", config_, "train.output_dir=" + output_dir});
-    auto r = testing::Run(argv, {marker_}, kDeadline);
+    auto r = testing::Run(argv, {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()},
+                          kDeadline);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return "";
     EXPECT_EQ(r->exit_code, 0) << r->output;

@@ -67,7 +67,7 @@ bool StartService(const std::string& bin, const std::string& state_dir, const st
     *error = std::string("pipe: ") + std::strerror(errno);
     return false;
   }
-  std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0"};
+  std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0", "--token", kBenchToken};
   if (!state_dir.empty()) {
     args.push_back("--state-dir");
     args.push_back(state_dir);

@@ -31,7 +31,12 @@ ProcStats ReadProc(pid_t pid);
 // CPU time of this process (the simulated daemons).
 double SelfCpu();
 
-// Starts `bin --listen 127.0.0.1:0 [--state-dir DIR]`, stderr to `log`,
+// The cluster token the bench's service is started with and its simulated
+// daemons send (the service always requires one; never the default file).
+inline constexpr char kBenchToken[] = "elastrun-bench-token";
+inline constexpr char kBenchAuthorization[] = "Bearer elastrun-bench-token";
+
+// Starts `bin --listen 127.0.0.1:0 --token T [--state-dir DIR]`, stderr to `log`,
 // and reads "listening on HOST:PORT" (10 s deadline). `cpu` >= 0: the
 // service runs on that CPU only. False with `*error` set on failure.
 bool StartService(const std::string& bin, const std::string& state_dir, const std::string& log,

@@ -57,6 +57,7 @@ struct Node {
 
 template <typename Req, typename Resp>
 struct Call {
+  Call() { ctx.AddMetadata("authorization", kBenchAuthorization); }
   grpc::ClientContext ctx;
   Req req;
   Resp resp;
@@ -208,6 +209,7 @@ class Sim {
 class Watcher : public grpc::ClientReadReactor<v1::Command> {
  public:
   Watcher(Sim* sim, Node* node) : sim_(sim), node_(node) {
+    ctx_.AddMetadata("authorization", kBenchAuthorization);
     req_.set_node_id(node->id);
     req_.set_incarnation(node->incarnation);
     node->stub->async()->Watch(&ctx_, &req_, this);

@@ -92,6 +92,7 @@ bool RunRound0(Run& r) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(10));
+    ctx.AddMetadata("authorization", kBenchAuthorization);
     v1::SubmitResponse resp;
     grpc::Status s = r.sim->jobs()->Submit(&ctx, req, &resp);
     if (!s.ok()) {

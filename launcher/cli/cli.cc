@@ -3,6 +3,8 @@
 // flags in run_options.cc.
 #include "launcher/cli/cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
@@ -18,6 +20,7 @@
 #include "common/strings.h"
 #include "common/tls.h"
 #include "launcher/cli/commands.h"
+#include "launcher/cli/identity.h"
 #include "launcher/cli/run.h"
 
 extern char** environ;
@@ -29,7 +32,8 @@ using internal::ParsedArgs;
 
 constexpr char kExitCodesHelp[] = R"(Exit codes of the job commands:
   0  done (wait: the job SUCCEEDED)
-  1  the job FAILED or was CANCELLED (wait), or the command failed
+  1  the job FAILED or was CANCELLED (wait), or the command failed (also:
+     refused by the service: not identified, or not your job)
   2  usage error: bad flags or arguments, or a job spec refused
   3  the service could not be reached or did not answer in time
   4  no such job
@@ -44,10 +48,17 @@ elastrun-rendezvous service and the node daemons (elastrund).
 )";
 
 constexpr char kServiceNote[] = R"(Job commands find the service from --rendezvous HOST:PORT or
-$ELASTRUN_RENDEZVOUS (default 127.0.0.1:29400) and send --token-file,
---token or $ELASTRUN_TOKEN. They speak TLS with --tls-ca or $ELASTRUN_TLS_CA
-(and a client certificate, --tls-cert/--tls-key or $ELASTRUN_TLS_CERT and
-$ELASTRUN_TLS_KEY, for a service with mutual TLS). `run` needs no service.
+$ELASTRUN_RENDEZVOUS (default 127.0.0.1:29400). They identify you with the
+cluster token from --token-file, --token, $ELASTRUN_TOKEN, $ELASTRUN_TOKEN_FILE
+or the service's default token file (/var/lib/elastrun/token for root, else
+$XDG_STATE_HOME/elastrun/token or ~/.local/state/elastrun/token) when you can
+read it; else with a credential for your own uid from this node's elastrund
+($ELASTRUN_CRED_SOCKET, default /run/elastrund/cred.sock, or
+$XDG_RUNTIME_DIR/elastrund-cred.sock for a daemon run by a user). The job you
+submit is yours: only you (or root) may cancel it or read its logs. They
+speak TLS with --tls-ca or $ELASTRUN_TLS_CA (and a client certificate,
+--tls-cert/--tls-key or $ELASTRUN_TLS_CERT and $ELASTRUN_TLS_KEY, for a
+service with mutual TLS). `run` needs no service.
 )";
 
 constexpr char kMoreHelp[] =
@@ -91,7 +102,9 @@ constexpr FlagInfo kServiceFlags[] = {
     {"--token", "TOKEN",
      "sent as \"authorization: Bearer TOKEN\" (default\n"
      "$ELASTRUN_TOKEN; visible in ps: prefer --token-file)"},
-    {"--token-file", "FILE", "read the token from FILE (whitespace stripped)"},
+    {"--token-file", "FILE",
+     "read the token from FILE (yours, mode 0600;\n"
+     "default $ELASTRUN_TOKEN_FILE, else the default file)"},
     {"--tls-ca", "FILE",
      "speak TLS and verify the service's certificate\n"
      "against this PEM CA (default $ELASTRUN_TLS_CA)"},
@@ -335,14 +348,11 @@ absl::Status FinishJobFlags(const CliContext& ctx, ParsedArgs& a) {
   if (a.Has("--token") && a.Has("--token-file")) {
     return absl::InvalidArgumentError("give --token or --token-file, not both");
   }
-  if (a.Has("--token-file")) {
-    absl::StatusOr<std::string> token = flags::ReadTokenFile(a.Last("--token-file"));
-    if (!token.ok()) return token.status();
-    a.service.token = *token;
-  } else if (a.Has("--token")) {
-    a.service.token = a.Last("--token");
-  } else if (auto v = env("ELASTRUN_TOKEN"); v) {
-    a.service.token = *v;
+  if (absl::Status st =
+          ResolveIdentity(ctx.env, a.Has("--token-file") ? a.Last("--token-file") : "",
+                          a.Has("--token") ? a.Last("--token") : "", geteuid(), a.service);
+      !st.ok()) {
+    return st;
   }
   if (absl::Status st = FinishTlsFlags(env, a); !st.ok()) return st;
   if (a.Has("--rpc-timeout")) {

@@ -103,10 +103,24 @@ class Service {
   int out_ = -1;
 };
 
+// An owner-only token file `dir`/token holding `token`: the service, its
+// daemons and the CLI are all given it (never the default path).
+std::string WriteTokenFile(const std::string& dir, const std::string& token) {
+  const std::string path = dir + "/token";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  EXPECT_GE(fd, 0) << path;
+  if (fd >= 0) {
+    EXPECT_EQ(write(fd, token.data(), token.size()), static_cast<ssize_t>(token.size()));
+    close(fd);
+  }
+  return path;
+}
+
 class CliE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    address_ = service_.Start({});
+    token_file_ = WriteTokenFile(testing::MakeTempDir("cli_e2e_token"), "cli-e2e-token\n");
+    address_ = service_.Start({"--token-file", token_file_});
     ASSERT_FALSE(address_.empty());
   }
 
@@ -115,6 +129,7 @@ class CliE2eTest : public ::testing::Test {
   RunResult Cli(std::vector<std::string> args, std::vector<std::string> env = {}) {
     args.insert(args.begin(), BinDir() + "/elastrun");
     env.push_back("ELASTRUN_RENDEZVOUS=" + address_);
+    env.push_back("ELASTRUN_TOKEN_FILE=" + token_file_);
     absl::StatusOr<RunResult> r = testing::Run(args, env, kWait);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : RunResult{};
@@ -128,7 +143,7 @@ class CliE2eTest : public ::testing::Test {
   }
 
   Service service_;
-  std::string address_;
+  std::string token_file_, address_;
 };
 
 TEST_F(CliE2eTest, SubmitStatusListCancelWait) {
@@ -264,7 +279,8 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   for (const char* id : {"n1", "n2"}) {
     absl::StatusOr<std::unique_ptr<testing::Subprocess>> d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", id, "--slots",
-         "2", "--state-dir", logs + "/state-" + id, "--log-dir", logs + "/" + id},
+          "2", "--state-dir", logs + "/state-" + id, "--log-dir", logs + "/" + id,
+          "--token-file", token_file_, "--cred-socket", logs + "/" + id + ".sock"},
         {"ELASTRUN_SNAPSHOT_BASE=" + logs});  // off the real /dev/shm
     ASSERT_TRUE(d.ok()) << d.status();
     daemons.push_back(*std::move(d));
@@ -344,7 +360,8 @@ TEST_F(CliE2eTest, AJobNoNodeCanHoldIsRefusedAndWaitingForNodesBlocksNoOne) {
   absl::StatusOr<std::unique_ptr<testing::Subprocess>> daemon =
       testing::Subprocess::Start(
           {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", "node-a",
-           "--slots", "1", "--state-dir", dir + "/state", "--log-dir", dir + "/logs"},
+           "--slots", "1", "--state-dir", dir + "/state", "--log-dir", dir + "/logs",
+           "--token-file", token_file_, "--cred-socket", dir + "/cred.sock"},
           {"ELASTRUN_SNAPSHOT_BASE=" + dir});  // off the real /dev/shm
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   RunResult wait = Cli({"wait", id(first), "--timeout", "120"});
@@ -403,9 +420,7 @@ TEST(CliBinariesE2eTest, VersionAndUsageErrorsOfEveryBinary) {
 
 TEST(CliTokenE2eTest, TokenIsSentAndRequired) {
   const std::string dir = testing::MakeTempDir("cli_token");
-  absl::StatusOr<RunResult> w =
-      testing::Run({"/bin/sh", "-c", "echo ' s3cret ' > " + dir + "/token"});
-  ASSERT_TRUE(w.ok() && w->exit_code == 0);
+  WriteTokenFile(dir, " s3cret \n");
   Service service;
   const std::string address = service.Start({"--token-file", dir + "/token"});
   ASSERT_FALSE(address.empty());
@@ -416,7 +431,9 @@ TEST(CliTokenE2eTest, TokenIsSentAndRequired) {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : RunResult{};
   };
-  RunResult none = cli({"list"}, {});
+  // No token, and no daemon to ask for a credential (a path with none).
+  RunResult none =
+      cli({"list"}, {"ELASTRUN_CRED_SOCKET=" + dir + "/no.sock", "XDG_STATE_HOME=" + dir});
   EXPECT_EQ(none.exit_code, 1) << none.output;
   EXPECT_THAT(none.output, HasSubstr("--token-file"));
   EXPECT_EQ(cli({"list"}, {"ELASTRUN_TOKEN=s3cret"}).exit_code, 0);

@@ -48,7 +48,8 @@ TEST(CliRetryTest, StatusWaitsForAServiceThatComesUpLate) {
   };
   int rc = -1;
   std::thread cli([&] {
-    rc = RunCli({"status", "j-1", "--rendezvous", address, "--retry-for", "60s"}, ctx);
+    rc = RunCli({"status", "j-1", "--rendezvous", address, "--retry-for", "60s", "--token", "t"},
+                ctx);
   });
   // EXPECT, not ASSERT: the thread must be joined whatever happens.
   EXPECT_TRUE(first_failure.WaitForNotificationWithTimeout(absl::Seconds(60)));

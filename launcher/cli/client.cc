@@ -6,9 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/tls.h"
+#include "common/auth.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
+#include "launcher/daemon/cred_socket.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -17,6 +21,10 @@ namespace {
 // handshake there, to tell why: a plaintext client whether the service
 // speaks TLS, a TLS client why its handshake fails.
 constexpr absl::Duration kProbeTimeout = absl::Seconds(2);
+// A credential is fetched again this long after the last one: well inside
+// its life, so that `logs -f` and `wait` outlive many credentials.
+constexpr absl::Duration kCredentialRefresh = absl::Minutes(4);  // of auth::kCredentialLife
+constexpr absl::Duration kCredentialFetchTimeout = absl::Seconds(5);
 
 // gRPC's reconnect backoff grows to 120 s by default; `wait` polls through a
 // service restart and should see the service within about a second of its
@@ -35,14 +43,16 @@ std::shared_ptr<grpc::Channel> NewChannel(const ServiceOptions& options) {
 class GrpcJobsClient : public JobsClient {
  public:
   explicit GrpcJobsClient(ServiceOptions options)
-      : options_(std::move(options)), stub_(v1::Jobs::NewStub(NewChannel(options_))) {}
+      : options_(std::move(options)),
+        stub_(v1::Jobs::NewStub(NewChannel(options_))),
+        token_(options_.token) {}
 
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) override {
     v1::SubmitRequest req;
     *req.mutable_spec() = spec;
     v1::SubmitResponse resp;
     grpc::ClientContext ctx;
-    Prepare(ctx);
+    if (absl::Status st = Prepare(ctx, /*state_owner=*/true); !st.ok()) return st;
     if (absl::Status st = Convert(stub_->Submit(&ctx, req, &resp)); !st.ok()) return st;
     return resp.job_id();
   }
@@ -52,7 +62,7 @@ class GrpcJobsClient : public JobsClient {
     req.set_job_id(job_id);
     v1::JobStatus resp;
     grpc::ClientContext ctx;
-    Prepare(ctx);
+    if (absl::Status st = Prepare(ctx); !st.ok()) return st;
     if (absl::Status st = Convert(stub_->Get(&ctx, req, &resp)); !st.ok()) return st;
     return resp;
   }
@@ -60,7 +70,7 @@ class GrpcJobsClient : public JobsClient {
   absl::StatusOr<v1::ListJobsResponse> List() override {
     v1::ListJobsResponse resp;
     grpc::ClientContext ctx;
-    Prepare(ctx);
+    if (absl::Status st = Prepare(ctx); !st.ok()) return st;
     if (absl::Status st = Convert(stub_->List(&ctx, v1::ListJobsRequest(), &resp));
         !st.ok()) {
       return st;
@@ -75,7 +85,7 @@ class GrpcJobsClient : public JobsClient {
     req.set_reason(reason);
     v1::JobStatus resp;
     grpc::ClientContext ctx;
-    Prepare(ctx);
+    if (absl::Status st = Prepare(ctx); !st.ok()) return st;
     if (absl::Status st = Convert(stub_->Cancel(&ctx, req, &resp)); !st.ok()) return st;
     return resp;
   }
@@ -83,7 +93,7 @@ class GrpcJobsClient : public JobsClient {
   absl::StatusOr<v1::ListNodesResponse> ListNodes() override {
     v1::ListNodesResponse resp;
     grpc::ClientContext ctx;
-    Prepare(ctx);
+    if (absl::Status st = Prepare(ctx); !st.ok()) return st;
     if (absl::Status st = Convert(stub_->ListNodes(&ctx, v1::ListNodesRequest(), &resp));
         !st.ok()) {
       return st;
@@ -98,7 +108,7 @@ class GrpcJobsClient : public JobsClient {
     req.set_rank(rank);
     req.set_after_seq(after_seq);
     grpc::ClientContext ctx;
-    Prepare(ctx);
+    if (absl::Status st = Prepare(ctx); !st.ok()) return st;
     std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader = stub_->StreamLogs(&ctx, req);
     std::vector<v1::LogChunk> chunks;
     v1::LogChunk chunk;
@@ -108,10 +118,68 @@ class GrpcJobsClient : public JobsClient {
   }
 
  private:
-  void Prepare(grpc::ClientContext& ctx) const {
+  // The deadline and the caller's identity. A cluster caller states this
+  // user as the owner of what it submits.
+  absl::Status Prepare(grpc::ClientContext& ctx, bool state_owner = false) {
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    if (!options_.token.empty())
-      ctx.AddMetadata("authorization", "Bearer " + options_.token);
+    absl::MutexLock lock(&mu_);
+    if (absl::Status st = Identify(); !st.ok()) return st;
+    if (!token_.empty()) {
+      ctx.AddMetadata(auth::kAuthorizationKey, "Bearer " + token_);
+      if (state_owner) {
+        const auth::Identity me = auth::Self();
+        ctx.AddMetadata(auth::kOwnerKey, absl::StrFormat("%d:%d:%s", me.uid, me.gid, me.name));
+      }
+    } else {
+      ctx.AddMetadata(auth::kCredentialKey, credential_);
+    }
+    return absl::OkStatus();
+  }
+
+  // The token, else the token file (once), else a fresh enough credential.
+  absl::Status Identify() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!token_.empty()) return absl::OkStatus();
+    if (!tried_token_file_) {
+      tried_token_file_ = true;
+      if (options_.token_file.empty()) {
+        token_note_ = "no token file (neither $XDG_STATE_HOME nor $HOME is set)";
+      } else {
+        absl::StatusOr<std::string> token = auth::ReadTokenFile(options_.token_file);
+        if (token.ok()) {
+          token_ = *token;
+          return absl::OkStatus();
+        }
+        // Not this user's to read: fine, the daemon vouches for them. A
+        // token file open to others is a hole: refuse it.
+        if (!absl::IsNotFound(token.status()) && !absl::IsPermissionDenied(token.status())) {
+          return absl::FailedPreconditionError(token.status().message());
+        }
+        token_note_ = absl::StrCat(token.status().message());
+        if (absl::IsNotFound(token.status())) {
+          token_note_ = absl::StrCat("cannot read the token file ", options_.token_file,
+                                     " (it does not exist)");
+        }
+      }
+    }
+    if (!credential_.empty() && absl::Now() < credential_time_ + kCredentialRefresh) {
+      return absl::OkStatus();
+    }
+    if (options_.cred_socket.empty()) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          token_note_, " and no daemon credential socket (set $ELASTRUN_CRED_SOCKET or "
+          "$XDG_RUNTIME_DIR); give the service's token with --token-file or ELASTRUN_TOKEN"));
+    }
+    absl::StatusOr<std::string> credential =
+        FetchCredential(options_.cred_socket, kCredentialFetchTimeout);
+    if (!credential.ok()) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          token_note_, " and ", credential.status().message(),
+          ": run elastrund on this node, or give the service's token with --token-file "
+          "or ELASTRUN_TOKEN"));
+    }
+    credential_ = *credential;
+    credential_time_ = absl::Now();
+    return absl::OkStatus();
   }
 
   // The one place where a grpc::Status becomes an absl::Status for the CLI;
@@ -145,16 +213,22 @@ class GrpcJobsClient : public JobsClient {
                           options_.address, absl::FormatDuration(options_.rpc_timeout)));
     }
     if (code == absl::StatusCode::kUnauthenticated) {
-      return absl::UnauthenticatedError(
-          absl::StrCat(st.error_message(),
-                       " (give the service's token with --token-file, --token or "
-                       "ELASTRUN_TOKEN)"));
+      return absl::UnauthenticatedError(absl::StrCat(
+          st.error_message(),
+          " (give the service's token with --token-file, --token, ELASTRUN_TOKEN or "
+          "ELASTRUN_TOKEN_FILE, or run elastrund on this node for a credential)"));
     }
     return absl::Status(code, st.error_message());
   }
 
   const ServiceOptions options_;
   std::unique_ptr<v1::Jobs::Stub> stub_;
+  absl::Mutex mu_;
+  std::string token_ ABSL_GUARDED_BY(mu_);
+  bool tried_token_file_ ABSL_GUARDED_BY(mu_) = false;
+  std::string token_note_ ABSL_GUARDED_BY(mu_);  // why the token file was not used
+  std::string credential_ ABSL_GUARDED_BY(mu_);
+  absl::Time credential_time_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -19,13 +19,19 @@ namespace elastrun::launcher {
 struct ServiceOptions {
   // "HOST:PORT" of elastrun-rendezvous (--rendezvous, $ELASTRUN_RENDEZVOUS).
   std::string address = "127.0.0.1:29400";
-  // Sent as "authorization: Bearer <token>" when not empty.
+  // The cluster token, sent as "authorization: Bearer <token>" when not
+  // empty (--token, --token-file, $ELASTRUN_TOKEN, $ELASTRUN_TOKEN_FILE).
   std::string token;
   // --tls-ca/--tls-cert/--tls-key/--tls-server-name or $ELASTRUN_TLS_*
   // (no TLS flag: plaintext), and the credentials made from them by
   // tls::MakeChannelCredentials, which reports bad files; null: plaintext.
   tls::TlsFiles tls;
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With no token: the token file to try at the first call (the default
+  // one; this user may not be allowed to read it), then the daemon's
+  // credential socket for a credential of this user.
+  std::string token_file;
+  std::string cred_socket;
   // Deadline of every RPC.
   absl::Duration rpc_timeout = absl::Seconds(10);
   // How long a read command (status, list, nodes, logs, wait) keeps retrying
@@ -34,7 +40,10 @@ struct ServiceOptions {
 };
 
 // One connection to the Jobs service. Every call carries the deadline and
-// the token. Errors keep the service's code (NotFound, InvalidArgument, ...);
+// the caller's identity: the token (then Submit states this user as the
+// job's owner), else a credential from the local daemon, fetched at the
+// first call and again before it expires. Without either, calls fail
+// Unauthenticated saying what was tried. Errors keep the service's code (NotFound, InvalidArgument, ...);
 // a service that cannot be reached or did not answer in time is Unavailable
 // or DeadlineExceeded with a message that names the address.
 class JobsClient {

@@ -237,6 +237,19 @@ std::string FormatJobLine(const v1::JobStatus& s) {
   return out;
 }
 
+namespace {
+
+// "alice (uid 1000)", or "-" for a job without an owner (submitted with
+// the token and no stated owner, or before owners were kept).
+std::string OwnerText(const v1::JobSpec& spec, bool with_uid) {
+  if (!spec.has_owner()) return "-";
+  const std::string name =
+      spec.owner().user().empty() ? absl::StrCat("uid", spec.owner().uid()) : spec.owner().user();
+  return with_uid ? absl::StrFormat("%s (uid %d)", name, spec.owner().uid()) : name;
+}
+
+}  // namespace
+
 std::string FormatJobStatus(const v1::JobStatus& s) {
   std::string state = JobStateName(s.state());
   if (const std::string phase = PhaseText(s); !phase.empty()) {
@@ -245,6 +258,7 @@ std::string FormatJobStatus(const v1::JobStatus& s) {
   std::vector<std::vector<std::string>> rows = {
       {"job:", s.job_id()},
       {"state:", state},
+      {"owner:", OwnerText(s.spec(), /*with_uid=*/true)},
       {"round:", absl::StrCat(s.round())},
       {"world size:", absl::StrCat(s.world_size())},
       {"nodes:",
@@ -308,9 +322,10 @@ std::string FormatJobStatus(const v1::JobStatus& s) {
 std::string FormatJobList(const v1::ListJobsResponse& r) {
   if (r.jobs().empty()) return "no jobs\n";
   std::vector<std::vector<std::string>> rows = {
-      {"JOB", "STATE", "ROUND", "WORLD", "RESTARTS", "NNODES", "NPROC", "SUBMITTED"}};
+      {"JOB", "OWNER", "STATE", "ROUND", "WORLD", "RESTARTS", "NNODES", "NPROC", "SUBMITTED"}};
   for (const v1::JobStatus& s : r.jobs()) {
-    rows.push_back({s.job_id(), JobStateName(s.state()), absl::StrCat(s.round()),
+    rows.push_back({s.job_id(), OwnerText(s.spec(), /*with_uid=*/false),
+                    JobStateName(s.state()), absl::StrCat(s.round()),
                     absl::StrCat(s.world_size()),
                     absl::StrCat(s.restarts(), "/", s.spec().max_restarts()),
                     Nnodes(s.spec()), absl::StrCat(s.spec().nproc_per_node()),

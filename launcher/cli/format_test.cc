@@ -193,9 +193,16 @@ TEST(CliFormatTest, ListJsonAndText) {
   EXPECT_EQ(j["jobs"][0]["job_id"], "mnist-7");
   EXPECT_EQ(j["jobs"][0]["state"], "FAILED");
   EXPECT_EQ(j["jobs"][0], ProtoJson(FailedJob()));
-  const std::string text = FormatJobList(r);
+  std::string text = FormatJobList(r);
   EXPECT_THAT(text, HasSubstr("JOB"));
   EXPECT_THAT(text, HasSubstr("mnist-7"));
+  EXPECT_THAT(text, HasSubstr("OWNER"));
+  EXPECT_THAT(text, ::testing::MatchesRegex("(.|\n)*mnist-7 +- +FAILED(.|\n)*"));
+  r.mutable_jobs(0)->mutable_spec()->mutable_owner()->set_uid(1000);
+  r.mutable_jobs(0)->mutable_spec()->mutable_owner()->set_user("alice");
+  text = FormatJobList(r);
+  EXPECT_THAT(text, ::testing::MatchesRegex("(.|\n)*mnist-7 +alice +FAILED(.|\n)*"));
+  EXPECT_THAT(FormatJobStatus(r.jobs(0)), HasSubstr("\nowner:       alice (uid 1000)\n"));
   EXPECT_THAT(text, HasSubstr("2:3"));
   EXPECT_EQ(FormatJobList(v1::ListJobsResponse()), "no jobs\n");
   EXPECT_EQ(ProtoJson(v1::ListJobsResponse())["jobs"], Json::array());

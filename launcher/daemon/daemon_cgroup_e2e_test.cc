@@ -87,7 +87,8 @@ class DaemonCgroupE2eTest : public ::testing::Test {
   testing::Subprocess& StartDaemon() {
     auto d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", node_,
-         "--slots", "1", "--state-dir", dir_ + "/daemon-state", "--shutdown-timeout", "10s"},
+         "--slots", "1", "--state-dir", dir_ + "/daemon-state", "--shutdown-timeout", "10s",
+         "--token-file", cluster_->token_file(), "--cred-socket", "none"},
         {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
     EXPECT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));
@@ -99,7 +100,7 @@ class DaemonCgroupE2eTest : public ::testing::Test {
         {BinDir() + "/elastrun", "submit", "--rendezvous", cluster_->address(), "--name",
          "cgroup", "--nnodes", "1", "--nproc-per-node", "1", "--max-restarts", "0", "--",
          "/bin/sh", "-c", script},
-        {marker_});
+        {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
     EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
     return r.ok() ? Trimmed(r->output) : "";
   }

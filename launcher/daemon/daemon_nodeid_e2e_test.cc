@@ -60,7 +60,9 @@ class DaemonNodeIdE2eTest : public ::testing::Test {
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
          "--slots", "2", "--state-dir", dir_ + "/state-n1", "--log-dir", dir_ + "/logs",
          "--shutdown-timeout", "10s"},
-        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
+        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_,
+         "ELASTRUN_TOKEN_FILE=" + cluster_->token_file(),
+         "ELASTRUN_CRED_SOCKET=" + dir_ + "/cred.sock"});
     EXPECT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));
     return *daemons_.back();
@@ -72,7 +74,7 @@ class DaemonNodeIdE2eTest : public ::testing::Test {
         {BinDir() + "/elastrun", "submit", "--rendezvous", cluster_->address(), "--name",
          "nodeid", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "0", "--",
          "/bin/sh", "-c", script},
-        {marker_});
+        {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
     EXPECT_TRUE(r.ok() && r->exit_code == 0)
         << (r.ok() ? r->output : r.status().ToString());
     return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";

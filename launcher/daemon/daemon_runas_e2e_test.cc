@@ -71,7 +71,8 @@ class DaemonRunAsE2eTest : public ::testing::Test {
   void StartDaemon() {
     auto d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
-         "--slots", "2", "--state-dir", state_, "--shutdown-timeout", "10s"},
+         "--slots", "2", "--state-dir", state_, "--shutdown-timeout", "10s", "--token-file",
+         cluster_->token_file(), "--cred-socket", "none"},
         {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);
@@ -198,7 +199,8 @@ TEST_F(DaemonRunAsE2eTest, UnknownOwnerOrMissingFolderCannotStart) {
   const std::string ghost = cluster_->SubmitSpec(spec);
   v1::JobStatus st = cluster_->WaitFinished(ghost);
   EXPECT_EQ(st.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(st.DebugString(), HasSubstr("uid 3999999, which is unknown on node n1"));
+  EXPECT_THAT(st.root_cause().message(),
+              HasSubstr("belongs to uid 3999999 (uid3999999), which is unknown on node n1"));
 
   v1::JobSpec lost = ShellJob("lost", "true");
   lost.set_working_dir(dir_ + "/no-such-folder");
@@ -222,8 +224,11 @@ TEST_F(DaemonRunAsE2eTest, NonRootDaemonRunsOnlyItsOwnUsersJobs) {
   auto d = testing::Subprocess::Start(
       {"/usr/sbin/runuser", "-u", "nobody", "--", BinDir() + "/elastrund", "--rendezvous",
        cluster_->address(), "--node-id", "n1", "--slots", "1", "--state-dir", state_,
-       "--shutdown-timeout", "10s"},
-      {marker_, "ELASTRUN_SNAPSHOT_BASE=" + home});
+       "--shutdown-timeout", "10s", "--cred-socket", "none"},
+      // The token file is root's (0600): nobody gets the token itself.
+      {marker_, "ELASTRUN_SNAPSHOT_BASE=" + home,
+       "ELASTRUN_TOKEN=" + std::string(absl::StripAsciiWhitespace(
+                               testing::ReadFile(cluster_->token_file())))});
   ASSERT_TRUE(d.ok()) << d.status();
   daemon_ = *std::move(d);
   ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
@@ -258,7 +263,7 @@ TEST_F(DaemonRunAsE2eTest, SubmitSendsItsFolderAndEnvironment) {
          absl::StrCat("cd '", project, "' && exec '", BinDir(), "/elastrun' submit ",
                       "--rendezvous ", cluster_->address(), " ", flags,
                       " -- sh -c 'pwd; echo \"MYVAR=${MYVAR-unset}\"'")},
-        {marker_, "MYVAR=from the submitter"});
+        {marker_, "MYVAR=from the submitter", "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
     EXPECT_TRUE(r.ok() && r->exit_code == 0)
         << (r.ok() ? r->output : r.status().ToString());
     return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";

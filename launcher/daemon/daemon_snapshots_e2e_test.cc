@@ -79,7 +79,9 @@ class DaemonSnapshotsE2eTest : public ::testing::Test {
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
          "--slots", "2", "--state-dir", dir_ + "/state-n1", "--log-dir", dir_ + "/logs",
          "--shutdown-timeout", "10s"},
-        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
+        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_,
+         "ELASTRUN_TOKEN_FILE=" + cluster_->token_file(),
+         "ELASTRUN_CRED_SOCKET=" + dir_ + "/cred.sock"});
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);
     ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << daemon_->Output();
@@ -91,7 +93,7 @@ class DaemonSnapshotsE2eTest : public ::testing::Test {
         {BinDir() + "/elastrun", "submit", "--rendezvous", cluster_->address(), "--name",
          "snap", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts",
          absl::StrCat(max_restarts), "--", "/bin/sh", "-c", script},
-        {marker_});
+        {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
     EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
     return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";
   }

@@ -4,7 +4,9 @@
 #ifndef ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
 #define ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <functional>
@@ -42,15 +44,20 @@ inline bool Finished(v1::JobState s) {
 
 // The service and its daemons. Every process gets `marker` in its
 // environment; call ASSERT_NO_FATAL_FAILURE around the Start* methods.
+// They all share a token in an owner-only file in `dir` (`token`, or one
+// made up), never the default token file; each daemon serves credentials
+// on its own socket in `dir` (cred_socket(i)).
 class Cluster {
  public:
   Cluster(std::string dir, std::string marker, std::string token = "")
       : dir_(std::move(dir)), marker_(std::move(marker)), token_(std::move(token)) {
-    if (!token_.empty()) {
-      token_file_ = dir_ + "/token";
-      FILE* f = std::fopen(token_file_.c_str(), "w");
-      std::fputs(token_.c_str(), f);
-      std::fclose(f);
+    if (token_.empty()) token_ = "cluster-token-" + marker_;
+    token_file_ = dir_ + "/token";
+    const int fd = open(token_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    EXPECT_GE(fd, 0) << token_file_;
+    if (fd >= 0) {
+      EXPECT_EQ(write(fd, token_.data(), token_.size()), static_cast<ssize_t>(token_.size()));
+      close(fd);
     }
   }
 
@@ -60,7 +67,7 @@ class Cluster {
     std::vector<std::string> argv = {testing::BinDir() + "/elastrun-rendezvous", "--listen",
                                      listen, "--state-dir", dir_ + "/state"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    if (!token_file_.empty()) argv.insert(argv.end(), {"--token-file", token_file_});
+    argv.insert(argv.end(), {"--token-file", token_file_});
     auto service = testing::Subprocess::Start(argv, {marker_});
     ASSERT_TRUE(service.ok()) << service.status();
     service_ = *std::move(service);
@@ -82,8 +89,8 @@ class Cluster {
     argv.insert(argv.end(),
                 {testing::BinDir() + "/elastrund", "--rendezvous", address_, "--node-id",
                  id, "--slots", "2", "--state-dir", absl::StrCat(dir_, "/state-", id),
-                 "--log-dir", absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s"});
-    if (!token_file_.empty()) argv.insert(argv.end(), {"--token-file", token_file_});
+                 "--log-dir", absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s",
+                 "--token-file", token_file_, "--cred-socket", cred_socket(daemons_.size())});
     auto d = testing::Subprocess::Start(argv, {marker_});
     ASSERT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));
@@ -132,6 +139,13 @@ class Cluster {
     *r.mutable_spec() = spec;
     grpc::ClientContext ctx;
     Prepare(ctx);
+    // A token holder states the owner (the service replaces spec.owner).
+    if (spec.has_owner()) {
+      const v1::JobOwner& o = spec.owner();
+      ctx.AddMetadata("x-elastrun-owner",
+                      absl::StrCat(o.uid(), ":", o.gid(), ":",
+                                   o.user().empty() ? absl::StrCat("uid", o.uid()) : o.user()));
+    }
     v1::SubmitResponse resp;
     grpc::Status st = jobs_->Submit(&ctx, r, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
@@ -204,17 +218,20 @@ class Cluster {
   }
 
   testing::Subprocess& service() { return *service_; }
+  const std::string& token_file() const { return token_file_; }
+  // Daemon i's credential socket.
+  std::string cred_socket(size_t i) const { return absl::StrCat(dir_, "/cred", i, ".sock"); }
   testing::Subprocess& daemon(size_t i) { return *daemons_.at(i); }
   const std::string& address() const { return address_; }
 
  private:
   void Prepare(grpc::ClientContext& ctx) const {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+    ctx.AddMetadata("authorization", "Bearer " + token_);
   }
 
-  const std::string dir_, marker_, token_;
-  std::string token_file_, address_;
+  const std::string dir_, marker_;
+  std::string token_, token_file_, address_;
   std::unique_ptr<testing::Subprocess> service_;
   std::vector<std::unique_ptr<testing::Subprocess>> daemons_;
   std::unique_ptr<v1::Jobs::Stub> jobs_;

@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/auth.h"
 #include "common/flags.h"
 #include "common/strings.h"
 
@@ -41,6 +42,12 @@ writable cgroup2: root, or a delegated cgroup), killed as a whole when the
 attempt ends; at start the daemon kills what a previous daemon of the same
 node id left there. Elsewhere one line says why, and workers are stopped by
 process group only.
+The cluster token comes from --token, --token-file, $ELASTRUN_TOKEN,
+$ELASTRUN_TOKEN_FILE, else the service's default token file
+(/var/lib/elastrun/token for root, else $XDG_STATE_HOME/elastrun/token or
+~/.local/state/elastrun/token); a token file must be this user's, mode 0600.
+With the token, the daemon gives local users credentials for their own uid on
+--cred-socket, so that they can use `elastrun` without reading the token.
 )";
 
 struct Raw {
@@ -87,7 +94,10 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
                       "$ELASTRUN_TOKEN; visible in ps: prefer --token-file).\n"
                       "Never passed on to workers.")
           ->type_name("TOKEN");
-  app->add_option("--token-file", raw->token_file, "read the token from FILE.")
+  app->add_option("--token-file", raw->token_file,
+                  "read the token from FILE (this user's, mode 0600;\n"
+                  "default: $ELASTRUN_TOKEN_FILE, else the service's\n"
+                  "default token file).")
       ->type_name("FILE")
       ->excludes(token);
   app->add_option("--tls-ca", f->tls.ca,
@@ -108,6 +118,12 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
                   "--rendezvous's host is not in it (default:\n"
                   "$ELASTRUN_TLS_SERVER_NAME).")
       ->type_name("NAME");
+  app->add_option("--cred-socket", f->cred_socket,
+                  "unix socket where local users get a credential for\n"
+                  "their own uid (default: $ELASTRUN_CRED_SOCKET, else\n"
+                  "/run/elastrund/cred.sock for root, else\n"
+                  "$XDG_RUNTIME_DIR/elastrund-cred.sock; none: off).")
+      ->type_name("PATH");
   app->add_option("--shutdown-timeout", raw->shutdown_timeout,
                   "grace between SIGTERM to workers and SIGKILL (default 30s).")
       ->type_name("DUR");
@@ -152,12 +168,25 @@ absl::Status Finish(const Raw& raw, const EnvLookup& env, const std::string& hos
     }
     f->labels[p.first] = p.second;
   }
-  if (!raw.token_file.empty()) {
-    absl::StatusOr<std::string> t = flags::ReadTokenFile(raw.token_file);
-    if (!t.ok()) return t.status();
+  std::string token_file = raw.token_file;
+  if (token_file.empty() && f->token.empty()) {
+    if (auto v = env("ELASTRUN_TOKEN"); v && !v->empty()) {
+      f->token = *v;
+    } else if (auto file = env("ELASTRUN_TOKEN_FILE"); file && !file->empty()) {
+      token_file = *file;
+    }
+  }
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> t = auth::ReadTokenFile(token_file);
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          raw.token_file.empty() ? "$ELASTRUN_TOKEN_FILE" : "--token-file", ": ",
+          t.status().message()));
+    }
     f->token = *t;
-  } else if (f->token.empty()) {
-    if (auto v = env("ELASTRUN_TOKEN"); v) f->token = *v;
+  }
+  if (f->cred_socket.empty()) {
+    if (auto v = env("ELASTRUN_CRED_SOCKET"); v) f->cred_socket = *v;
   }
   for (auto [field, var] : {std::pair{&f->tls.ca, "ELASTRUN_TLS_CA"},
                             std::pair{&f->tls.cert, "ELASTRUN_TLS_CERT"},

@@ -33,11 +33,16 @@ struct DaemonFlags {
   std::string state_dir;
   // --log-dir; default <state dir>/logs.
   std::string log_dir;
-  // --token, --token-file, else $ELASTRUN_TOKEN; empty: none.
+  // --token, --token-file, else $ELASTRUN_TOKEN, else $ELASTRUN_TOKEN_FILE
+  // (files read with auth::ReadTokenFile's checks); empty: main reads the
+  // default token file.
   std::string token;
   // --tls-ca / --tls-cert / --tls-key / --tls-server-name, else
   // $ELASTRUN_TLS_CA / _CERT / _KEY / _SERVER_NAME; all empty: plaintext.
   tls::TlsFiles tls;
+  // --cred-socket, else $ELASTRUN_CRED_SOCKET; empty: main's default
+  // (DefaultCredSocket); "none": no credential socket.
+  std::string cred_socket;
   // --shutdown-timeout: grace between the stop signal and SIGKILL.
   absl::Duration shutdown_timeout = absl::Seconds(30);
   // --standby: pre-start the next attempt's workers.
@@ -56,8 +61,8 @@ std::string DefaultStateDir(const std::string& node_id, bool is_root,
                             const EnvLookup& env);
 
 // Parses `args` (without argv[0]); `env` gives $ELASTRUN_RENDEZVOUS,
-// $ELASTRUN_TOKEN, $ELASTRUN_TLS_* (and the state folder's default), `hostname` the default
-// node id, `is_root` whether the daemon runs as root. Returns an exit code when
+// $ELASTRUN_TOKEN, $ELASTRUN_TOKEN_FILE, $ELASTRUN_CRED_SOCKET, $ELASTRUN_TLS_*
+// (and the state folder's default), `hostname` the default node id, `is_root` whether the daemon runs as root. Returns an exit code when
 // the program should exit now (0 after --help or --version printed to
 // `out`; 2 after a usage error naming the flag printed to `err`), else
 // std::nullopt with *flags filled.

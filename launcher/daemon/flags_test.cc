@@ -1,5 +1,10 @@
 #include "launcher/daemon/flags.h"
 
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -62,6 +67,29 @@ TEST(DaemonFlagsTest, ValuesDefaultsAndEnvironment) {
   // A flag wins over the environment.
   Result both = Parse({"--rendezvous=127.0.0.1:8"}, {{"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"}});
   EXPECT_EQ(both.flags.rendezvous_port, 8);
+  EXPECT_EQ(both.flags.token, "");  // main reads the default token file
+  Result sock = Parse({"--rendezvous=h:1"}, {{"ELASTRUN_CRED_SOCKET", "/x/cred.sock"}});
+  EXPECT_EQ(sock.flags.cred_socket, "/x/cred.sock");
+}
+
+TEST(DaemonFlagsTest, TokenFileFromEnvironmentIsCheckedLikeTheFlag) {
+  char templ[] = "/tmp/elastrun-daemon-flags-XXXXXX";
+  ASSERT_NE(mkdtemp(templ), nullptr);
+  const std::string path = std::string(templ) + "/token";
+  std::ofstream(path) << "t0k\n";
+  chmod(path.c_str(), 0600);
+  Result ok = Parse({"--rendezvous=h:1"}, {{"ELASTRUN_TOKEN_FILE", path}});
+  ASSERT_EQ(ok.code, std::nullopt) << ok.err;
+  EXPECT_EQ(ok.flags.token, "t0k");
+  chmod(path.c_str(), 0644);
+  Result open = Parse({"--rendezvous=h:1"}, {{"ELASTRUN_TOKEN_FILE", path}});
+  EXPECT_EQ(open.code, 2);
+  EXPECT_THAT(open.err, HasSubstr("chmod 600 " + path));
+  Result flag = Parse({"--rendezvous=h:1", "--token-file", path});
+  EXPECT_EQ(flag.code, 2);
+  EXPECT_THAT(flag.err, HasSubstr("--token-file: token file " + path + " is open to group"));
+  unlink(path.c_str());
+  rmdir(templ);
 }
 
 TEST(DaemonFlagsTest, StateDirDefaultsByUserAndOverrides) {
@@ -110,7 +138,8 @@ TEST(DaemonFlagsTest, HelpListsEveryFlagAndVersionPrints) {
   for (const char* flag :
        {"--rendezvous HOST:PORT", "--node-id ID", "--slots N", "--advertise-addr ADDR",
         "--labels K=V,...", "--log-dir DIR", "--token TOKEN", "--token-file FILE",
-        "--shutdown-timeout DUR", "--standby", "--no-snapshots", "--version", "--help",
+        "--shutdown-timeout DUR", "--standby", "--no-snapshots", "--cred-socket PATH",
+        "$ELASTRUN_TOKEN_FILE", "--version", "--help",
         "BASE/elastrun-UID/JOB@NODE/"}) {
     EXPECT_THAT(help.out, HasSubstr(flag));
   }

@@ -24,8 +24,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth.h"
 #include "common/files.h"
 #include "common/flags.h"
 #include "common/strings.h"
@@ -35,6 +37,7 @@
 #include "launcher/agent/cgroup.h"
 #include "launcher/agent/snapshot_dir.h"
 #include "launcher/daemon/barrier.h"
+#include "launcher/daemon/cred_socket.h"
 #include "launcher/daemon/daemon.h"
 #include "launcher/daemon/flags.h"
 #include "launcher/daemon/job_snapshots.h"
@@ -118,6 +121,44 @@ absl::StatusOr<std::string> AdvertiseAddress(const DaemonFlags& flags) {
   return RouteAddress(flags.rendezvous_host, flags.rendezvous_port);
 }
 
+// The cluster token when no flag or variable gave one: the default token
+// file (as the service finds it on this host). A usage error otherwise.
+absl::StatusOr<std::string> DefaultToken() {
+  const std::string path = elastrun::auth::DefaultTokenFile(GetEnv, geteuid());
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        "no cluster token: give --token-file FILE (the service's token file or a copy)");
+  }
+  absl::StatusOr<std::string> token = elastrun::auth::ReadTokenFile(path);
+  if (!token.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no cluster token: ", token.status().message(),
+        "; give --token-file FILE (the service's token file or a copy)"));
+  }
+  return token;
+}
+
+// Serves local users' credentials (cred_socket.h) until destroyed; null
+// when turned off or when it cannot start (another daemon of this host may
+// serve them: users are not left without one, and jobs run either way).
+std::unique_ptr<CredSocket> StartCredSocket(const DaemonFlags& flags) {
+  CredSocketOptions options;
+  options.path = flags.cred_socket.empty() ? DefaultCredSocket(GetEnv, geteuid())
+                                           : flags.cred_socket;
+  options.token = flags.token;
+  if (options.path.empty() || options.path == "none") {
+    LOG(INFO) << "no credential socket (--cred-socket, or set $XDG_RUNTIME_DIR)";
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<CredSocket>> socket = CredSocket::Create(options);
+  if (!socket.ok()) {
+    LOG(WARNING) << "no credential socket: " << socket.status().message();
+    return nullptr;
+  }
+  LOG(INFO) << "local users get credentials at " << options.path;
+  return *std::move(socket);
+}
+
 // Why the daemon stops: the first stop signal, or -1 when the session ended
 // in error. Thread-safe; the signal thread, the agent's signalfd and the
 // session thread all report here and main waits.
@@ -191,7 +232,9 @@ DaemonOptions MakeDaemonOptions(const DaemonFlags& flags, const std::string& age
   daemon_options.agent_socket = agent_socket;
   for (char** e = environ; *e != nullptr; ++e) {
     // The service's secret is the daemon's, not the workers'.
-    if (!absl::StartsWith(*e, "ELASTRUN_TOKEN=")) daemon_options.base_env.emplace_back(*e);
+    if (!absl::StartsWith(*e, "ELASTRUN_TOKEN=") && !absl::StartsWith(*e, "ELASTRUN_TOKEN_FILE=")) {
+      daemon_options.base_env.emplace_back(*e);
+    }
   }
   daemon_options.on_output_line = [logs](const std::string& job, int64_t round,
                                          const OutputLine& line) {
@@ -407,6 +450,14 @@ int main(int argc, char** argv) {
                            Hostname(), geteuid() == 0, std::cout, std::cerr, &flags)) {
     return *exit;
   }
+  if (flags.token.empty()) {
+    absl::StatusOr<std::string> token = DefaultToken();
+    if (!token.ok()) {
+      std::cerr << elastrun::flags::UsageError("elastrund", std::string(token.status().message()));
+      return elastrun::flags::kExitUsage;
+    }
+    flags.token = *token;
+  }
   // The TLS files are read and checked before anything is made.
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       elastrun::tls::MakeChannelCredentials(flags.tls);
@@ -459,6 +510,8 @@ int main(int argc, char** argv) {
                  agent_options.progress_socket.c_str(), std::strerror(errno));
     return 1;
   }
+  // After the claim: a second daemon of this node id touches nothing.
+  std::unique_ptr<CredSocket> cred_socket = StartCredSocket(flags);
   return RunNode(flags, session_options, client.get(), agent_options, agent->get(), &router,
                  &stop);
 }

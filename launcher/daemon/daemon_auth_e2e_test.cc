@@ -1,0 +1,239 @@
+// End to end: who may call the service. The real elastrun-rendezvous (token
+// file in the test's folder), a real elastrund serving credentials, and the
+// real `elastrun` run as root and, through runuser, as the unprivileged
+// user nobody: nobody's job is nobody's, nobody cannot cancel or read
+// root's job, a forged credential and a stray node's logs are refused, and
+// a token file open to others stops the service.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/auth.h"
+#include "elastrun/v1/rendezvous.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun {
+namespace {
+
+using daemon_testing::Cluster;
+using daemon_testing::PollUntil;
+using testing::BinDir;
+using ::testing::HasSubstr;
+
+constexpr uint32_t kNobody = 65534;
+
+bool HaveRunuserAndNobody() {
+  return access("/usr/sbin/runuser", X_OK) == 0 || access("/sbin/runuser", X_OK) == 0
+             ? auth::UserName(kNobody) == "nobody"
+             : false;
+}
+
+class DaemonAuthE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0)
+      GTEST_SKIP() << "needs root (to run the CLI as nobody with runuser)";
+    if (!HaveRunuserAndNobody()) GTEST_SKIP() << "needs runuser and the user nobody";
+    dir_ = testing::MakeTempDir("daemon_auth");
+    // nobody reaches the daemon's credential socket in here; the token
+    // file stays 0600.
+    ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+    marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=daemon-auth-", getpid(), "-", dir_);
+    cluster_ = std::make_unique<Cluster>(dir_, marker_);
+    ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
+    ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+    ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
+        << cluster_->DaemonOutput();
+  }
+  void TearDown() override {
+    if (cluster_) cluster_->StopAll();
+  }
+
+  // `elastrun ARGS` as root, with the token file.
+  testing::RunResult AsRoot(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BinDir() + "/elastrun"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Run(argv, {"ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
+  }
+
+  // `elastrun ARGS` as nobody: no token, only the daemon's credential.
+  testing::RunResult AsNobody(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"runuser",
+                                     "-u",
+                                     "nobody",
+                                     "--",
+                                     "env",
+                                     "ELASTRUN_CRED_SOCKET=" + cluster_->cred_socket(0),
+                                     "ELASTRUN_RENDEZVOUS=" + cluster_->address(),
+                                     BinDir() + "/elastrun"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Run(argv, {});
+  }
+
+  testing::RunResult Run(const std::vector<std::string>& argv,
+                         std::vector<std::string> env) {
+    env.push_back(marker_);
+    env.push_back("ELASTRUN_RENDEZVOUS=" + cluster_->address());
+    absl::StatusOr<testing::RunResult> r =
+        testing::Run(argv, env, daemon_testing::kDeadline);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : testing::RunResult{};
+  }
+
+  static std::string Id(const testing::RunResult& r) {
+    return std::string(absl::StripAsciiWhitespace(r.output));
+  }
+
+  std::string dir_, marker_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(DaemonAuthE2eTest, UsersOwnTheirJobsAndOnlyTheirJobs) {
+  // Root's job runs on the node and prints a line.
+  testing::RunResult root_submit = AsRoot({"submit", "--name", "roots", "--", "/bin/sh",
+                                           "-c", "echo secret-output; exec sleep 300"});
+  ASSERT_EQ(root_submit.exit_code, 0) << root_submit.output;
+  const std::string root_job = Id(root_submit);
+  v1::JobStatus root_status = cluster_->Get(root_job);
+  EXPECT_EQ(root_status.spec().owner().uid(), 0u);
+  EXPECT_EQ(root_status.spec().owner().user(), "root");
+  ASSERT_TRUE(PollUntil([&] {
+    return AsRoot({"logs", root_job}).output.find("secret-output") != std::string::npos;
+  })) << cluster_->DaemonOutput();
+
+  // nobody submits (a job that waits for a second node: it never runs) and
+  // owns it.
+  testing::RunResult nobody_submit =
+      AsNobody({"submit", "--name", "mine", "--nnodes", "2", "--wait-for-nodes", "--",
+                "/bin/true"});
+  ASSERT_EQ(nobody_submit.exit_code, 0) << nobody_submit.output;
+  const std::string nobody_job = Id(nobody_submit);
+  v1::JobStatus nobody_status = cluster_->Get(nobody_job);
+  EXPECT_EQ(nobody_status.spec().owner().uid(), kNobody);
+  EXPECT_EQ(nobody_status.spec().owner().user(), "nobody");
+  EXPECT_THAT(AsNobody({"status", nobody_job}).output, HasSubstr("nobody (uid 65534)"));
+  EXPECT_THAT(AsNobody({"list"}).output, HasSubstr(root_job));  // anyone sees the queue
+
+  // nobody may neither cancel nor read root's job: exit 1, saying whose it is.
+  testing::RunResult cancel = AsNobody({"cancel", root_job});
+  EXPECT_EQ(cancel.exit_code, 1) << cancel.output;
+  EXPECT_THAT(cancel.output, HasSubstr("belongs to root (uid 0)"));
+  testing::RunResult logs = AsNobody({"logs", root_job});
+  EXPECT_EQ(logs.exit_code, 1) << logs.output;
+  EXPECT_THAT(logs.output, HasSubstr("belongs to root (uid 0)"));
+  EXPECT_THAT(logs.output, ::testing::Not(HasSubstr("secret-output")));
+  EXPECT_EQ(cluster_->Get(root_job).state(), v1::JOB_STATE_RUNNING);
+
+  // Its own job nobody may cancel; root may cancel anyone's.
+  EXPECT_EQ(AsNobody({"cancel", nobody_job}).exit_code, 0);
+  EXPECT_EQ(AsRoot({"cancel", root_job}).exit_code, 0);
+  cluster_->WaitFinished(root_job);
+}
+
+TEST_F(DaemonAuthE2eTest, WithoutTokenOrDaemonTheCliSaysWhatItTried) {
+  std::vector<std::string> argv = {"runuser",
+                                   "-u",
+                                   "nobody",
+                                   "--",
+                                   "env",
+                                   "ELASTRUN_CRED_SOCKET=" + dir_ + "/none.sock",
+                                   BinDir() + "/elastrun",
+                                   "list"};
+  testing::RunResult r = Run(argv, {});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("no daemon credential socket at " + dir_ + "/none.sock"));
+}
+
+TEST_F(DaemonAuthE2eTest, ForgedCredentialAndStrayNodeAreRefused) {
+  auto channel =
+      grpc::CreateChannel(cluster_->address(), grpc::InsecureChannelCredentials());
+  auto jobs = v1::Jobs::NewStub(channel);
+  // A credential for root signed with a guessed token.
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-elastrun-credential",
+                    *auth::SignCredential("guessed", auth::Identity{0, 0, "root"},
+                                          absl::Now() + absl::Minutes(1)));
+    v1::SubmitRequest req;
+    req.mutable_spec()->add_argv("/bin/true");
+    v1::SubmitResponse resp;
+    grpc::Status st = jobs->Submit(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  }
+
+  testing::RunResult submit = AsRoot({"submit", "--", "/bin/sh", "-c", "exec sleep 300"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  const std::string job = Id(submit);
+  // Even with the token, a node that is not the job's cannot write its logs.
+  std::string token;
+  std::ifstream(cluster_->token_file()) >> token;
+  auto rdzv = v1::Rendezvous::NewStub(channel);
+  auto push = [&](const std::string& node) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::PushLogsRequest req;
+    req.set_node_id(node);
+    req.set_job_id(job);
+    v1::LogChunk* c = req.add_chunks();
+    c->set_stream("stdout");
+    c->set_data("forged by " + node + "\n");
+    v1::PushLogsResponse resp;
+    return rdzv->PushLogs(&ctx, req, &resp);
+  };
+  grpc::Status stray = push("intruder");
+  EXPECT_EQ(stray.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << stray.error_message();
+  EXPECT_TRUE(push("node0").ok());
+  const std::string logs = AsRoot({"logs", job}).output;
+  EXPECT_THAT(logs, HasSubstr("forged by node0"));
+  EXPECT_THAT(logs, ::testing::Not(HasSubstr("forged by intruder")));
+  EXPECT_EQ(AsRoot({"cancel", job}).exit_code, 0);
+  cluster_->WaitFinished(job);
+}
+
+TEST(ServiceTokenFileE2eTest, TokenFileOpenToOthersStopsTheService) {
+  const std::string dir = testing::MakeTempDir("token_file");
+  const std::string file = dir + "/token";
+  std::ofstream(file) << "s3cret\n";
+  ASSERT_EQ(chmod(file.c_str(), 0644), 0);
+  absl::StatusOr<testing::RunResult> r =
+      testing::Run({BinDir() + "/elastrun-rendezvous", "--listen", "127.0.0.1:0",
+                    "--token-file", file},
+                   {}, daemon_testing::kDeadline);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 1) << r->output;
+  EXPECT_THAT(r->output, HasSubstr("token file " + file + " is open to group or others"));
+  EXPECT_THAT(r->output, HasSubstr("chmod 600 " + file));
+
+  // A missing one is made, owner-only, on the first start.
+  const std::string made = dir + "/state/token";
+  auto service =
+      testing::Subprocess::Start({BinDir() + "/elastrun-rendezvous", "--listen",
+                                  "127.0.0.1:0", "--token-file", made},
+                                 {});
+  ASSERT_TRUE(service.ok()) << service.status();
+  ASSERT_TRUE(PollUntil([&] {
+    return (*service)->Output().find("listening on") != std::string::npos;
+  })) << (*service)->Output();
+  struct stat st;
+  ASSERT_EQ(stat(made.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_THAT((*service)->Output(), HasSubstr("created the token file " + made));
+  (*service)->Signal(SIGTERM);
+  EXPECT_TRUE((*service)->Wait(daemon_testing::kDeadline).ok());
+}
+
+}  // namespace
+}  // namespace elastrun
