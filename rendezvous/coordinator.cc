@@ -156,7 +156,7 @@ void Coordinator::NodeLost(Outbox& out, const std::string& node_id,
   const NodeRecord* node = registry_.Find(node_id);
   if (node == nullptr || !node->alive()) return;
   LOG(WARNING) << "node " << node_id << " lost: " << reason;
-  registry_.MarkLost(node_id, reason);
+  registry_.MarkLost(node_id, reason, clock_.Now());
   PersistNode(out, node_id);
   streams_.Close(out, node_id,
                  absl::UnavailableError(absl::StrFormat(
@@ -273,7 +273,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const v1::GetJobRequest& r) {
   return JobStatusOf(*job, /*with_history=*/true);
 }
 
-v1::ListJobsResponse Coordinator::ListJobs(const v1::ListJobsRequest& r) {
+absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const v1::ListJobsRequest& r) {
   absl::MutexLock lock(&mu_);
   return jobs_.List(r);
 }
@@ -292,26 +292,6 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(const v1::CancelJobRequest&
   return status;
 }
 
-v1::ListNodesResponse Coordinator::ListNodes() {
-  absl::MutexLock lock(&mu_);
-  v1::ListNodesResponse resp;
-  for (const auto& [id, n] : registry_.nodes()) {
-    v1::NodeInfo* info = resp.add_nodes();
-    info->set_node_id(id);
-    info->set_addr(n.stored.addr());
-    info->set_slots(n.stored.slots());
-    info->set_free_slots(n.alive() ? std::max(0, n.free_slots()) : 0);
-    *info->mutable_labels() = n.stored.labels();
-    info->set_state(n.stored.state());
-    info->set_watching(streams_.watching(id));
-    *info->mutable_registered_time() = n.stored.registered_time();
-    if (n.alive()) *info->mutable_lease_expiry() = ToProto(n.lease_expiry);
-    for (const std::string& job : n.jobs) info->add_jobs(job);
-    info->set_lost_reason(n.stored.lost_reason());
-  }
-  return resp;
-}
-
 std::optional<absl::Time> Coordinator::Tick() {
   Outbox out;
   std::optional<absl::Time> next;
@@ -321,10 +301,12 @@ std::optional<absl::Time> Coordinator::Tick() {
     const absl::Time now = clock_.Now();
     for (const std::string& id : registry_.Expired(now))
       NodeLost(out, id, "lease expired");
+    ExpireLostNodes(out, now);
     rounds_.Tick(out, now);
     jobs_.FlushProgress(out, now);
     for (std::optional<absl::Time> d :
-         {registry_.NextExpiry(), rounds_.NextDeadline(), jobs_.NextProgressFlush()}) {
+         {registry_.NextExpiry(), registry_.NextLostExpiry(), rounds_.NextDeadline(),
+          jobs_.NextProgressFlush()}) {
       if (d && (!next || *d < *next)) next = d;
     }
   }

@@ -20,6 +20,8 @@ struct ServiceFlags {
   // --heartbeat-interval / --lease-timeout (the lease options).
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lease_timeout = absl::Seconds(3);
+  // --node-expiry: a node lost this long is forgotten; "0": never.
+  absl::Duration node_expiry = absl::Minutes(10);
   // --token, or read from --token-file; empty: no token.
   std::string token;
 };

@@ -328,8 +328,7 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
                                  const v1::ListJobsRequest* req,
                                  v1::ListJobsResponse* resp) override {
-    return Unary(ctx, token_, resp,
-                 [&] { return absl::StatusOr<v1::ListJobsResponse>(c_->ListJobs(*req)); });
+    return Unary(ctx, token_, resp, [&] { return c_->ListJobs(*req); });
   }
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
@@ -339,8 +338,17 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
                                       const v1::ListNodesRequest* req,
                                       v1::ListNodesResponse* resp) override {
-    return Unary(ctx, token_, resp,
-                 [&] { return absl::StatusOr<v1::ListNodesResponse>(c_->ListNodes()); });
+    return Unary(ctx, token_, resp, [&] { return c_->ListNodes(*req); });
+  }
+  grpc::ServerUnaryReactor* DrainNode(grpc::CallbackServerContext* ctx,
+                                      const v1::NodeRequest* req,
+                                      v1::NodeInfo* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->DrainNode(*req); });
+  }
+  grpc::ServerUnaryReactor* RemoveNode(grpc::CallbackServerContext* ctx,
+                                       const v1::NodeRequest* req,
+                                       v1::NodeInfo* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->RemoveNode(*req); });
   }
   grpc::ServerWriteReactor<v1::LogChunk>* StreamLogs(
       grpc::CallbackServerContext* ctx, const v1::StreamLogsRequest* req) override {
