@@ -3,6 +3,7 @@
 // its running job goes on, remove forgets a node (refused while a job holds
 // it, unless forced), and list calls come in pages. Fake streams and a
 // FakeClock.
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -339,6 +340,66 @@ TEST_F(CoordinatorNodesTest, JobsAreListedInPagesOldestFirst) {
   v1::ListJobsRequest running;
   running.add_states(v1::JOB_STATE_RUNNING);
   EXPECT_EQ(c_->ListJobs(running)->jobs_size(), 0);
+}
+
+TEST(CoordinatorNodesRestartTest, ADrainAndWhenANodeWasLostSurviveAServiceRestart) {
+  char tmpl[] = "/tmp/elastrun_coordinator_nodes_test.XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  FakeClock clock;
+  CoordinatorOptions o;
+  o.clock = &clock;
+  o.state_path = dir + "/state.db";
+  o.lease.lease_timeout = kLease;
+  o.lease.node_expiry = kExpiry;
+  auto reg = [&](Coordinator& c, const std::string& id, const std::string& inc) {
+    v1::RegisterNodeRequest r;
+    r.set_node_id(id);
+    r.set_incarnation(inc);
+    r.set_addr(id + ".test");
+    r.set_slots(1);
+    return c.RegisterNode(r).status();
+  };
+  auto node = [](Coordinator& c, const std::string& id) -> std::optional<v1::NodeInfo> {
+    const v1::ListNodesResponse all = c.ListNodes().value();
+    for (const v1::NodeInfo& n : all.nodes()) {
+      if (n.node_id() == id) return n;
+    }
+    return std::nullopt;
+  };
+  {
+    std::unique_ptr<Coordinator> c = Coordinator::Create(o).value();
+    ASSERT_TRUE(reg(*c, "a", "inc-1").ok());
+    ASSERT_TRUE(reg(*c, "b", "inc-1").ok());
+    v1::NodeRequest drain;
+    drain.set_node_id("a");
+    ASSERT_TRUE(c->DrainNode(drain).ok());
+    clock.Advance(kLease);
+    c->Tick();  // both lost now
+  }
+  const absl::Time lost = clock.Now();
+  clock.Advance(kExpiry / 2);
+  std::unique_ptr<Coordinator> c = Coordinator::Create(o).value();
+  ASSERT_EQ(node(*c, "b")->state(), v1::NODE_STATE_LOST);
+  EXPECT_TRUE(node(*c, "a")->draining());
+  // a's daemon is back (a new incarnation): still drained.
+  ASSERT_TRUE(reg(*c, "a", "inc-2").ok());
+  EXPECT_TRUE(node(*c, "a")->draining());
+  EXPECT_EQ(node(*c, "a")->state(), v1::NODE_STATE_ALIVE);
+  // b expires counted from when it was lost, not from the restart.
+  clock.Set(lost + kExpiry - absl::Milliseconds(1));
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  hb.set_incarnation("inc-2");
+  ASSERT_TRUE(c->Heartbeat(hb).ok());
+  c->Tick();
+  EXPECT_TRUE(node(*c, "b").has_value());
+  clock.Set(lost + kExpiry);
+  ASSERT_TRUE(c->Heartbeat(hb).ok());
+  c->Tick();
+  EXPECT_FALSE(node(*c, "b").has_value());
+  EXPECT_TRUE(node(*c, "a").has_value());
+  c.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
