@@ -35,6 +35,10 @@ Coordinator::~Coordinator() { Shutdown(); }
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     CoordinatorOptions options) {
   RETURN_IF_ERROR(ValidateLeaseOptions(options.lease));
+  if (options.max_nodes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max nodes %d must be at least 1", options.max_nodes));
+  }
   if (options.jobs.progress_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("progress interval must not be negative");
   }
@@ -92,6 +96,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
       if (absl::IsAlreadyExists(check.status())) LOG(WARNING) << check.status();
       return check.status();
     }
+    RETURN_IF_ERROR(MakeRoomFor(out, r.node_id()));
     if (check->restarted) {
       // Its workers died with the old daemon.
       NodeLost(out, r.node_id(), "daemon restarted (new incarnation)");

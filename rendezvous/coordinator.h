@@ -48,6 +48,13 @@ struct CoordinatorOptions {
   // The SQLite file; empty: state lives in memory only (tests, `--state-dir`
   // not given).
   std::string state_path;
+  // At most this many nodes, alive or lost, are kept (> 0). A registration
+  // of a new node id beyond it makes room by forgetting the node lost
+  // longest, or, when none is lost, is refused (ResourceExhausted): it
+  // bounds what a flood of fresh node ids can make the service hold
+  // before --node-expiry clears it. 50,000 is above the largest clusters
+  // while a full registry of typical nodes is some 10 MB.
+  int max_nodes = 50000;
   // How progress reports are persisted (at most one small write per job
   // per interval; never the job record).
   JobTableOptions jobs;
@@ -145,6 +152,10 @@ class Coordinator {
   // Removes the nodes from the registry and the store (their jobs are
   // released already).
   void ForgetNodes(Outbox& out, const std::vector<std::string>& node_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before registering `node_id`: OK when it is known or there is room;
+  // else forgets the node lost longest, or ResourceExhausted when none is.
+  absl::Status MakeRoomFor(Outbox& out, const std::string& node_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the LOST nodes whose expiry is due at `now`.
   void ExpireLostNodes(Outbox& out, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -138,6 +138,26 @@ void Coordinator::ForgetNodes(Outbox& out, const std::vector<std::string>& node_
   }
 }
 
+absl::Status Coordinator::MakeRoomFor(Outbox& out, const std::string& node_id) {
+  if (registry_.Find(node_id) != nullptr ||
+      static_cast<int>(registry_.nodes().size()) < options_.max_nodes) {
+    return absl::OkStatus();
+  }
+  std::optional<std::string> oldest = registry_.OldestLost();
+  if (!oldest) {
+    LOG(WARNING) << "node " << node_id << " refused: " << options_.max_nodes
+                 << " nodes registered, none lost";
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the service already holds %d nodes (its --max-nodes), all alive; remove some "
+        "with `elastrun nodes remove` or raise --max-nodes",
+        options_.max_nodes));
+  }
+  LOG(WARNING) << options_.max_nodes << " nodes registered: forgetting node " << *oldest
+               << ", lost longest, to make room for " << node_id;
+  ForgetNodes(out, {*oldest});
+  return absl::OkStatus();
+}
+
 void Coordinator::ExpireLostNodes(Outbox& out, absl::Time now) {
   const std::vector<std::string> due = registry_.ExpiredLost(now);
   if (due.empty()) return;

@@ -342,6 +342,54 @@ TEST_F(CoordinatorNodesTest, JobsAreListedInPagesOldestFirst) {
   EXPECT_EQ(c_->ListJobs(running)->jobs_size(), 0);
 }
 
+TEST(CoordinatorNodesLimitTest, ANewNodeBeyondMaxNodesTakesTheLongestLostsPlace) {
+  FakeClock clock;
+  CoordinatorOptions o;
+  o.clock = &clock;
+  o.max_nodes = 3;
+  std::unique_ptr<Coordinator> c = Coordinator::Create(o).value();
+  auto reg = [&](const std::string& id) {
+    v1::RegisterNodeRequest r;
+    r.set_node_id(id);
+    r.set_incarnation("inc");
+    r.set_addr(id + ".test");
+    r.set_slots(1);
+    return c->RegisterNode(r).status();
+  };
+  auto ids = [&] {
+    std::set<std::string> out;
+    const v1::ListNodesResponse all = c->ListNodes().value();
+    for (const v1::NodeInfo& n : all.nodes()) out.insert(n.node_id());
+    return out;
+  };
+  auto heartbeat = [&](const std::string& id) {
+    v1::HeartbeatRequest r;
+    r.set_node_id(id);
+    r.set_incarnation("inc");
+    return c->Heartbeat(r).status();
+  };
+  for (const char* id : {"a", "b", "c"}) ASSERT_TRUE(reg(id).ok());
+  absl::Status full = reg("d");
+  EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
+  EXPECT_THAT(std::string(full.message()), HasSubstr("--max-nodes"));
+  EXPECT_TRUE(reg("a").ok());  // a known node still registers
+  // b is lost first, then c: d takes b's place, then e takes c's.
+  clock.Advance(absl::Seconds(2));
+  ASSERT_TRUE(heartbeat("a").ok());
+  ASSERT_TRUE(heartbeat("c").ok());
+  clock.Advance(absl::Seconds(1));
+  c->Tick();
+  clock.Advance(absl::Seconds(2));
+  ASSERT_TRUE(heartbeat("a").ok());
+  c->Tick();
+  ASSERT_TRUE(reg("d").ok());
+  EXPECT_EQ(ids(), (std::set<std::string>{"a", "c", "d"}));
+  ASSERT_TRUE(reg("e").ok());
+  EXPECT_EQ(ids(), (std::set<std::string>{"a", "d", "e"}));
+  o.max_nodes = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(Coordinator::Create(o).status()));
+}
+
 TEST(CoordinatorNodesRestartTest, ADrainAndWhenANodeWasLostSurviveAServiceRestart) {
   char tmpl[] = "/tmp/elastrun_coordinator_nodes_test.XXXXXX";
   const std::string dir = mkdtemp(tmpl);

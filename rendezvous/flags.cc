@@ -53,6 +53,12 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "0: never). A node still holding a job's slots is\n"
                   "kept until the job lets go.")
       ->type_name("DUR");
+  app->add_option("--max-nodes", flags->max_nodes,
+                  "keep at most N nodes, alive or lost (default 50000).\n"
+                  "A new node id beyond it makes room by forgetting the\n"
+                  "node lost longest; with none lost it is refused.")
+      ->type_name("N")
+      ->check(CLI::Range(1, 10000000));
   CLI::Option* token =
       app->add_option("--token", flags->token,
                       "require \"authorization: Bearer TOKEN\" on every\n"

@@ -22,6 +22,8 @@ struct ServiceFlags {
   absl::Duration lease_timeout = absl::Seconds(3);
   // --node-expiry: a node lost this long is forgotten; "0": never.
   absl::Duration node_expiry = absl::Minutes(10);
+  // --max-nodes: nodes kept at most (CoordinatorOptions::max_nodes).
+  int max_nodes = 50000;
   // --token, or read from --token-file; empty: no token.
   std::string token;
 };

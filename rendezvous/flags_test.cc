@@ -47,6 +47,9 @@ TEST(ServiceFlagsTest, NodeExpiryDefaultsToTenMinutesAndZeroMeansNever) {
   r = Parse({"--node-expiry=0"});
   ASSERT_EQ(r.code, std::nullopt) << r.err;
   EXPECT_EQ(r.flags.node_expiry, absl::InfiniteDuration());
+  EXPECT_EQ(Parse({}).flags.max_nodes, 50000);
+  EXPECT_EQ(Parse({"--max-nodes", "7"}).flags.max_nodes, 7);
+  EXPECT_EQ(Parse({"--max-nodes", "0"}).code, 2);
   r = Parse({"--node-expiry", "later"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--node-expiry"));
@@ -71,7 +74,7 @@ TEST(ServiceFlagsTest, HelpListsEveryFlagAndVersionPrints) {
   Result help = Parse({"--help"});
   EXPECT_EQ(help.code, 0);
   for (const char* flag : {"--listen HOST:PORT", "--state-dir DIR", "--heartbeat-interval DUR",
-                           "--lease-timeout DUR", "--node-expiry DUR", "--token TOKEN", "--token-file FILE",
+                           "--lease-timeout DUR", "--node-expiry DUR", "--max-nodes N", "--token TOKEN", "--token-file FILE",
                            "--version", "--help"}) {
     EXPECT_THAT(help.out, HasSubstr(flag));
   }

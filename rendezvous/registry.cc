@@ -180,6 +180,20 @@ std::optional<absl::Time> NodeRegistry::NextLostExpiry() const {
   return next;
 }
 
+std::optional<std::string> NodeRegistry::OldestLost() const {
+  std::optional<std::string> oldest;
+  absl::Time when;
+  for (const auto& [id, n] : nodes_) {
+    if (n.alive() || !n.jobs.empty()) continue;
+    const absl::Time lost = FromProto(n.stored.lost_time());
+    if (!oldest || lost < when) {
+      oldest = id;
+      when = lost;
+    }
+  }
+  return oldest;
+}
+
 void NodeRegistry::Remove(absl::string_view node_id) {
   auto it = nodes_.find(node_id);
   if (it != nodes_.end()) nodes_.erase(it);

@@ -108,6 +108,10 @@ class NodeRegistry {
   // When the next LOST node is due to be forgotten; nullopt if none.
   std::optional<absl::Time> NextLostExpiry() const;
 
+  // The LOST node without jobs that was lost first (ties: by id), if any:
+  // the one to forget first when the registry is full.
+  std::optional<std::string> OldestLost() const;
+
   // Forgets the node; a later registration of its id is a fresh node. The
   // caller releases its jobs first. No-op for an unknown node.
   void Remove(absl::string_view node_id);
