@@ -35,6 +35,10 @@ Coordinator::~Coordinator() { Shutdown(); }
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     CoordinatorOptions options) {
   RETURN_IF_ERROR(ValidateLeaseOptions(options.lease));
+  if (options.max_nodes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max nodes %d must be at least 1", options.max_nodes));
+  }
   if (options.jobs.progress_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("progress interval must not be negative");
   }
@@ -92,6 +96,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
       if (absl::IsAlreadyExists(check.status())) LOG(WARNING) << check.status();
       return check.status();
     }
+    RETURN_IF_ERROR(MakeRoomFor(out, r.node_id()));
     if (check->restarted) {
       // Its workers died with the old daemon.
       NodeLost(out, r.node_id(), "daemon restarted (new incarnation)");
@@ -156,7 +161,7 @@ void Coordinator::NodeLost(Outbox& out, const std::string& node_id,
   const NodeRecord* node = registry_.Find(node_id);
   if (node == nullptr || !node->alive()) return;
   LOG(WARNING) << "node " << node_id << " lost: " << reason;
-  registry_.MarkLost(node_id, reason);
+  registry_.MarkLost(node_id, reason, clock_.Now());
   PersistNode(out, node_id);
   streams_.Close(out, node_id,
                  absl::UnavailableError(absl::StrFormat(
@@ -273,7 +278,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const v1::GetJobRequest& r) {
   return JobStatusOf(*job, /*with_history=*/true);
 }
 
-v1::ListJobsResponse Coordinator::ListJobs(const v1::ListJobsRequest& r) {
+absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const v1::ListJobsRequest& r) {
   absl::MutexLock lock(&mu_);
   return jobs_.List(r);
 }
@@ -292,26 +297,6 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(const v1::CancelJobRequest&
   return status;
 }
 
-v1::ListNodesResponse Coordinator::ListNodes() {
-  absl::MutexLock lock(&mu_);
-  v1::ListNodesResponse resp;
-  for (const auto& [id, n] : registry_.nodes()) {
-    v1::NodeInfo* info = resp.add_nodes();
-    info->set_node_id(id);
-    info->set_addr(n.stored.addr());
-    info->set_slots(n.stored.slots());
-    info->set_free_slots(n.alive() ? std::max(0, n.free_slots()) : 0);
-    *info->mutable_labels() = n.stored.labels();
-    info->set_state(n.stored.state());
-    info->set_watching(streams_.watching(id));
-    *info->mutable_registered_time() = n.stored.registered_time();
-    if (n.alive()) *info->mutable_lease_expiry() = ToProto(n.lease_expiry);
-    for (const std::string& job : n.jobs) info->add_jobs(job);
-    info->set_lost_reason(n.stored.lost_reason());
-  }
-  return resp;
-}
-
 std::optional<absl::Time> Coordinator::Tick() {
   Outbox out;
   std::optional<absl::Time> next;
@@ -321,10 +306,12 @@ std::optional<absl::Time> Coordinator::Tick() {
     const absl::Time now = clock_.Now();
     for (const std::string& id : registry_.Expired(now))
       NodeLost(out, id, "lease expired");
+    ExpireLostNodes(out, now);
     rounds_.Tick(out, now);
     jobs_.FlushProgress(out, now);
     for (std::optional<absl::Time> d :
-         {registry_.NextExpiry(), rounds_.NextDeadline(), jobs_.NextProgressFlush()}) {
+         {registry_.NextExpiry(), registry_.NextLostExpiry(), rounds_.NextDeadline(),
+          jobs_.NextProgressFlush()}) {
       if (d && (!next || *d < *next)) next = d;
     }
   }

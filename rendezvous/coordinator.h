@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -47,6 +48,13 @@ struct CoordinatorOptions {
   // The SQLite file; empty: state lives in memory only (tests, `--state-dir`
   // not given).
   std::string state_path;
+  // At most this many nodes, alive or lost, are kept (> 0). A registration
+  // of a new node id beyond it makes room by forgetting the node lost
+  // longest, or, when none is lost, is refused (ResourceExhausted): it
+  // bounds what a flood of fresh node ids can make the service hold
+  // before --node-expiry clears it. 50,000 is above the largest clusters
+  // while a full registry of typical nodes is some 10 MB.
+  int max_nodes = 50000;
   // How progress reports are persisted (at most one small write per job
   // per interval; never the job record).
   JobTableOptions jobs;
@@ -99,14 +107,27 @@ class Coordinator {
   // --- Jobs (CLI) ---
   absl::StatusOr<v1::SubmitResponse> Submit(const v1::SubmitRequest& r);
   absl::StatusOr<v1::JobStatus> GetJob(const v1::GetJobRequest& r);
-  v1::ListJobsResponse ListJobs(const v1::ListJobsRequest& r);
+  // One page of jobs, oldest first (paging.h). InvalidArgument for a
+  // negative page size or a page token this service did not make.
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& r);
   absl::StatusOr<v1::JobStatus> CancelJob(const v1::CancelJobRequest& r);
-  v1::ListNodesResponse ListNodes();
+  // One page of nodes by id (paging.h). InvalidArgument for a negative page
+  // size.
+  absl::StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& r = {});
+  // Drains the node (r.undo: un-drains it, and queued jobs may be placed
+  // on it at once); returns it. Its running jobs go on. NotFound for an
+  // unknown node; a failed state write changes nothing and is returned.
+  absl::StatusOr<v1::NodeInfo> DrainNode(const v1::NodeRequest& r);
+  // Forgets the node and closes its Watch stream (a daemon still running
+  // registers again as a fresh node); returns the node as it was.
+  // NotFound for an unknown node; FailedPrecondition naming the jobs that
+  // hold its slots, unless r.force: then it is lost for those jobs first.
+  absl::StatusOr<v1::NodeInfo> RemoveNode(const v1::NodeRequest& r);
 
   // --- Timers ---
-  // Fires everything due at the clock's now (lease expiries, last calls,
-  // join timeouts, pending progress writes) and returns the next deadline,
-  // if any.
+  // Fires everything due at the clock's now (lease expiries, lost nodes'
+  // expiry, last calls, join timeouts, pending progress writes) and
+  // returns the next deadline, if any.
   std::optional<absl::Time> Tick();
 
   // From now on a closing stream is not a node loss (the service stops, the
@@ -128,6 +149,17 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistNode(Outbox& out, const std::string& node_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the nodes from the registry and the store (their jobs are
+  // released already).
+  void ForgetNodes(Outbox& out, const std::vector<std::string>& node_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before registering `node_id`: OK when it is known or there is room;
+  // else forgets the node lost longest, or ResourceExhausted when none is.
+  absl::Status MakeRoomFor(Outbox& out, const std::string& node_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the LOST nodes whose expiry is due at `now`.
+  void ExpireLostNodes(Outbox& out, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::NodeInfo NodeInfoOf(const NodeRecord& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Barrier's checks and arrival; `done` is kept only when it must wait.
   absl::StatusOr<uint64_t> Arrive(Outbox& out, const v1::BarrierRequest& r,
                                   BarrierDone& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -234,7 +234,7 @@ TEST_F(CoordinatorTest, LosingTheOnlyMissingNodeClosesTheRoundAtOnce) {
 
 // The node `id` as ListNodes shows it.
 v1::NodeInfo NodeInfoOf(Coordinator& c, const std::string& id) {
-  const v1::ListNodesResponse all = c.ListNodes();
+  const v1::ListNodesResponse all = c.ListNodes().value();
   for (const v1::NodeInfo& n : all.nodes()) {
     if (n.node_id() == id) return n;
   }
@@ -315,7 +315,7 @@ TEST_F(CoordinatorTest, AJobNoNodeCouldHoldIsRefusedAndNothingIsStored) {
             "job needs 2 node(s) with 2 slots each; registered: node-a (1 slot), node-b "
             "(1 slot); submit with --wait-for-nodes (wait_for_nodes: true in a job file) "
             "to wait for such nodes");
-  EXPECT_EQ(c_->ListJobs(v1::ListJobsRequest()).jobs_size(), 0);
+  EXPECT_EQ(c_->ListJobs(v1::ListJobsRequest())->jobs_size(), 0);
   // A node whose slots are taken counts (the job fits once they free up);
   // a lost one does not.
   AddNode("busy", 2);
@@ -328,7 +328,7 @@ TEST_F(CoordinatorTest, AJobNoNodeCouldHoldIsRefusedAndNothingIsStored) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
   EXPECT_THAT(r.status().message(),
               ::testing::HasSubstr("registered: node-a (1 slot), node-b (1 slot);"));
-  EXPECT_EQ(c_->ListJobs(v1::ListJobsRequest()).jobs_size(), 2);
+  EXPECT_EQ(c_->ListJobs(v1::ListJobsRequest())->jobs_size(), 2);
 }
 
 TEST_F(CoordinatorTest, AJobWaitingForNodesIsPlacedOnceABigEnoughNodeRegisters) {
@@ -455,7 +455,7 @@ TEST_F(CoordinatorTest, SecondDaemonOfANodeIsRefusedWhileTheFirstHoldsItsLease) 
   EXPECT_TRUE(Heartbeat("a", "inc-1").ok());
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get(job).history_size(), 1);
-  v1::ListNodesResponse nodes = c_->ListNodes();
+  v1::ListNodesResponse nodes = c_->ListNodes().value();
   ASSERT_EQ(nodes.nodes_size(), 1);
   EXPECT_EQ(nodes.nodes(0).addr(), "a.inc-1.test");
   EXPECT_TRUE(nodes.nodes(0).watching());
@@ -475,7 +475,7 @@ TEST_F(CoordinatorTest, SecondDaemonOfANodeIsRefusedWhileTheFirstHoldsItsLease) 
   ASSERT_TRUE(Register("a", "inc-2").ok());
   EXPECT_EQ(Heartbeat("a", "inc-1").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Register("a", "inc-1").code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(c_->ListNodes().nodes(0).addr(), "a.inc-2.test");
+  EXPECT_EQ(c_->ListNodes()->nodes(0).addr(), "a.inc-2.test");
 }
 
 TEST_F(CoordinatorTest, CrashedDaemonsSuccessorIsAcceptedAtOnceWhenItsStreamBreaks) {
@@ -485,7 +485,7 @@ TEST_F(CoordinatorTest, CrashedDaemonsSuccessorIsAcceptedAtOnceWhenItsStreamBrea
   // No time passed: no lease to wait out.
   ASSERT_TRUE(Register("a", "inc-2").ok());
   EXPECT_TRUE(Heartbeat("a", "inc-2").ok());
-  v1::ListNodesResponse nodes = c_->ListNodes();
+  v1::ListNodesResponse nodes = c_->ListNodes().value();
   ASSERT_EQ(nodes.nodes_size(), 1);
   EXPECT_EQ(nodes.nodes(0).state(), v1::NODE_STATE_ALIVE);
   EXPECT_EQ(nodes.nodes(0).addr(), "a.inc-2.test");

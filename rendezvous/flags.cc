@@ -34,7 +34,7 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                                      std::ostream& out, std::ostream& err,
                                      ServiceFlags* flags) {
   std::unique_ptr<CLI::App> app = flags::NewApp(kBinary, kIntro, kFooter);
-  std::string heartbeat, lease;
+  std::string heartbeat, lease, expiry;
   app->add_option("--listen", flags->listen,
                   "address to serve on (default 127.0.0.1:29400).\n"
                   "Port 0 picks a free port. The chosen address is\n"
@@ -54,6 +54,20 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "a node silent this long is lost (default 3s;\n"
                   "must exceed the heartbeat interval).")
       ->type_name("DUR");
+  app->add_option("--node-expiry", expiry,
+                  "a node lost this long is forgotten: gone from\n"
+                  "`elastrun nodes` and the state file, and its next\n"
+                  "registration is a fresh node (default 10m: longer\n"
+                  "than a reboot, so a returning node keeps its record;\n"
+                  "0: never). A node still holding a job's slots is\n"
+                  "kept until the job lets go.")
+      ->type_name("DUR");
+  app->add_option("--max-nodes", flags->max_nodes,
+                  "keep at most N nodes, alive or lost (default 50000).\n"
+                  "A new node id beyond it makes room by forgetting the\n"
+                  "node lost longest; with none lost it is refused.")
+      ->type_name("N")
+      ->check(CLI::Range(1, 10000000));
   CLI::Option* token =
       app->add_option("--token", flags->token,
                       "the cluster token, instead of the token file\n"
@@ -91,6 +105,11 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
     absl::StatusOr<absl::Duration> d = ParseDuration(lease, "--lease-timeout");
     if (!d.ok()) return usage(d.status());
     flags->lease_timeout = *d;
+  }
+  if (!expiry.empty()) {
+    absl::StatusOr<absl::Duration> d = ParseDuration(expiry, "--node-expiry");
+    if (!d.ok()) return usage(d.status());
+    flags->node_expiry = *d == absl::ZeroDuration() ? absl::InfiniteDuration() : *d;
   }
   // Half a pair, or a CA without the pair, is a usage error now; the files
   // themselves are read when the server starts.

@@ -21,6 +21,10 @@ struct ServiceFlags {
   // --heartbeat-interval / --lease-timeout (the lease options).
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lease_timeout = absl::Seconds(3);
+  // --node-expiry: a node lost this long is forgotten; "0": never.
+  absl::Duration node_expiry = absl::Minutes(10);
+  // --max-nodes: nodes kept at most (CoordinatorOptions::max_nodes).
+  int max_nodes = 50000;
   // --token; empty: the token is in a file (token_file).
   std::string token;
   // --tls-cert / --tls-key (TLS), --tls-ca (mutual TLS); empty: plaintext.

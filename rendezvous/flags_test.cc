@@ -44,6 +44,22 @@ TEST(ServiceFlagsTest, ValuesAndDefaults) {
   EXPECT_EQ(file.flags.token, "");
 }
 
+TEST(ServiceFlagsTest, NodeExpiryDefaultsToTenMinutesAndZeroMeansNever) {
+  EXPECT_EQ(Parse({}).flags.node_expiry, absl::Minutes(10));
+  Result r = Parse({"--node-expiry", "90s"});
+  ASSERT_EQ(r.code, std::nullopt) << r.err;
+  EXPECT_EQ(r.flags.node_expiry, absl::Seconds(90));
+  r = Parse({"--node-expiry=0"});
+  ASSERT_EQ(r.code, std::nullopt) << r.err;
+  EXPECT_EQ(r.flags.node_expiry, absl::InfiniteDuration());
+  EXPECT_EQ(Parse({}).flags.max_nodes, 50000);
+  EXPECT_EQ(Parse({"--max-nodes", "7"}).flags.max_nodes, 7);
+  EXPECT_EQ(Parse({"--max-nodes", "0"}).code, 2);
+  r = Parse({"--node-expiry", "later"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--node-expiry"));
+}
+
 TEST(ServiceFlagsTest, UsageErrorsNameTheFlagAndExit2) {
   for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--lissen", "x"}, "unknown flag --lissen"},
@@ -62,7 +78,7 @@ TEST(ServiceFlagsTest, HelpListsEveryFlagAndVersionPrints) {
   Result help = Parse({"--help"});
   EXPECT_EQ(help.code, 0);
   for (const char* flag : {"--listen HOST:PORT", "--state-dir DIR", "--heartbeat-interval DUR",
-                           "--lease-timeout DUR", "--token TOKEN", "--token-file FILE",
+                           "--lease-timeout DUR", "--node-expiry DUR", "--max-nodes N", "--token TOKEN", "--token-file FILE",
                            "--version", "--help"}) {
     EXPECT_THAT(help.out, HasSubstr(flag));
   }

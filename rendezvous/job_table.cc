@@ -3,9 +3,14 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "rendezvous/codec.h"
+#include "rendezvous/paging.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -146,14 +151,32 @@ std::optional<absl::Time> JobTable::NextProgressFlush() const {
   return next;
 }
 
-v1::ListJobsResponse JobTable::List(const v1::ListJobsRequest& r) const {
+absl::StatusOr<v1::ListJobsResponse> JobTable::List(const v1::ListJobsRequest& r) const {
+  ASSIGN_OR_RETURN(const int size, PageSize(r.page_size(), "ListJobsRequest.page_size"));
+  int64_t after = 0;
+  if (!r.page_token().empty() && (!absl::SimpleAtoi(r.page_token(), &after) || after < 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ListJobsRequest.page_token: \"%s\" is not a token this service made; pass "
+        "the next_page_token of the previous page, or none for the first",
+        absl::CHexEscape(r.page_token().substr(0, 64))));
+  }
   v1::ListJobsResponse resp;
-  for (const JobRecord* job : by_seq_) {
+  PageBudget page(size);
+  auto it = std::upper_bound(by_seq_.begin(), by_seq_.end(), after,
+                             [](int64_t seq, const JobRecord* job) { return seq < job->seq; });
+  int64_t last = after;
+  for (; it != by_seq_.end(); ++it) {
+    const JobRecord* job = *it;
     v1::JobStatus s = JobStatusOf(*job, /*with_history=*/false);
     if (!r.states().empty() &&
         std::find(r.states().begin(), r.states().end(), s.state()) == r.states().end()) {
       continue;
     }
+    if (!page.Take(s.ByteSizeLong())) {
+      resp.set_next_page_token(absl::StrCat(last));
+      break;
+    }
+    last = job->seq;
     *resp.add_jobs() = std::move(s);
   }
   return resp;

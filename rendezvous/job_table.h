@@ -91,7 +91,10 @@ class JobTable {
   // When the earliest pending progress row is due; nullopt if none.
   std::optional<absl::Time> NextProgressFlush() const;
 
-  v1::ListJobsResponse List(const v1::ListJobsRequest& request) const;
+  // One page of jobs in submission order (paging.h); the page token is the
+  // last seq of the previous page, so jobs submitted meanwhile come later.
+  // InvalidArgument for a negative page size or a token not made here.
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
 
  private:
   void WriteProgress(Outbox& out, JobRecord& job, absl::Time now);

@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   options.tls = flags.tls;
   options.coordinator.lease.heartbeat_interval = flags.heartbeat_interval;
   options.coordinator.lease.lease_timeout = flags.lease_timeout;
+  options.coordinator.lease.node_expiry = flags.node_expiry;
+  options.coordinator.max_nodes = flags.max_nodes;
   const std::string& state_dir = flags.state_dir;
   if (!state_dir.empty()) {
     if (::mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) {

@@ -34,7 +34,7 @@ std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int 
   std::vector<std::pair<int, const std::string*>> fit;  // (free slots, id)
   for (const auto& [id, n] : registry.nodes()) {
     const int free = n.free_slots() - HeldOn(held, id);
-    if (!n.alive() || free < nproc) continue;
+    if (!n.alive() || n.draining() || free < nproc) continue;
     if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
     fit.emplace_back(free, &id);
   }
@@ -51,8 +51,13 @@ std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry, int n
                                              int min_nodes) {
   std::vector<std::pair<int, const std::string*>> alive;  // (slots, id)
   int big_enough = 0;
+  int draining = 0;
   for (const auto& [id, n] : registry.nodes()) {
     if (!n.alive()) continue;
+    if (n.draining()) {
+      ++draining;
+      continue;
+    }
     alive.emplace_back(n.stored.slots(), &id);
     if (n.stored.slots() >= nproc) ++big_enough;
   }
@@ -69,6 +74,7 @@ std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry, int n
     absl::StrAppend(&registered, " and ", alive.size() - named, " more with at most ",
                     Slots(alive[named].first), " each");
   }
+  if (draining > 0) absl::StrAppend(&registered, "; ", draining, " draining");
   return absl::StrFormat("job needs %d node(s) with %s each; registered: %s", min_nodes,
                          Slots(nproc), registered);
 }
@@ -78,7 +84,7 @@ bool HoldSlotsFor(const NodeRegistry& registry, int nproc, int min_nodes,
   std::vector<std::pair<int, const std::string*>> open;  // (free minus held, id)
   for (const auto& [id, n] : registry.nodes()) {
     const int already = HeldOn(held, id);
-    if (!n.alive() || n.stored.slots() - already < nproc) continue;
+    if (!n.alive() || n.draining() || n.stored.slots() - already < nproc) continue;
     open.emplace_back(n.free_slots() - already, &id);
   }
   if (static_cast<int>(open.size()) < min_nodes) return false;

@@ -18,6 +18,8 @@ namespace elastrun::rendezvous {
 // placement of the jobs behind them counts these slots as used.
 using HeldSlots = std::map<std::string, int, std::less<>>;
 
+// Draining nodes take no new placement: every function here skips them.
+//
 // Up to `want` alive nodes with at least `nproc` free slots (slots minus the
 // nproc_per_node of every job placed on it, minus `held`), excluding
 // `exclude`, most free slots first, then by node id (deterministic).
@@ -33,7 +35,8 @@ std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int 
 // nullopt when at least `min_nodes` alive nodes have `nproc` slots in all
 // (free or not: the job fits once their jobs end). Else why not, for the
 // user: "job needs 2 node(s) with 2 slot(s) each; registered: a (1 slot),
-// b (1 slot)" (alive nodes, biggest first, at most a few named).
+// b (1 slot)" (alive nodes, biggest first, at most a few named; "; N
+// draining" when some alive nodes are drained).
 std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry, int nproc,
                                              int min_nodes);
 

@@ -48,7 +48,7 @@ TEST(PlacementTest, WhetherAnyNodesCouldEverHoldAJobCountsTotalSlotsOfAliveNodes
   EXPECT_EQ(WhyNoNodesCanHold(reg, 1, 2), std::nullopt);
   EXPECT_EQ(WhyNoNodesCanHold(reg, 2, 2),
             "job needs 2 node(s) with 2 slots each; registered: a (2 slots), b (1 slot)");
-  reg.MarkLost("a", "gone");
+  reg.MarkLost("a", "gone", absl::UnixEpoch());
   EXPECT_EQ(WhyNoNodesCanHold(reg, 2, 1),
             "job needs 1 node(s) with 2 slots each; registered: b (1 slot)");
 }
@@ -89,6 +89,23 @@ TEST(PlacementTest, HeldSlotsAreNotFreeForTheJobsBehind) {
   ASSERT_TRUE(HoldSlotsFor(reg, 2, 1, part));  // the most free: a (3)
   EXPECT_EQ(part, (HeldSlots{{"a", 2}}));
   EXPECT_THAT(PickNodes(reg, 1, 10, {}, part), ElementsAre("b", "a"));
+}
+
+TEST(PlacementTest, ADrainingNodeTakesNoNewJobAndHoldsNoSlots) {
+  const absl::Time now = absl::UnixEpoch();
+  NodeRegistry reg(LeaseOptions{});
+  reg.Register(Node("a", 4), now);
+  reg.Register(Node("b", 2), now);
+  ASSERT_TRUE(reg.SetDraining("a", true).ok());
+  EXPECT_THAT(PickNodes(reg, 1, 10, {}), ElementsAre("b"));
+  HeldSlots held;
+  EXPECT_FALSE(HoldSlotsFor(reg, 4, 1, held));
+  EXPECT_TRUE(held.empty());
+  EXPECT_EQ(WhyNoNodesCanHold(reg, 4, 1),
+            "job needs 1 node(s) with 4 slots each; registered: b (2 slots); 1 draining");
+  ASSERT_TRUE(reg.SetDraining("a", false).ok());
+  EXPECT_THAT(PickNodes(reg, 1, 10, {}), ElementsAre("a", "b"));
+  EXPECT_EQ(WhyNoNodesCanHold(reg, 4, 1), std::nullopt);
 }
 
 }  // namespace

@@ -41,6 +41,10 @@ absl::Status ValidateLeaseOptions(const LeaseOptions& o) {
         "lease timeout %s must be longer than the heartbeat interval %s",
         absl::FormatDuration(o.lease_timeout), absl::FormatDuration(o.heartbeat_interval)));
   }
+  if (o.node_expiry <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "node expiry %s must be greater than 0", absl::FormatDuration(o.node_expiry)));
+  }
   return absl::OkStatus();
 }
 
@@ -89,6 +93,7 @@ NodeRecord& NodeRegistry::Register(const v1::RegisterNodeRequest& r, absl::Time 
   *n.stored.mutable_labels() = r.labels();
   n.stored.set_state(v1::NODE_STATE_ALIVE);
   n.stored.clear_lost_reason();
+  n.stored.clear_lost_time();
   if (fresh) *n.stored.mutable_registered_time() = ToProto(now);
   n.lease_expiry = now + options_.lease_timeout;
   n.confirmed = true;
@@ -126,11 +131,13 @@ absl::StatusOr<absl::Time> NodeRegistry::Heartbeat(absl::string_view node_id,
   return n->lease_expiry;
 }
 
-void NodeRegistry::MarkLost(absl::string_view node_id, absl::string_view reason) {
+void NodeRegistry::MarkLost(absl::string_view node_id, absl::string_view reason,
+                            absl::Time now) {
   NodeRecord* n = Find(node_id);
   if (n == nullptr || !n->alive()) return;
   n->stored.set_state(v1::NODE_STATE_LOST);
   n->stored.set_lost_reason(std::string(reason));
+  *n->stored.mutable_lost_time() = ToProto(now);
   n->reported_running.clear();
 }
 
@@ -150,10 +157,62 @@ std::optional<absl::Time> NodeRegistry::NextExpiry() const {
   return next;
 }
 
+std::vector<std::string> NodeRegistry::ExpiredLost(absl::Time now) const {
+  std::vector<std::string> out;
+  if (options_.node_expiry == absl::InfiniteDuration()) return out;
+  for (const auto& [id, n] : nodes_) {
+    if (!n.alive() && n.jobs.empty() &&
+        FromProto(n.stored.lost_time()) + options_.node_expiry <= now) {
+      out.push_back(id);
+    }
+  }
+  return out;
+}
+
+std::optional<absl::Time> NodeRegistry::NextLostExpiry() const {
+  std::optional<absl::Time> next;
+  if (options_.node_expiry == absl::InfiniteDuration()) return next;
+  for (const auto& [id, n] : nodes_) {
+    if (n.alive() || !n.jobs.empty()) continue;
+    const absl::Time due = FromProto(n.stored.lost_time()) + options_.node_expiry;
+    if (!next || due < *next) next = due;
+  }
+  return next;
+}
+
+std::optional<std::string> NodeRegistry::OldestLost() const {
+  std::optional<std::string> oldest;
+  absl::Time when;
+  for (const auto& [id, n] : nodes_) {
+    if (n.alive() || !n.jobs.empty()) continue;
+    const absl::Time lost = FromProto(n.stored.lost_time());
+    if (!oldest || lost < when) {
+      oldest = id;
+      when = lost;
+    }
+  }
+  return oldest;
+}
+
+void NodeRegistry::Remove(absl::string_view node_id) {
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end()) nodes_.erase(it);
+}
+
+absl::Status NodeRegistry::SetDraining(absl::string_view node_id, bool draining) {
+  NodeRecord* n = Find(node_id);
+  if (n == nullptr) {
+    return absl::NotFoundError(absl::StrFormat("no node \"%s\"", node_id));
+  }
+  n->stored.set_draining(draining);
+  return absl::OkStatus();
+}
+
 void NodeRegistry::Restore(const v1::StoredNode& stored, absl::Time now) {
   NodeRecord& n = nodes_[stored.node_id()];
   n.stored = stored;
   n.lease_expiry = now + options_.lease_timeout;
+  if (!n.alive() && !n.stored.has_lost_time()) *n.stored.mutable_lost_time() = ToProto(now);
 }
 
 void NodeRegistry::Reserve(const std::string& node_id, const std::string& job_id,

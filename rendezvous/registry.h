@@ -24,6 +24,12 @@ struct LeaseOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // A node with no heartbeat for this long is lost (> heartbeat_interval).
   absl::Duration lease_timeout = absl::Seconds(3);
+  // A node LOST this long, holding no job's slots, is forgotten (> 0;
+  // InfiniteDuration: never). Ten minutes outlasts a reboot or a short
+  // network cut, so a returning node finds its record (drained or not)
+  // and `elastrun nodes` shows what was lost and why while someone looks;
+  // and it bounds what a flood of fresh node ids leaves behind.
+  absl::Duration node_expiry = absl::Minutes(10);
 };
 
 // OK, or InvalidArgument naming the bad setting.
@@ -43,6 +49,8 @@ struct NodeRecord {
   bool confirmed = false;
 
   bool alive() const { return stored.state() == v1::NODE_STATE_ALIVE; }
+  // Drained by an operator: no new placements; its running jobs go on.
+  bool draining() const { return stored.draining(); }
   int free_slots() const { return stored.slots() - used_slots; }
 };
 
@@ -85,19 +93,36 @@ class NodeRegistry {
   // Heartbeat.
   absl::Status CheckAlive(absl::string_view node_id, absl::string_view incarnation) const;
 
-  // Marks an alive node LOST with `reason`; no-op otherwise. Its jobs are
-  // the caller's to release.
-  void MarkLost(absl::string_view node_id, absl::string_view reason);
+  // Marks an alive node LOST at `now` with `reason`; no-op otherwise. Its
+  // jobs are the caller's to release.
+  void MarkLost(absl::string_view node_id, absl::string_view reason, absl::Time now);
 
   // Alive nodes whose lease expired at `now`, by id.
   std::vector<std::string> Expired(absl::Time now) const;
   // The earliest lease expiry of an alive node.
   std::optional<absl::Time> NextExpiry() const;
 
+  // LOST nodes due to be forgotten at `now` (lost for node_expiry), by id.
+  // A node still holding a job's slots is not due until the job lets go.
+  std::vector<std::string> ExpiredLost(absl::Time now) const;
+  // When the next LOST node is due to be forgotten; nullopt if none.
+  std::optional<absl::Time> NextLostExpiry() const;
+
+  // The LOST node without jobs that was lost first (ties: by id), if any:
+  // the one to forget first when the registry is full.
+  std::optional<std::string> OldestLost() const;
+
+  // Forgets the node; a later registration of its id is a fresh node. The
+  // caller releases its jobs first. No-op for an unknown node.
+  void Remove(absl::string_view node_id);
+  // Sets whether the node is drained. NotFound for an unknown node.
+  absl::Status SetDraining(absl::string_view node_id, bool draining);
+
   // Re-adds a node loaded from the store. An ALIVE node gets a fresh lease
   // from `now`, so that its daemon has a full lease to reconnect; it is not
   // `confirmed`, so a new daemon of the node (a host that rebooted with the
-  // service) is not refused meanwhile.
+  // service) is not refused meanwhile. A LOST node from a file that did not
+  // record when it was lost counts as lost since `now`.
   void Restore(const v1::StoredNode& stored, absl::Time now);
 
   // Slot accounting for a job of `nproc` workers per node.

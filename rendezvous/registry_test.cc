@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/clock.h"
+#include "rendezvous/codec.h"
 #include "rendezvous/placement.h"
 
 namespace elastrun::rendezvous {
@@ -30,7 +31,7 @@ TEST(RegistryTest, LeaseExpiresWithoutHeartbeat) {
   ASSERT_TRUE(reg.Heartbeat("a", "i1", clock.Now()).ok());
   clock.Advance(absl::Seconds(1));
   EXPECT_THAT(reg.Expired(clock.Now()), ElementsAre("b"));
-  reg.MarkLost("b", "lease expired");
+  reg.MarkLost("b", "lease expired", clock.Now());
   EXPECT_TRUE(reg.Expired(clock.Now()).empty());
   EXPECT_EQ(reg.NextExpiry(), clock.Now() + absl::Seconds(2));
   // A lost node must register again.
@@ -109,8 +110,87 @@ TEST(PlacementTest, PicksNodesWithFreeSlotsMostFreeFirst) {
   EXPECT_THAT(PickNodes(reg, 2, 10, {}), ElementsAre("a", "d"));
   EXPECT_THAT(PickNodes(reg, 2, 1, {"a"}), ElementsAre("d"));
   reg.Release("b", "j1", 3);
-  reg.MarkLost("a", "test");
+  reg.MarkLost("a", "test", clock.Now());
   EXPECT_THAT(PickNodes(reg, 1, 10, {}), ElementsAre("b", "d", "c"));
+}
+
+TEST(RegistryTest, ALostNodeExpiresExactlyAfterTheConfiguredTime) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::Minutes(10)});
+  reg.Register(Req("a", 2), clock.Now());
+  reg.Register(Req("b", 2), clock.Now());
+  EXPECT_EQ(reg.NextLostExpiry(), std::nullopt);  // alive nodes never expire
+  reg.MarkLost("a", "lease expired", clock.Now());
+  const absl::Time due = clock.Now() + absl::Minutes(10);
+  EXPECT_EQ(reg.NextLostExpiry(), due);
+  clock.Advance(absl::Minutes(10) - absl::Milliseconds(1));
+  EXPECT_TRUE(reg.ExpiredLost(clock.Now()).empty());
+  clock.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(reg.ExpiredLost(clock.Now()), ElementsAre("a"));
+  reg.Remove("a");
+  EXPECT_EQ(reg.Find("a"), nullptr);
+  EXPECT_EQ(reg.NextLostExpiry(), std::nullopt);
+  // Registering again is a fresh node, registered now.
+  reg.Register(Req("a", 2), clock.Now());
+  EXPECT_EQ(FromProto(reg.Find("a")->stored.registered_time()), clock.Now());
+}
+
+TEST(RegistryTest, ALostNodeHoldingAJobsSlotsIsKeptUntilTheJobLetsGo) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::Seconds(60)});
+  reg.Register(Req("a", 2), clock.Now());
+  reg.Reserve("a", "job-1", 2);
+  reg.MarkLost("a", "lease expired", clock.Now());
+  clock.Advance(absl::Hours(1));
+  EXPECT_TRUE(reg.ExpiredLost(clock.Now()).empty());
+  EXPECT_EQ(reg.NextLostExpiry(), std::nullopt);
+  reg.Release("a", "job-1", 2);
+  EXPECT_THAT(reg.ExpiredLost(clock.Now()), ElementsAre("a"));
+}
+
+TEST(RegistryTest, ARegisteredNodeIsNoLongerLostAndAnInfiniteExpiryNeverFires) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::Seconds(60)});
+  reg.Register(Req("a", 2), clock.Now());
+  reg.MarkLost("a", "lease expired", clock.Now());
+  clock.Advance(absl::Seconds(30));
+  reg.Register(Req("a", 2, "i2"), clock.Now());
+  clock.Advance(absl::Seconds(60));
+  EXPECT_TRUE(reg.ExpiredLost(clock.Now()).empty());
+  EXPECT_FALSE(reg.Find("a")->stored.has_lost_time());
+
+  NodeRegistry forever(
+      LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::InfiniteDuration()});
+  forever.Register(Req("a", 2), clock.Now());
+  forever.MarkLost("a", "lease expired", clock.Now());
+  clock.Advance(absl::Hours(24 * 365));
+  EXPECT_TRUE(forever.ExpiredLost(clock.Now()).empty());
+  EXPECT_EQ(forever.NextLostExpiry(), std::nullopt);
+  EXPECT_TRUE(ValidateLeaseOptions(forever.options()).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateLeaseOptions(
+      LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::ZeroDuration()})));
+}
+
+TEST(RegistryTest, ALostNodeFromAnOlderFileCountsAsLostSinceTheRestore) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::Seconds(60)});
+  v1::StoredNode stored;
+  stored.set_node_id("a");
+  stored.set_slots(1);
+  stored.set_state(v1::NODE_STATE_LOST);  // no lost_time: written before expiry existed
+  reg.Restore(stored, clock.Now());
+  EXPECT_EQ(reg.NextLostExpiry(), clock.Now() + absl::Seconds(60));
+}
+
+TEST(RegistryTest, DrainingIsKeptWhenTheDaemonRegistersAgain) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{});
+  reg.Register(Req("a", 2), clock.Now());
+  ASSERT_TRUE(reg.SetDraining("a", true).ok());
+  reg.MarkLost("a", "watch stream closed", clock.Now());
+  reg.Register(Req("a", 2, "i2"), clock.Now());
+  EXPECT_TRUE(reg.Find("a")->draining());
+  EXPECT_TRUE(absl::IsNotFound(reg.SetDraining("nope", true)));
 }
 
 }  // namespace

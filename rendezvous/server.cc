@@ -48,6 +48,14 @@ struct AuthPolicy {
 // Whom an RPC serves: node daemons only, or every identified caller.
 enum class Audience { kCluster, kAnyone };
 
+// Nodes are the cluster's, not a user's: only a holder of the token or
+// root may drain or remove one.
+absl::Status RequireNodeAdmin(const Caller& caller, const char* action) {
+  if (caller.cluster || (caller.user && caller.user->uid == 0)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "only root or a holder of the cluster token may ", action, " a node"));
+}
+
 // Runs a unary handler: the caller's identity and audience checked, then
 // `f(caller)` (StatusOr<Resp> or Status).
 template <typename Resp, typename F>
@@ -365,9 +373,8 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
                                  const v1::ListJobsRequest* req,
                                  v1::ListJobsResponse* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "List", resp, [&](const Caller&) {
-      return absl::StatusOr<v1::ListJobsResponse>(c_->ListJobs(*req));
-    });
+    return Unary(ctx, policy_, Audience::kAnyone, "List", resp,
+                 [&](const Caller&) { return c_->ListJobs(*req); });
   }
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
@@ -384,8 +391,25 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
                                       const v1::ListNodesRequest* req,
                                       v1::ListNodesResponse* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "ListNodes", resp, [&](const Caller&) {
-      return absl::StatusOr<v1::ListNodesResponse>(c_->ListNodes());
+    return Unary(ctx, policy_, Audience::kAnyone, "ListNodes", resp,
+                 [&](const Caller&) { return c_->ListNodes(*req); });
+  }
+  grpc::ServerUnaryReactor* DrainNode(grpc::CallbackServerContext* ctx,
+                                      const v1::NodeRequest* req,
+                                      v1::NodeInfo* resp) override {
+    return Unary(ctx, policy_, Audience::kAnyone, "DrainNode", resp,
+                 [&](const Caller& caller) -> absl::StatusOr<v1::NodeInfo> {
+      RETURN_IF_ERROR(RequireNodeAdmin(caller, "drain"));
+      return c_->DrainNode(*req);
+    });
+  }
+  grpc::ServerUnaryReactor* RemoveNode(grpc::CallbackServerContext* ctx,
+                                       const v1::NodeRequest* req,
+                                       v1::NodeInfo* resp) override {
+    return Unary(ctx, policy_, Audience::kAnyone, "RemoveNode", resp,
+                 [&](const Caller& caller) -> absl::StatusOr<v1::NodeInfo> {
+      RETURN_IF_ERROR(RequireNodeAdmin(caller, "remove"));
+      return c_->RemoveNode(*req);
     });
   }
   grpc::ServerWriteReactor<v1::LogChunk>* StreamLogs(

@@ -47,7 +47,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   sqlite3_busy_timeout(db, 0);
   // Exclusive locking first: taken at the first read below, held until close.
   RETURN_IF_ERROR(store->Exec("PRAGMA locking_mode=EXCLUSIVE"));
-  if (path != ":memory:") RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  bool vacuum = false;
+  if (path != ":memory:") {
+    // Before WAL and the first table: only then does a new file take it.
+    ASSIGN_OR_RETURN(vacuum, store->EnableAutoVacuum());
+    RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  }
   RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL"));
   RETURN_IF_ERROR(store->Exec(
       "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
@@ -60,21 +65,38 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
       "  data BLOB NOT NULL);"
       "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 1);"));
   // A file from a newer elastrun would be misread: refuse it.
-  sqlite3_stmt* stmt = nullptr;
-  rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key='schema_version'", -1,
-                          &stmt, nullptr);
-  if (rc != SQLITE_OK) return store->Error(rc, "reading the schema version");
-  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
-  rc = sqlite3_step(stmt);
-  if (rc != SQLITE_ROW) return store->Error(rc, "reading the schema version");
-  const int64_t version = sqlite3_column_int64(stmt, 0);
+  ASSIGN_OR_RETURN(const int64_t version,
+                   store->PragmaInt("SELECT value FROM meta WHERE key='schema_version'"));
   if (version != kSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "state database %s has schema version %d; this elastrun-rendezvous reads "
         "version %d",
         path, version, kSchemaVersion));
   }
+  // A file made before auto-vacuum (perhaps grown by a flood of node ids):
+  // the mode takes effect only through one full rewrite.
+  if (vacuum) RETURN_IF_ERROR(store->Exec("VACUUM"));
   return store;
+}
+
+absl::StatusOr<int64_t> Store::PragmaInt(const char* sql) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, sql);
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  rc = sqlite3_step(stmt);
+  if (rc != SQLITE_ROW) return Error(rc, sql);
+  return sqlite3_column_int64(stmt, 0);
+}
+
+absl::StatusOr<bool> Store::EnableAutoVacuum() {
+  // Read before setting it: once set, the pragma reports the new mode even
+  // where it has not taken effect.
+  ASSIGN_OR_RETURN(const int64_t tables, PragmaInt("SELECT count(*) FROM sqlite_master"));
+  ASSIGN_OR_RETURN(const int64_t mode, PragmaInt("PRAGMA auto_vacuum"));
+  constexpr int64_t kIncremental = 2;
+  RETURN_IF_ERROR(Exec("PRAGMA auto_vacuum=INCREMENTAL"));
+  return tables > 0 && mode != kIncremental;
 }
 
 Store::~Store() {
@@ -119,6 +141,33 @@ absl::Status Store::PutProgress(const std::string& job_id, const v1::Progress& p
   ++writes_.progress;
   return Put("INSERT OR REPLACE INTO progress (id, seq, data) VALUES (?1, ?2, ?3)", job_id,
              0, progress.SerializeAsString());
+}
+
+absl::Status Store::DeleteNodes(const std::vector<std::string>& node_ids) {
+  if (node_ids.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(Exec("BEGIN"));
+  absl::Cleanup rollback = [this] { Exec("ROLLBACK").IgnoreError(); };
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, "DELETE FROM nodes WHERE id = ?1", -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, "preparing a delete");
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  for (const std::string& id : node_ids) {
+    sqlite3_reset(stmt);
+    sqlite3_bind_text(stmt, 1, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
+    rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrFormat("deleting node \"%s\"", id));
+  }
+  RETURN_IF_ERROR(Exec("COMMIT"));
+  std::move(rollback).Cancel();
+  writes_.node_deletes += static_cast<int64_t>(node_ids.size());
+  // Free pages go back to the file system; with WAL the main file shrinks
+  // at the checkpoint. A failure here leaves the rows deleted, the file
+  // merely larger than it needs to be: not worth failing the caller for.
+  if (path_ != ":memory:") {
+    Exec("PRAGMA incremental_vacuum").IgnoreError();
+    Exec("PRAGMA wal_checkpoint(TRUNCATE)").IgnoreError();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Store::Contents> Store::Load() {

@@ -3,7 +3,9 @@
 // round history) and, in a small row of its own, each job's last progress,
 // so that a progress report never rewrites the job. Writes go through at once (WAL,
 // synchronous=NORMAL: a committed write survives a SIGKILL of the service;
-// an OS crash may lose the last few).
+// an OS crash may lose the last few). The file uses incremental
+// auto-vacuum, so that forgetting rows (expired nodes) gives the space back
+// to the file system instead of leaving it at its high-water mark.
 #ifndef ELASTRUN_RENDEZVOUS_STORE_H_
 #define ELASTRUN_RENDEZVOUS_STORE_H_
 
@@ -40,6 +42,10 @@ class Store {
   absl::Status PutJob(const v1::StoredJob& job);
   // The job's last progress, in its own table (one small row per job).
   absl::Status PutProgress(const std::string& job_id, const v1::Progress& progress);
+  // Deletes these nodes in one transaction (all or none), then gives the
+  // freed pages back to the file system. Unknown ids are no-ops. Errors
+  // name the file.
+  absl::Status DeleteNodes(const std::vector<std::string>& node_ids);
 
   // Rows written since Open, by table: what callers may check to show a
   // write did or did not happen.
@@ -47,6 +53,7 @@ class Store {
     int64_t nodes = 0;
     int64_t jobs = 0;
     int64_t progress = 0;
+    int64_t node_deletes = 0;
   };
   const Writes& writes() const { return writes_; }
 
@@ -67,6 +74,12 @@ class Store {
   absl::Status Exec(const char* sql);
   absl::Status Put(const char* sql, const std::string& key, int64_t seq,
                    const std::string& blob);
+  // Asks for incremental auto-vacuum, which a new file takes at its first
+  // table. Returns whether the file is older and without it: then it takes
+  // effect only through one VACUUM, the caller's to run.
+  absl::StatusOr<bool> EnableAutoVacuum();
+  // The value of a statement (a PRAGMA) that returns one integer.
+  absl::StatusOr<int64_t> PragmaInt(const char* sql);
   // An error for the SQLite result `rc` of `what`, naming the file.
   absl::Status Error(int rc, absl::string_view what) const;
 

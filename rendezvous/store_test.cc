@@ -2,6 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -132,6 +135,90 @@ TEST(StoreTest, ProgressRowsRoundTripAndAFileWithoutThemLoads) {
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->progress.count("train-1"), 1u);
   EXPECT_EQ(c->progress.at("train-1").step(), 8);
+}
+
+// The size of the database file and its WAL, in bytes.
+int64_t FileBytes(const std::string& path) {
+  int64_t total = 0;
+  for (const std::string& p : {path, path + "-wal"}) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0) total += st.st_size;
+  }
+  return total;
+}
+
+int64_t AutoVacuumMode(const std::string& path) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA auto_vacuum", -1, &stmt, nullptr);
+  int64_t mode = -1;
+  if (sqlite3_step(stmt) == SQLITE_ROW) mode = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return mode;
+}
+
+TEST(StoreTest, DeletedNodesAreGoneAndTheFileShrinksBack) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/state.db";
+  constexpr int kNodes = 4000;
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int i = 0; i < kNodes; ++i) {
+      v1::StoredNode n;
+      n.set_node_id("flood-" + std::to_string(i));
+      n.set_slots(1);
+      (*n.mutable_labels())["junk"] = std::string(1000, 'x');
+      ASSERT_TRUE((*store)->PutNode(n).ok());
+    }
+    ASSERT_TRUE((*store)->PutJob(Job("train-1", 1)).ok());
+  }
+  const int64_t full = FileBytes(path);
+  EXPECT_GT(full, kNodes * 1000);
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<std::string> ids;
+    for (int i = 0; i < kNodes; ++i) ids.push_back("flood-" + std::to_string(i));
+    ids.push_back("never-stored");  // a no-op
+    ASSERT_TRUE((*store)->DeleteNodes(ids).ok());
+    EXPECT_EQ((*store)->writes().node_deletes, kNodes + 1);
+    // Given back at once, while the service runs: not only at its restart.
+    EXPECT_LT(FileBytes(path), full / 10) << "full: " << full;
+    absl::StatusOr<Store::Contents> c = (*store)->Load();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(c->nodes.empty());
+    EXPECT_EQ(c->jobs.size(), 1u);  // other tables untouched
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreTest, AFileMadeWithoutAutoVacuumIsConvertedOnOpen) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/state.db";
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutJob(Job("train-1", 1)).ok());
+  }
+  // As an older elastrun-rendezvous left it.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA auto_vacuum=NONE; VACUUM;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  ASSERT_EQ(AutoVacuumMode(path), 0);
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<Store::Contents> c = (*store)->Load();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->jobs.size(), 1u);
+  }
+  EXPECT_EQ(AutoVacuumMode(path), 2);  // INCREMENTAL
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -206,13 +206,38 @@ Lists every job the service knows, oldest first. --output json prints
 {"jobs": [...]}, each job a JobStatus as `elastrun status` prints it.
 )";
 
+constexpr FlagInfo kNodesFlags[] = {
+    {"--undo", "", "nodes drain: end the drain; new jobs may use the node"},
+    {"--force", "",
+     "nodes remove: even while jobs hold the node (it is\n"
+     "lost for them: their rounds end and re-form without it)"},
+    kOutputFlag,
+};
+
 constexpr char kNodesIntro[] = R"(usage: elastrun nodes [--output text|json]
+       elastrun nodes drain NODE [--undo] [--output text|json]
+       elastrun nodes remove NODE [--force] [--output text|json]
 
 Lists the node daemons (elastrund) the service knows: id, address, state
-(ALIVE, LOST), slots and free slots, the jobs holding its slots, labels.
---output json prints {"nodes": [...]}, each a NodeInfo (proto/elastrun/v1/
-types.proto): node_id, addr, slots, free_slots, labels, state, watching,
-registered_time, lease_expiry, jobs, lost_reason.
+(ALIVE, LOST; with "draining" in brackets when drained), slots and free
+slots, the jobs holding its slots, labels. The service answers in pages;
+every page is fetched. --output json prints {"nodes": [...]}, each a NodeInfo
+(proto/elastrun/v1/types.proto): node_id, addr, slots, free_slots, labels,
+state, watching, registered_time, lease_expiry, jobs, lost_reason, draining.
+
+A node that stays LOST for the service's --node-expiry (10m by default) is
+forgotten; when its daemon comes back it registers as a fresh node.
+
+drain NODE: no new job is placed on the node; the jobs running there go on
+(as Slurm's DRAIN or kubectl cordon), also through their restarts. The
+drain outlives the daemon's and the service's restarts. --undo ends it.
+
+remove NODE: the service forgets the node. Refused (exit 1, naming the
+jobs) while jobs hold its slots, unless --force: the node is then lost for
+those jobs, which re-form without it. A daemon of the node that still runs
+is told the node is unknown and registers again as a fresh, undrained node
+(as a kubelet does after kubectl delete node): to take a machine out, drain
+it, or stop its daemon and then remove it. Exit 4 when there is no such node.
 )";
 
 // cancel
@@ -271,8 +296,8 @@ constexpr CommandInfo kCommands[] = {
     {"status", "show a job: state, round, world size, restarts and causes, nodes",
      kOutputFlags, /*takes_words=*/true, kStatusIntro},
     {"list", "list jobs, oldest first", kOutputFlags, /*takes_words=*/false, kListIntro},
-    {"nodes", "list the registered node daemons", kOutputFlags, /*takes_words=*/false,
-     kNodesIntro},
+    {"nodes", "list the node daemons; drain or remove one", kNodesFlags,
+     /*takes_words=*/true, kNodesIntro},
     {"cancel", "cancel a job; every node stops its workers", kCancelFlags,
      /*takes_words=*/true, kCancelIntro},
     {"wait", "block until a job ends; exit 0 only if it succeeded", kWaitFlags,

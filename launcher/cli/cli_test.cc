@@ -52,7 +52,7 @@ class FakeJobsClient : public JobsClient {
     if (s_->gets.size() > 1) s_->gets.pop_front();
     return r;
   }
-  absl::StatusOr<v1::ListJobsResponse> List() override {
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest&) override {
     if (!s_->error.ok()) return s_->error;
     return v1::ListJobsResponse();
   }
@@ -65,9 +65,15 @@ class FakeJobsClient : public JobsClient {
     st.set_finish_reason(reason);
     return st;
   }
-  absl::StatusOr<v1::ListNodesResponse> ListNodes() override {
+  absl::StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest&) override {
     if (!s_->error.ok()) return s_->error;
     return v1::ListNodesResponse();
+  }
+  absl::StatusOr<v1::NodeInfo> DrainNode(const v1::NodeRequest&) override {
+    return absl::UnimplementedError("cli_nodes_test.cc tests nodes drain");
+  }
+  absl::StatusOr<v1::NodeInfo> RemoveNode(const v1::NodeRequest&) override {
+    return absl::UnimplementedError("cli_nodes_test.cc tests nodes remove");
   }
   absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(const std::string& job_id, int rank,
                                                      int64_t after_seq) override {

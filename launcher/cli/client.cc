@@ -67,14 +67,11 @@ class GrpcJobsClient : public JobsClient {
     return resp;
   }
 
-  absl::StatusOr<v1::ListJobsResponse> List() override {
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& req) override {
     v1::ListJobsResponse resp;
     grpc::ClientContext ctx;
     if (absl::Status st = Prepare(ctx); !st.ok()) return st;
-    if (absl::Status st = Convert(stub_->List(&ctx, v1::ListJobsRequest(), &resp));
-        !st.ok()) {
-      return st;
-    }
+    if (absl::Status st = Convert(stub_->List(&ctx, req, &resp)); !st.ok()) return st;
     return resp;
   }
 
@@ -90,14 +87,27 @@ class GrpcJobsClient : public JobsClient {
     return resp;
   }
 
-  absl::StatusOr<v1::ListNodesResponse> ListNodes() override {
+  absl::StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) override {
     v1::ListNodesResponse resp;
     grpc::ClientContext ctx;
     if (absl::Status st = Prepare(ctx); !st.ok()) return st;
-    if (absl::Status st = Convert(stub_->ListNodes(&ctx, v1::ListNodesRequest(), &resp));
-        !st.ok()) {
-      return st;
-    }
+    if (absl::Status st = Convert(stub_->ListNodes(&ctx, req, &resp)); !st.ok()) return st;
+    return resp;
+  }
+
+  absl::StatusOr<v1::NodeInfo> DrainNode(const v1::NodeRequest& req) override {
+    v1::NodeInfo resp;
+    grpc::ClientContext ctx;
+    if (absl::Status st = Prepare(ctx); !st.ok()) return st;
+    if (absl::Status st = Convert(stub_->DrainNode(&ctx, req, &resp)); !st.ok()) return st;
+    return resp;
+  }
+
+  absl::StatusOr<v1::NodeInfo> RemoveNode(const v1::NodeRequest& req) override {
+    v1::NodeInfo resp;
+    grpc::ClientContext ctx;
+    if (absl::Status st = Prepare(ctx); !st.ok()) return st;
+    if (absl::Status st = Convert(stub_->RemoveNode(&ctx, req, &resp)); !st.ok()) return st;
     return resp;
   }
 

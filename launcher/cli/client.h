@@ -52,10 +52,19 @@ class JobsClient {
   // The new job's id.
   virtual absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) = 0;
   virtual absl::StatusOr<v1::JobStatus> Get(const std::string& job_id) = 0;
-  virtual absl::StatusOr<v1::ListJobsResponse> List() = 0;
+  // One page of jobs: `request.page_token` is the previous page's
+  // next_page_token (empty: the first page).
+  virtual absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) = 0;
   virtual absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id,
                                                const std::string& reason) = 0;
-  virtual absl::StatusOr<v1::ListNodesResponse> ListNodes() = 0;
+  // One page of nodes, as List.
+  virtual absl::StatusOr<v1::ListNodesResponse> ListNodes(
+      const v1::ListNodesRequest& request) = 0;
+  // Drains (request.undo: un-drains) a node; returns it.
+  virtual absl::StatusOr<v1::NodeInfo> DrainNode(const v1::NodeRequest& request) = 0;
+  // Forgets a node (request.force: even while jobs hold it); returns it as
+  // it was. FailedPrecondition naming the jobs that hold it.
+  virtual absl::StatusOr<v1::NodeInfo> RemoveNode(const v1::NodeRequest& request) = 0;
   // The job's forwarded worker output after `after_seq` (`rank` -1: all),
   // as much as the service holds now.
   virtual absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(const std::string& job_id,

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/flags.h"
 #include "common/strings.h"
 #include "launcher/cli/format.h"
@@ -67,6 +68,35 @@ class ReadRetrier {
   const CliContext& ctx_;
   bool in_outage_ = false;
 };
+
+// Pages fetched before giving up on a listing that does not end: each page
+// holds at least one item, so only a broken service gets here.
+constexpr int kMaxPages = 1 << 20;
+
+// Every page of a list call merged into one response, as if the service had
+// answered at once: `call(request)` fetches one page (retried through a
+// service restart), `merge(all, page)` appends its items.
+template <typename Req, typename Resp, typename Call, typename Merge>
+absl::StatusOr<Resp> AllPages(ReadRetrier& retry, Req request, Call call, Merge merge) {
+  Resp all;
+  for (int i = 0; i < kMaxPages; ++i) {
+    absl::StatusOr<Resp> page = retry.Call([&] { return call(request); });
+    if (!page.ok()) return page.status();
+    merge(all, *page);
+    if (page->next_page_token().empty()) return all;
+    if (page->next_page_token() == request.page_token()) break;
+    request.set_page_token(page->next_page_token());
+  }
+  return absl::InternalError("the service's listing does not end (its page token repeats)");
+}
+
+// The JSON of a merged listing: the page token of its last page means
+// nothing to a script.
+Json ListingJson(const google::protobuf::Message& m) {
+  Json j = ProtoJson(m);
+  j.erase("next_page_token");
+  return j;
+}
 
 int Fail(const ParsedArgs& a, const CliContext& ctx, const absl::Status& st, int code) {
   const std::string where = "elastrun " + a.command;
@@ -203,24 +233,81 @@ int List(const ParsedArgs& a, const CliContext& ctx) {
   if (int rc = NoWords(a, ctx); rc != kExitOk) return rc;
   std::unique_ptr<JobsClient> client = ctx.connect(a.service);
   ReadRetrier retry(a, ctx);
-  absl::StatusOr<v1::ListJobsResponse> r = retry.Call([&] { return client->List(); });
+  absl::StatusOr<v1::ListJobsResponse> r = AllPages<v1::ListJobsRequest, v1::ListJobsResponse>(
+      retry, v1::ListJobsRequest(),
+      [&](const v1::ListJobsRequest& req) { return client->List(req); },
+      [](v1::ListJobsResponse& all, const v1::ListJobsResponse& page) {
+        all.mutable_jobs()->MergeFrom(page.jobs());
+      });
   if (!r.ok()) return Fail(a, ctx, r.status());
   if (a.json) {
-    *ctx.out << ProtoJson(*r).dump(2) << "\n";
+    *ctx.out << ListingJson(*r).dump(2) << "\n";
   } else {
     *ctx.out << FormatJobList(*r);
   }
   return kExitOk;
 }
 
+namespace {
+
+// `nodes drain NODE [--undo]` and `nodes remove NODE [--force]`.
+int NodeAction(const ParsedArgs& a, const CliContext& ctx) {
+  const std::string& verb = a.positional[0];
+  auto usage = [&](const std::string& why) {
+    return Fail(a, ctx, absl::InvalidArgumentError(why), kExitUsage);
+  };
+  if (verb != "drain" && verb != "remove") {
+    return usage(absl::StrFormat("unknown nodes command \"%s\"; use drain or remove", verb));
+  }
+  if (a.positional.size() != 2) {
+    return usage(absl::StrFormat("expected: elastrun nodes %s NODE", verb));
+  }
+  if (verb == "drain" && a.Has("--force")) return usage("--force is for nodes remove");
+  if (verb == "remove" && a.Has("--undo")) return usage("--undo is for nodes drain");
+  v1::NodeRequest req;
+  req.set_node_id(a.positional[1]);
+  req.set_undo(a.Has("--undo"));
+  req.set_force(a.Has("--force"));
+  std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  absl::StatusOr<v1::NodeInfo> n =
+      verb == "drain" ? client->DrainNode(req) : client->RemoveNode(req);
+  if (!n.ok()) return Fail(a, ctx, n.status());
+  if (a.json) {
+    *ctx.out << ProtoJson(*n).dump(2) << "\n";
+  } else if (verb == "remove") {
+    *ctx.out << "node " << n->node_id() << " removed\n";
+  } else if (req.undo()) {
+    *ctx.out << "node " << n->node_id() << " is no longer draining\n";
+  } else {
+    *ctx.out << "node " << n->node_id() << " draining"
+             << (n->jobs().empty() ? "" : absl::StrCat("; its jobs go on: ",
+                                                        absl::StrJoin(n->jobs(), ", ")))
+             << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
 int Nodes(const ParsedArgs& a, const CliContext& ctx) {
-  if (int rc = NoWords(a, ctx); rc != kExitOk) return rc;
+  if (!a.positional.empty()) return NodeAction(a, ctx);
+  if (a.Has("--undo") || a.Has("--force")) {
+    return Fail(a, ctx,
+                absl::InvalidArgumentError("--undo and --force need nodes drain|remove NODE"),
+                kExitUsage);
+  }
   std::unique_ptr<JobsClient> client = ctx.connect(a.service);
   ReadRetrier retry(a, ctx);
-  absl::StatusOr<v1::ListNodesResponse> r = retry.Call([&] { return client->ListNodes(); });
+  absl::StatusOr<v1::ListNodesResponse> r =
+      AllPages<v1::ListNodesRequest, v1::ListNodesResponse>(
+          retry, v1::ListNodesRequest(),
+          [&](const v1::ListNodesRequest& req) { return client->ListNodes(req); },
+          [](v1::ListNodesResponse& all, const v1::ListNodesResponse& page) {
+            all.mutable_nodes()->MergeFrom(page.nodes());
+          });
   if (!r.ok()) return Fail(a, ctx, r.status());
   if (a.json) {
-    *ctx.out << ProtoJson(*r).dump(2) << "\n";
+    *ctx.out << ListingJson(*r).dump(2) << "\n";
   } else {
     *ctx.out << FormatNodeList(*r);
   }

@@ -345,9 +345,12 @@ std::string FormatNodeList(const v1::ListNodesResponse& r) {
       labels.push_back(absl::StrCat(k, "=", v));
     }
     std::string state = NodeStateName(n.state());
+    std::vector<std::string> notes;
     if (n.state() == v1::NODE_STATE_LOST && !n.lost_reason().empty()) {
-      absl::StrAppend(&state, " (", n.lost_reason(), ")");
+      notes.push_back(n.lost_reason());
     }
+    if (n.draining()) notes.push_back("draining");
+    if (!notes.empty()) absl::StrAppend(&state, " (", absl::StrJoin(notes, "; "), ")");
     rows.push_back({n.node_id(), n.addr(), state, absl::StrCat(n.slots()),
                     absl::StrCat(n.free_slots()),
                     n.jobs().empty() ? "-" : absl::StrJoin(n.jobs(), ","),

@@ -238,6 +238,23 @@ TEST(CliFormatTest, NodesJsonAndText) {
   EXPECT_EQ(FormatNodeList(v1::ListNodesResponse()), "no nodes registered\n");
 }
 
+TEST(CliFormatTest, ADrainedNodeSaysSoInItsState) {
+  v1::ListNodesResponse r;
+  v1::NodeInfo* a = r.add_nodes();
+  a->set_node_id("a");
+  a->set_state(v1::NODE_STATE_ALIVE);
+  a->set_draining(true);
+  v1::NodeInfo* b = r.add_nodes();
+  b->set_node_id("b");
+  b->set_state(v1::NODE_STATE_LOST);
+  b->set_lost_reason("lease expired");
+  b->set_draining(true);
+  const std::string text = FormatNodeList(r);
+  EXPECT_THAT(text, HasSubstr("ALIVE (draining)"));
+  EXPECT_THAT(text, HasSubstr("LOST (lease expired; draining)"));
+  EXPECT_EQ(ProtoJson(r)["nodes"][0]["draining"], true);
+}
+
 }  // namespace
 TEST(RankPrefixerTest, EveryLineOfAChunkIsPrefixed) {
   RankPrefixer p;
