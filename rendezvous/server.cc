@@ -400,6 +400,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
   CoordinatorOptions copts = s->options_.coordinator;
   if (s->options_.timer_thread) copts.on_timers_changed = [raw] { raw->WakeTimer(); };
   ASSIGN_OR_RETURN(s->coordinator_, Coordinator::Create(std::move(copts)));
+  if (!s->options_.logs_path.empty()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<LogDb> db, LogDb::Open(s->options_.logs_path));
+    RETURN_IF_ERROR(s->logs_.Persist(std::move(db)));
+  }
   s->rendezvous_service_ =
       std::make_unique<RendezvousService>(s->coordinator_.get(), &s->logs_, s->options_.token);
   s->jobs_service_ =
@@ -467,6 +471,7 @@ void RendezvousServer::Shutdown() {
   if (coordinator_) coordinator_->Shutdown();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (timer_.joinable()) timer_.join();
+  logs_.Close();  // saves the last pushed logs
   absl::MutexLock lock(&mu_);
   stopped_ = true;
 }
