@@ -86,7 +86,8 @@ void Coordinator::RetryNodes(Outbox& out, absl::Time now) {
   for (const std::string& id : due) PersistNode(out, id);
   if (unsaved_nodes_.empty()) return;
   node_retry_at_ = now + node_retry_backoff_;
-  node_retry_backoff_ = std::min(node_retry_backoff_ * 2, options_.jobs.max_retry_backoff);
+  node_retry_backoff_ =
+      std::min(node_retry_backoff_ * 2, options_.jobs.max_retry_backoff);
 }
 
 absl::Status Coordinator::JobSaved(Outbox& out, const std::string& job_id) {

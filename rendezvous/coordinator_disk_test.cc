@@ -71,12 +71,12 @@ bool Fill(const std::string& path) {
   return false;
 }
 
-#define CHILD_CHECK(cond, code)                                         \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
+#define CHILD_CHECK(cond, code)                                                     \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      return code;                                                      \
-    }                                                                   \
+      return code;                                                                  \
+    }                                                                               \
   } while (0)
 
 // The child's scenario: a 1x1 job on node n1 runs; the state's file system
@@ -152,7 +152,8 @@ int JobEndsOnFullDisk(const std::string& dir, bool retry_from_timer) {
   get.set_job_id(job->job_id());
   auto status = (*again)->GetJob(get);
   CHILD_CHECK(status.ok(), 44);
-  std::fprintf(stderr, "after the restart: %s\n", v1::JobState_Name(status->state()).c_str());
+  std::fprintf(stderr, "after the restart: %s\n",
+               v1::JobState_Name(status->state()).c_str());
   CHILD_CHECK(status->state() == v1::JOB_STATE_SUCCEEDED, 45);
   const v1::ListNodesResponse nodes = (*again)->ListNodes();
   CHILD_CHECK(nodes.nodes_size() == 1 && nodes.nodes(0).free_slots() == 1, 46);
@@ -168,12 +169,14 @@ TEST_P(CoordinatorDiskTest, JobEndOnAFullDiskIsRetriedAndSurvivesARestart) {
   ASSERT_EQ(mkdir(small.c_str(), 0700), 0);
   const bool from_timer = GetParam();
   const int status = RunChild([&] {
-    const bool mounted = EnterPrivateMountNamespace() &&
-                         mount("none", small.c_str(), "tmpfs", 0, "size=256k,mode=0700") == 0;
+    const bool mounted =
+        EnterPrivateMountNamespace() &&
+        mount("none", small.c_str(), "tmpfs", 0, "size=256k,mode=0700") == 0;
     return mounted ? JobEndsOnFullDisk(small, from_timer) : 20;
   });
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
-  if (WEXITSTATUS(status) == 20) GTEST_SKIP() << "cannot mount a tmpfs here (no root, no userns)";
+  if (WEXITSTATUS(status) == 20)
+    GTEST_SKIP() << "cannot mount a tmpfs here (no root, no userns)";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's message above";
 }
 

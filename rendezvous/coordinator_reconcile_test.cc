@@ -73,7 +73,8 @@ class CoordinatorReconcileTest : public ::testing::Test {
   }
   // Registers daemon "inc-1" of node `id` saying it runs `running`, and
   // opens its Watch stream.
-  void Connect(const std::string& id, const std::vector<v1::RunningAttempt>& running = {}) {
+  void Connect(const std::string& id,
+               const std::vector<v1::RunningAttempt>& running = {}) {
     v1::RegisterNodeRequest r;
     r.set_node_id(id);
     r.set_incarnation("inc-1");
@@ -122,7 +123,8 @@ class CoordinatorReconcileTest : public ::testing::Test {
     }
     return -1;
   }
-  static v1::RunningAttempt Attempt(const std::string& job, int64_t round, bool ended = false) {
+  static v1::RunningAttempt Attempt(const std::string& job, int64_t round,
+                                    bool ended = false) {
     v1::RunningAttempt a;
     a.set_job_id(job);
     a.set_round(round);

@@ -10,9 +10,9 @@
 namespace elastrun::rendezvous {
 
 absl::Status LogDb::Error(int rc, absl::string_view what) const {
-  const std::string msg = absl::StrFormat("log database %s: %s: %s", path_, what,
-                                          db_ != nullptr ? sqlite3_errmsg(db_)
-                                                         : sqlite3_errstr(rc));
+  const std::string msg =
+      absl::StrFormat("log database %s: %s: %s", path_, what,
+                      db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
   switch (rc & 0xff) {
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
@@ -85,7 +85,8 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
   auto step = [this](sqlite3_stmt* stmt, const std::string& job) -> absl::Status {
     const int rc = sqlite3_step(stmt);
     sqlite3_reset(stmt);
-    if (rc != SQLITE_DONE) return Error(rc, absl::StrFormat("writing logs of \"%s\"", job));
+    if (rc != SQLITE_DONE)
+      return Error(rc, absl::StrFormat("writing logs of \"%s\"", job));
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(run("DELETE FROM chunks WHERE job = ?1", [&](sqlite3_stmt* stmt) {
@@ -95,19 +96,21 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
     }
     return absl::OkStatus();
   }));
-  RETURN_IF_ERROR(run("INSERT OR REPLACE INTO chunks (job, seq, data) VALUES (?1, ?2, ?3)",
-                      [&](sqlite3_stmt* stmt) {
-    std::string blob;
-    for (const auto& [job, chunk] : batch.chunks) {
-      chunk.SerializeToString(&blob);
-      sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()), SQLITE_STATIC);
-      sqlite3_bind_int64(stmt, 2, chunk.seq());
-      sqlite3_bind_blob(stmt, 3, blob.data(), static_cast<int>(blob.size()),
-                        SQLITE_TRANSIENT);
-      RETURN_IF_ERROR(step(stmt, job));
-    }
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(
+      run("INSERT OR REPLACE INTO chunks (job, seq, data) VALUES (?1, ?2, ?3)",
+          [&](sqlite3_stmt* stmt) {
+            std::string blob;
+            for (const auto& [job, chunk] : batch.chunks) {
+              chunk.SerializeToString(&blob);
+              sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()),
+                                SQLITE_STATIC);
+              sqlite3_bind_int64(stmt, 2, chunk.seq());
+              sqlite3_bind_blob(stmt, 3, blob.data(), static_cast<int>(blob.size()),
+                                SQLITE_TRANSIENT);
+              RETURN_IF_ERROR(step(stmt, job));
+            }
+            return absl::OkStatus();
+          }));
   return run("DELETE FROM chunks WHERE job = ?1 AND seq < ?2", [&](sqlite3_stmt* stmt) {
     for (const auto& [job, below] : batch.trim_below) {
       sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()), SQLITE_STATIC);

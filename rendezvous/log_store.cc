@@ -43,15 +43,16 @@ void LogStore::TrimLocked(const std::string& job_id, JobLog& log) {
   }
 }
 
-void LogStore::Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks) {
+void LogStore::Append(const std::string& job_id,
+                      const std::vector<v1::LogChunk>& chunks) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     if (jobs_.size() >= options_.max_jobs) {
-      auto oldest = std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a,
-                                                                     const auto& b) {
-        return a.second.created < b.second.created;
-      });
+      auto oldest =
+          std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
+            return a.second.created < b.second.created;
+          });
       if (persisting_) {
         const std::string gone = oldest->first;
         auto& p = pending_.chunks;
@@ -82,8 +83,8 @@ void LogStore::Append(const std::string& job_id, const std::vector<v1::LogChunk>
   TrimLocked(job_id, log);
 }
 
-LogStore::ReadResult LogStore::Read(const std::string& job_id, int64_t after_seq, int rank,
-                                    size_t max_bytes) const {
+LogStore::ReadResult LogStore::Read(const std::string& job_id, int64_t after_seq,
+                                    int rank, size_t max_bytes) const {
   ReadResult r;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
@@ -91,9 +92,9 @@ LogStore::ReadResult LogStore::Read(const std::string& job_id, int64_t after_seq
   const JobLog& log = it->second;
   if (!log.chunks.empty() && log.chunks.front().seq() > after_seq + 1) r.dropped = true;
   // Chunks are in seq order: skip to the first one after the reader.
-  auto first = std::upper_bound(
-      log.chunks.begin(), log.chunks.end(), after_seq,
-      [](int64_t seq, const v1::LogChunk& c) { return seq < c.seq(); });
+  auto first =
+      std::upper_bound(log.chunks.begin(), log.chunks.end(), after_seq,
+                       [](int64_t seq, const v1::LogChunk& c) { return seq < c.seq(); });
   size_t bytes = 0;
   for (auto c = first; c != log.chunks.end(); ++c) {
     if (rank >= 0 && c->rank() != rank) continue;

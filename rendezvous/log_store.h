@@ -84,7 +84,8 @@ class LogStore {
   };
   void WriterLoop();
   // Drops the job's oldest chunks while over the byte bound.
-  void TrimLocked(const std::string& job_id, JobLog& log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TrimLocked(const std::string& job_id, JobLog& log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;

@@ -129,9 +129,10 @@ TEST_F(LogStorePersistTest, AppendCostsAboutTheSameWithPersistence) {
   auto persisted = Open(1);
   const double persisted_us = time_appends(*persisted);
   ASSERT_TRUE(persisted->Flush().ok());
-  std::printf("LogStore::Append of 2 chunks of 201 bytes: %.2f us in memory, %.2f us "
-              "persisted (%d calls each)\n",
-              memory_us, persisted_us, kCalls);
+  std::printf(
+      "LogStore::Append of 2 chunks of 201 bytes: %.2f us in memory, %.2f us "
+      "persisted (%d calls each)\n",
+      memory_us, persisted_us, kCalls);
   // Generous: a synchronous SQLite write per call would cost far more than
   // an in-memory copy; what this guards is that none happens on this path.
   EXPECT_LT(persisted_us, memory_us * 5 + 20);

@@ -49,9 +49,11 @@ void Rounds::NodeReported(Outbox& out, const std::string& node_id) {
     absl::StatusOr<JobRecord*> job = jobs_.Find(id);
     if (!job.ok() || !(*job)->restart_check) continue;
     const int64_t round = (*job)->restart_check->round;
-    const bool runs = std::any_of(
-        node->reported_running.begin(), node->reported_running.end(),
-        [&](const v1::RunningAttempt& a) { return a.job_id() == id && a.round() == round; });
+    const bool runs =
+        std::any_of(node->reported_running.begin(), node->reported_running.end(),
+                    [&](const v1::RunningAttempt& a) {
+                      return a.job_id() == id && a.round() == round;
+                    });
     if (!runs) {
       LOG(WARNING) << "job " << id << ": node " << node_id
                    << " re-registered without round " << round
@@ -194,10 +196,11 @@ void Rounds::StopStale(Outbox& out, const NodeRecord& node) {
       LOG(WARNING) << "node " << node_id << " runs job " << a.job_id() << " round "
                    << a.round() << ", which this service does not know (its state was "
                    << "lost or is elsewhere): telling the node to stop it";
-      streams_.Send(out, node_id,
-                    EndJobCommand(a.job_id(), v1::JOB_STATE_UNSPECIFIED,
-                                  "the rendezvous service does not know this job (its "
-                                  "state was lost or is elsewhere); it cannot be adopted"));
+      streams_.Send(
+          out, node_id,
+          EndJobCommand(a.job_id(), v1::JOB_STATE_UNSPECIFIED,
+                        "the rendezvous service does not know this job (its "
+                        "state was lost or is elsewhere); it cannot be adopted"));
       continue;
     }
     if (!job->core || job->core->finished() || !node.jobs.count(a.job_id())) {
@@ -216,8 +219,9 @@ void Rounds::StopStale(Outbox& out, const NodeRecord& node) {
       continue;  // Still the right attempt: its workers go on.
     }
     if (a.ended()) continue;  // nothing runs; its report is stale and refused
-    LOG(INFO) << "node " << node_id << " runs job " << a.job_id() << " round " << a.round()
-              << ", not its current round " << job->core->round() << ": stopping it";
+    LOG(INFO) << "node " << node_id << " runs job " << a.job_id() << " round "
+              << a.round() << ", not its current round " << job->core->round()
+              << ": stopping it";
     streams_.Send(
         out, node_id,
         StopCommand(a.job_id(), a.round(), "stale: the job moved on to another round"));

@@ -65,8 +65,8 @@ class DaemonReconcileE2eTest : public ::testing::Test {
 
   // Workers that write their PID into seen/<tag><RANK> and wait for ever.
   std::string Forever(const std::string& tag) {
-    return absl::StrCat("echo $$ > ", seen_, "/", tag, "$RANK.tmp && mv ", seen_, "/", tag,
-                        "$RANK.tmp ", seen_, "/", tag, "$RANK; exec sleep 100000");
+    return absl::StrCat("echo $$ > ", seen_, "/", tag, "$RANK.tmp && mv ", seen_, "/",
+                        tag, "$RANK.tmp ", seen_, "/", tag, "$RANK; exec sleep 100000");
   }
 
   // Waits for the two workers of Forever(tag) and returns their PIDs.
@@ -116,10 +116,12 @@ TEST_F(DaemonReconcileE2eTest, ServiceRestartedOnAnEmptyStateDirStopsTheOrphanWo
     EXPECT_TRUE(PollUntil([&] { return !Alive(pid); }))
         << "worker " << pid << " still runs" << cluster_->DaemonOutput();
   }
-  EXPECT_THAT(cluster_->service().Output(),
-              HasSubstr("runs job " + job + " round 0, which this service does not know"));
+  EXPECT_THAT(
+      cluster_->service().Output(),
+      HasSubstr("runs job " + job + " round 0, which this service does not know"));
   EXPECT_THAT(cluster_->daemon(0).Output(),
-              HasSubstr("job " + job + " ended here: the rendezvous service does not know "
+              HasSubstr("job " + job +
+                        " ended here: the rendezvous service does not know "
                         "this job"));
   EXPECT_EQ(cluster_->AliveNodes(), 1);
 }
@@ -145,7 +147,8 @@ TEST_F(DaemonReconcileE2eTest, LogsSurviveAServiceRestart) {
   ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_));
   EXPECT_EQ(cluster_->ServiceLogs(job), before);
   absl::StatusOr<testing::RunResult> logs = testing::Run(
-      {BinDir() + "/elastrun", "logs", "--rendezvous", cluster_->address(), job}, {marker_});
+      {BinDir() + "/elastrun", "logs", "--rendezvous", cluster_->address(), job},
+      {marker_});
   ASSERT_TRUE(logs.ok()) << logs.status();
   EXPECT_THAT(logs->output, HasSubstr("hello from rank 1")) << logs->output;
 }
