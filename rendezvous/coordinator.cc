@@ -72,9 +72,32 @@ void Coordinator::PersistNode(Outbox& out, const std::string& node_id) {
   const NodeRecord* n = registry_.Find(node_id);
   if (n == nullptr) return;
   if (absl::Status st = store_->PutNode(n->stored); !st.ok()) {
-    LOG(ERROR) << st;
+    LOG(ERROR) << "node " << node_id << " not saved (retried): " << st;
     out.StoreFailed(std::move(st));
+    if (unsaved_nodes_.empty()) {
+      node_retry_at_ = absl::InfinitePast();  // once more at the next tick
+      node_retry_backoff_ = options_.jobs.retry_backoff;
+    }
+    unsaved_nodes_.insert(node_id);
+    return;
   }
+  unsaved_nodes_.erase(node_id);
+}
+
+void Coordinator::RetryNodes(Outbox& out, absl::Time now) {
+  if (unsaved_nodes_.empty() || node_retry_at_ > now) return;
+  const std::set<std::string> due = unsaved_nodes_;
+  for (const std::string& id : due) PersistNode(out, id);
+  if (unsaved_nodes_.empty()) return;
+  node_retry_at_ = now + node_retry_backoff_;
+  node_retry_backoff_ =
+      std::min(node_retry_backoff_ * 2, options_.jobs.max_retry_backoff);
+}
+
+absl::Status Coordinator::JobSaved(Outbox& out, const std::string& job_id) {
+  absl::StatusOr<JobRecord*> job = jobs_.Find(job_id);
+  if (!job.ok()) return absl::OkStatus();
+  return jobs_.EnsureSaved(out, **job);
 }
 
 Store::Writes Coordinator::store_writes() const {
@@ -105,6 +128,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     const bool was_alive = before != nullptr && before->alive();
     registry_.Register(r, clock_.Now());
     PersistNode(out, r.node_id());
+    rounds_.NodeReported(out, r.node_id());
     LOG(INFO) << "node " << r.node_id() << " registered (" << r.addr() << ", "
               << r.slots() << " slots" << (was_alive ? ", reconnect" : "") << ")";
     rounds_.Schedule(out);
@@ -176,6 +200,9 @@ absl::StatusOr<v1::JoinRoundResponse> Coordinator::JoinRound(
   {
     absl::MutexLock lock(&mu_);
     resp = rounds_.Join(out, r);
+    if (resp.ok()) {
+      if (absl::Status st = JobSaved(out, r.job_id()); !st.ok()) resp = st;
+    }
   }
   Flush(out);
   RETURN_IF_ERROR(out.store_status);
@@ -188,6 +215,9 @@ absl::Status Coordinator::ReportExit(const v1::ReportExitRequest& r) {
   {
     absl::MutexLock lock(&mu_);
     st = rounds_.ReportExit(out, r);
+    // Also for a repeated report that changed nothing: the daemon keeps
+    // its report (and retries it) until the job's new state is on disk.
+    if (st.ok()) st = JobSaved(out, r.job_id());
   }
   Flush(out);
   RETURN_IF_ERROR(st);
@@ -286,13 +316,18 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const v1::ListJobsReq
 absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(const v1::CancelJobRequest& r) {
   Outbox out;
   v1::JobStatus status;
+  absl::Status saved;
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
     rounds_.Cancel(out, *job, r.reason().substr(0, 1024));
+    saved = jobs_.EnsureSaved(out, *job);
     status = JobStatusOf(*job, /*with_history=*/true);
   }
+  // The stops go out even when the cancel is not on disk yet: workers of
+  // a cancelled job must not run on; the record is retried.
   Flush(out);
+  RETURN_IF_ERROR(saved);
   RETURN_IF_ERROR(out.store_status);
   return status;
 }
@@ -309,9 +344,13 @@ std::optional<absl::Time> Coordinator::Tick() {
     ExpireLostNodes(out, now);
     rounds_.Tick(out, now);
     jobs_.FlushProgress(out, now);
+    jobs_.RetryUnsaved(out, now);
+    RetryNodes(out, now);
+    std::optional<absl::Time> node_retry;
+    if (!unsaved_nodes_.empty()) node_retry = node_retry_at_;
     for (std::optional<absl::Time> d :
-         {registry_.NextExpiry(), registry_.NextLostExpiry(), rounds_.NextDeadline(),
-          jobs_.NextProgressFlush()}) {
+          {registry_.NextExpiry(), registry_.NextLostExpiry(), rounds_.NextDeadline(),
+           jobs_.NextProgressFlush(), jobs_.NextRetry(), node_retry}) {
       if (d && (!next || *d < *next)) next = d;
     }
   }
@@ -327,6 +366,10 @@ void Coordinator::Shutdown() {
     if (shutting_down_) return;
     shutting_down_ = true;
     jobs_.FlushProgress(out, clock_.Now(), /*all=*/true);
+    // A last try of what failed to write: a job's end must not be lost.
+    jobs_.RetryUnsaved(out, absl::InfiniteFuture());
+    node_retry_at_ = absl::InfinitePast();
+    RetryNodes(out, clock_.Now());
     streams_.CloseAll(out, ShuttingDown());
     barriers_.AbortAll(out, ShuttingDown());
   }

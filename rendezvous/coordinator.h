@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,8 @@ class Coordinator {
   void Flush(Outbox& out) ABSL_LOCKS_EXCLUDED(mu_);
   void NodeLost(Outbox& out, const std::string& node_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the node's record; a failure is kept in `out` and the node is
+  // written again from the timer (RetryNodes).
   void PersistNode(Outbox& out, const std::string& node_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the nodes from the registry and the store (their jobs are
@@ -160,6 +163,12 @@ class Coordinator {
   // Forgets the LOST nodes whose expiry is due at `now`.
   void ExpireLostNodes(Outbox& out, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::NodeInfo NodeInfoOf(const NodeRecord& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes again the nodes whose write failed, when their retry is due.
+  void RetryNodes(Outbox& out, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's record is durable, or the error an RPC that changed it must
+  // return (see JobTable::EnsureSaved). OK for an unknown job.
+  absl::Status JobSaved(Outbox& out, const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Barrier's checks and arrival; `done` is kept only when it must wait.
   absl::StatusOr<uint64_t> Arrive(Outbox& out, const v1::BarrierRequest& r,
                                   BarrierDone& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -175,6 +184,10 @@ class Coordinator {
   BarrierTable barriers_ ABSL_GUARDED_BY(mu_);
   Rounds rounds_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Nodes whose last write failed, retried together with backoff.
+  std::set<std::string> unsaved_nodes_ ABSL_GUARDED_BY(mu_);
+  absl::Time node_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Duration node_retry_backoff_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace elastrun::rendezvous

@@ -421,6 +421,17 @@ std::vector<Event> RendezvousCore::Cancel(absl::string_view why, absl::Time now)
   return events;
 }
 
+std::vector<Event> RendezvousCore::Abandon(absl::string_view why, absl::Time now) {
+  std::vector<Event> events;
+  if (finished()) return events;
+  RoundRecord& r = current();
+  r.ended_time = now;
+  r.end_reason = "abandoned";
+  if (s_.state == JobState::kRunning) events.push_back(RoundEnded(r.id, "abandoned"));
+  Finish(JobState::kFailed, std::string(why), now, events);
+  return events;
+}
+
 absl::StatusOr<std::vector<Event>> RendezvousCore::CloseNow(absl::Time now) {
   auto refuse = [&](absl::string_view why) {
     return absl::FailedPreconditionError(

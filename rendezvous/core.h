@@ -101,6 +101,12 @@ class RendezvousCore {
   // kJobFinished CANCELLED with `why`. No-op once finished.
   std::vector<Event> Cancel(absl::string_view why, absl::Time now);
 
+  // Fails the job now with `why`: the adapter learned that it cannot go on
+  // (after a service restart, no daemon runs it any more).
+  // kRoundEnded "abandoned" if a round was running, then kJobFinished
+  // FAILED with `why` as finish_reason. No-op once finished.
+  std::vector<Event> Abandon(absl::string_view why, absl::Time now);
+
   // Closes the JOINING round now, as if its last call had just run out:
   // the adapter knows nobody else can join (every node it placed on the job
   // joined), so waiting out last_call_timeout would only delay the start.

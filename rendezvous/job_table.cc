@@ -66,9 +66,10 @@ absl::StatusOr<JobRecord*> JobTable::Submit(const v1::JobSpec& spec, absl::Time 
   job->spec = spec;
   job->id = absl::StrFormat("%s-%d", spec.name(), job->seq);
   job->submit_time = now;
-  Outbox out;
-  Persist(out, *job);
-  if (!out.store_status.ok()) return out.store_status;
+  if (absl::Status st = Write(*job); !st.ok()) {
+    LOG(ERROR) << st;
+    return st;
+  }
   ++next_seq_;
   JobRecord* raw = job.get();
   by_seq_.push_back(raw);
@@ -84,7 +85,7 @@ absl::StatusOr<JobRecord*> JobTable::Find(const std::string& job_id) {
   return it->second.get();
 }
 
-void JobTable::Persist(Outbox& out, JobRecord& job) {
+absl::Status JobTable::Write(const JobRecord& job) {
   v1::StoredJob s;
   s.set_job_id(job.id);
   s.set_seq(job.seq);
@@ -93,10 +94,25 @@ void JobTable::Persist(Outbox& out, JobRecord& job) {
   for (const std::string& n : job.placed) s.add_placed(n);
   if (job.core) *s.mutable_core() = ToProto(job.core->state_snapshot());
   if (job.last_progress) *s.mutable_last_progress() = *job.last_progress;
-  if (absl::Status st = store_->PutJob(s); !st.ok()) {
-    LOG(ERROR) << st;
+  return store_->PutJob(s);
+}
+
+void JobTable::Persist(Outbox& out, JobRecord& job) {
+  if (absl::Status st = Write(job); !st.ok()) {
+    LOG(ERROR) << "job " << job.id << " not saved (retried): " << st;
     out.StoreFailed(std::move(st));
+    if (!job.unsaved) {
+      job.unsaved = true;
+      job.retry_at = absl::InfinitePast();  // once more at the next tick
+      job.retry_backoff = options_.retry_backoff;
+      unsaved_.insert(&job);
+    }
     return;
+  }
+  if (job.unsaved) {
+    LOG(INFO) << "job " << job.id << " saved after a failed write";
+    job.unsaved = false;
+    unsaved_.erase(&job);
   }
   // The record holds the newest progress now; Restore prefers it over an
   // older row.
@@ -140,6 +156,34 @@ void JobTable::FlushProgress(Outbox& out, absl::Time now, bool all) {
       WriteProgress(out, *job, now);
     }
   }
+}
+
+void JobTable::RetryUnsaved(Outbox& out, absl::Time now) {
+  const std::vector<JobRecord*> due(unsaved_.begin(), unsaved_.end());
+  for (JobRecord* job : due) {
+    if (job->retry_at > now) continue;
+    Persist(out, *job);
+    if (!job->unsaved) continue;
+    job->retry_at = now + job->retry_backoff;
+    job->retry_backoff = std::min(job->retry_backoff * 2, options_.max_retry_backoff);
+  }
+}
+
+std::optional<absl::Time> JobTable::NextRetry() const {
+  std::optional<absl::Time> next;
+  for (const JobRecord* job : unsaved_) {
+    if (!next || job->retry_at < *next) next = job->retry_at;
+  }
+  return next;
+}
+
+absl::Status JobTable::EnsureSaved(Outbox& out, JobRecord& job) {
+  if (!job.unsaved) return absl::OkStatus();
+  Outbox attempt;
+  Persist(attempt, job);
+  if (!job.unsaved) return absl::OkStatus();
+  out.StoreFailed(attempt.store_status);
+  return attempt.store_status;
 }
 
 std::optional<absl::Time> JobTable::NextProgressFlush() const {

@@ -48,12 +48,32 @@ struct JobRecord {
   // last_progress is newer than anything written; when it was last tried.
   bool progress_dirty = false;
   absl::Time progress_written = absl::InfinitePast();
+  // Not persisted: set when the service restarts with this job RUNNING,
+  // until every node of that round re-registered (or was lost): whether
+  // its daemons still run the round (see Rounds::Restored).
+  struct RestartCheck {
+    int64_t round = 0;
+    std::set<std::string> waiting;  // not heard from since the restart
+    std::set<std::string> running;  // re-registered, running the round
+    std::set<std::string> missing;  // re-registered without it, or lost
+  };
+  std::optional<RestartCheck> restart_check;
+  // Not persisted: the record's last write failed (disk full, I/O error),
+  // so memory is ahead of the store; retried from the timer with backoff
+  // (JobTable::RetryUnsaved) and by the next event that writes the job.
+  bool unsaved = false;
+  absl::Time retry_at = absl::InfinitePast();
+  absl::Duration retry_backoff;
 };
 
 struct JobTableOptions {
   // At most one progress row write per job in this period; the newest
   // report of the period is written when it ends (Flush).
   absl::Duration progress_interval = absl::Seconds(2);
+  // A failed job-record write is retried after this, doubling up to
+  // `max_retry_backoff`.
+  absl::Duration retry_backoff = absl::Milliseconds(100);
+  absl::Duration max_retry_backoff = absl::Seconds(5);
 };
 
 // Not thread-safe: the Coordinator serializes calls under its mutex.
@@ -77,8 +97,20 @@ class JobTable {
   const std::vector<JobRecord*>& by_seq() const { return by_seq_; }
 
   // Writes the whole record (with its newest progress). A failure is
-  // logged and kept in `out`.
+  // logged, kept in `out`, and marks the record unsaved: RetryUnsaved
+  // writes it again later, so a job's end is never lost to a full disk.
   void Persist(Outbox& out, JobRecord& job);
+  // Writes again every unsaved record whose retry is due at `now` (all of
+  // them with absl::InfiniteFuture()); a record that fails again waits
+  // twice as long, up to max_retry_backoff.
+  void RetryUnsaved(Outbox& out, absl::Time now);
+  // When the earliest unsaved record is due for a retry; nullopt if none.
+  std::optional<absl::Time> NextRetry() const;
+  // OK when the job's record is durable (trying an unsaved one once more
+  // now), else the write's error (UNAVAILABLE for a full or failing disk):
+  // what an RPC that changed the job must return, so that its caller does
+  // not take an unwritten change as done and retries.
+  absl::Status EnsureSaved(Outbox& out, JobRecord& job);
 
   // Records `progress` (its time set to `now` when missing). Writes the
   // progress row only when the job's last one is older than the interval.
@@ -98,12 +130,15 @@ class JobTable {
 
  private:
   void WriteProgress(Outbox& out, JobRecord& job, absl::Time now);
+  // The record's write, without the unsaved bookkeeping.
+  absl::Status Write(const JobRecord& job);
 
   Store* const store_;
   const JobTableOptions options_;
   std::map<std::string, std::unique_ptr<JobRecord>> jobs_;
   std::vector<JobRecord*> by_seq_;  // submission order
   std::set<JobRecord*> dirty_;      // progress_dirty, for the timer
+  std::set<JobRecord*> unsaved_;    // JobRecord::unsaved, for the timer
   int64_t next_seq_ = 1;
 };
 

@@ -1,7 +1,11 @@
 // The service's buffer of worker output for `elastrun logs`: per job, the
 // newest chunks up to a byte bound (oldest dropped first), each with a
 // sequence number increasing per job, so a reader can resume after the last
-// chunk it saw. In memory only: logs also stay in files on each node.
+// chunk it saw. In memory, and, once Persist() gave it a LogDb (a service
+// with --state-dir), also on disk: a writer thread saves what changed in
+// batches, off the PushLogs path, so Append stays a memory copy; a
+// restarted service reloads it and numbers new chunks above the stored
+// ones. Logs also stay in files on each node.
 //
 // Thread-safe.
 #ifndef ELASTRUN_RENDEZVOUS_LOG_STORE_H_
@@ -10,11 +14,16 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "elastrun/v1/types.pb.h"
+#include "rendezvous/log_db.h"
 
 namespace elastrun::rendezvous {
 
@@ -30,9 +39,28 @@ class LogStore {
     // empty) numbers above what a follower (`logs -f`) saw from the one
     // before, and the follower's next read gets the new chunks.
     int64_t first_seq = 1;
+    // With a LogDb: the writer saves pending chunks at least this often,
+    // and sooner once `flush_bytes` are pending.
+    absl::Duration flush_interval = absl::Milliseconds(200);
+    size_t flush_bytes = 1 << 20;
   };
   LogStore() : LogStore(Options{}) {}
   explicit LogStore(Options options) : options_(options) {}
+  ~LogStore() { Close(); }
+  LogStore(const LogStore&) = delete;
+  LogStore& operator=(const LogStore&) = delete;
+
+  // Loads what `db` holds (each job's chunks, bounded as in memory; new
+  // chunks of a job are numbered above its stored ones, and at least from
+  // first_seq) and keeps the logs there from now on. Call once, before any
+  // Append or Read. Errors: the db's Load errors (nothing changes).
+  absl::Status Persist(std::unique_ptr<LogDb> db);
+  // Writes what is pending now, with what an earlier failed write left, and
+  // returns the write's status (a failed batch is kept for the next one).
+  // OK without a db. For shutdown and tests.
+  absl::Status Flush();
+  // Stops the writer thread after a last Flush. Idempotent.
+  void Close();
 
   // Appends chunks of `job_id` (their seq is assigned here).
   void Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks);
@@ -54,10 +82,25 @@ class LogStore {
     int64_t next_seq = 0;  // Set to Options::first_seq when the job's log is made.
     int64_t created = 0;
   };
+  void WriterLoop();
+  // Drops the job's oldest chunks while over the byte bound.
+  void TrimLocked(const std::string& job_id, JobLog& log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const Options options_;
   mutable absl::Mutex mu_;
   std::map<std::string, JobLog> jobs_ ABSL_GUARDED_BY(mu_);
   int64_t jobs_created_ ABSL_GUARDED_BY(mu_) = 0;
+  // Persistence (after Persist): what changed since the last batch.
+  bool persisting_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  LogDb::Batch pending_ ABSL_GUARDED_BY(mu_);
+  size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Serializes writes (the writer thread, Flush, Close); taken before mu_.
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<LogDb> db_ ABSL_GUARDED_BY(write_mu_);
+  LogDb::Batch carry_ ABSL_GUARDED_BY(write_mu_);  // a batch whose write failed
+  std::thread writer_;
 };
 
 }  // namespace elastrun::rendezvous

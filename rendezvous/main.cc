@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     options.coordinator.state_path = state_dir + "/state.db";
+    options.logs_path = state_dir + "/logs.db";
   }
 
   // Block the stop signals in every thread (gRPC's inherit the mask); one

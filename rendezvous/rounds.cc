@@ -32,7 +32,70 @@ void Rounds::Restored(Outbox& out) {
       if (job->core) HandleEvents(out, *job, job->core->NodeLost(node, now));
       jobs_.Persist(out, *job);
     }
+    const RoundAssignment* running = job->core ? job->core->assignment() : nullptr;
+    if (running == nullptr) continue;
+    JobRecord::RestartCheck check;
+    check.round = running->round;
+    for (const NodeAssignment& n : running->nodes) check.waiting.insert(n.node_id);
+    job->restart_check = std::move(check);
   }
+}
+
+void Rounds::NodeReported(Outbox& out, const std::string& node_id) {
+  const NodeRecord* node = registry_.Find(node_id);
+  if (node == nullptr) return;
+  const std::set<std::string> job_ids = node->jobs;  // a failed job leaves it
+  for (const std::string& id : job_ids) {
+    absl::StatusOr<JobRecord*> job = jobs_.Find(id);
+    if (!job.ok() || !(*job)->restart_check) continue;
+    const int64_t round = (*job)->restart_check->round;
+    const bool runs =
+        std::any_of(node->reported_running.begin(), node->reported_running.end(),
+                    [&](const v1::RunningAttempt& a) {
+                      return a.job_id() == id && a.round() == round;
+                    });
+    if (!runs) {
+      LOG(WARNING) << "job " << id << ": node " << node_id
+                   << " re-registered without round " << round
+                   << " after the service restarted";
+    }
+    NoteRestored(out, **job, node_id, runs);
+  }
+}
+
+bool Rounds::NoteRestored(Outbox& out, JobRecord& job, const std::string& node_id,
+                          bool runs) {
+  JobRecord::RestartCheck& check = *job.restart_check;
+  const RoundAssignment* cur = job.core ? job.core->assignment() : nullptr;
+  if (cur == nullptr || cur->round != check.round) {
+    job.restart_check.reset();  // the round ended meanwhile: nothing to check
+    return false;
+  }
+  if (check.waiting.erase(node_id) == 0) return false;
+  (runs ? check.running : check.missing).insert(node_id);
+  if (!check.waiting.empty()) return false;
+  const JobRecord::RestartCheck settled = std::move(check);
+  job.restart_check.reset();
+  const absl::Time now = clock_.Now();
+  // A node that reported success before the restart runs nothing, rightly.
+  const bool some_succeeded = !job.core->history().back().succeeded.empty();
+  if (settled.running.empty() && !some_succeeded) {
+    const std::string why = absl::StrFormat(
+        "no daemon runs job %s after the service restarted (round %d on %d nodes; "
+        "submit it again to run it)",
+        job.id, settled.round, cur->group_world_size);
+    LOG(WARNING) << "job " << job.id << " failed: " << why;
+    HandleEvents(out, job, job.core->Abandon(why, now));
+    jobs_.Persist(out, job);
+    return true;
+  }
+  // Some still run it: the others are lost for the job and the round
+  // re-forms (they are asked to join the next one).
+  for (const std::string& node : settled.missing) {
+    HandleEvents(out, job, job.core->NodeLost(node, now));
+  }
+  jobs_.Persist(out, job);
+  return false;
 }
 
 void Rounds::Place(JobRecord& job, const std::vector<std::string>& nodes) {
@@ -106,6 +169,7 @@ void Rounds::NodeLost(Outbox& out, const std::string& node_id) {
   }
   for (JobRecord* job : jobs) {
     Unplace(*job, node_id);
+    if (job->restart_check && NoteRestored(out, *job, node_id, /*runs=*/false)) continue;
     if (job->core) HandleEvents(out, *job, job->core->NodeLost(node_id, now));
     jobs_.Persist(out, *job);
   }
@@ -125,20 +189,39 @@ void Rounds::StopStale(Outbox& out, const NodeRecord& node) {
   for (const v1::RunningAttempt& a : node.reported_running) {
     absl::StatusOr<JobRecord*> found = jobs_.Find(a.job_id());
     const JobRecord* job = found.ok() ? *found : nullptr;
-    if (job == nullptr || !job->core || job->core->finished() ||
-        !node.jobs.count(a.job_id())) {
-      const v1::JobState state = job != nullptr && job->core
-                                     ? PublicJobState(job->core->state_snapshot())
-                                     : v1::JOB_STATE_UNSPECIFIED;
+    if (job == nullptr) {
+      // Not adopted: with its spec, ranks and round history gone (a service
+      // restarted on an empty or other state dir), the service could not
+      // re-form, restart or report it.
+      LOG(WARNING) << "node " << node_id << " runs job " << a.job_id() << " round "
+                   << a.round() << ", which this service does not know (its state was "
+                   << "lost or is elsewhere): telling the node to stop it";
       streams_.Send(
           out, node_id,
-          EndJobCommand(a.job_id(), state, "the node is no longer part of the job"));
+          EndJobCommand(a.job_id(), v1::JOB_STATE_UNSPECIFIED,
+                        "the rendezvous service does not know this job (its "
+                        "state was lost or is elsewhere); it cannot be adopted"));
+      continue;
+    }
+    if (!job->core || job->core->finished() || !node.jobs.count(a.job_id())) {
+      const v1::JobState state = job->core ? PublicJobState(job->core->state_snapshot())
+                                           : v1::JOB_STATE_UNSPECIFIED;
+      const std::string why = job->core && job->core->finished()
+                                  ? "the job is finished: " + job->core->finish_reason()
+                                  : "the node is no longer part of the job";
+      LOG(INFO) << "node " << node_id << " runs job " << a.job_id() << " round "
+                << a.round() << ": telling it to stop (" << why << ")";
+      streams_.Send(out, node_id, EndJobCommand(a.job_id(), state, why));
       continue;
     }
     const RoundAssignment* cur = job->core->assignment();
     if (cur != nullptr && cur->round == a.round() && cur->Find(node_id) != nullptr) {
       continue;  // Still the right attempt: its workers go on.
     }
+    if (a.ended()) continue;  // nothing runs; its report is stale and refused
+    LOG(INFO) << "node " << node_id << " runs job " << a.job_id() << " round "
+              << a.round() << ", not its current round " << job->core->round()
+              << ": stopping it";
     streams_.Send(
         out, node_id,
         StopCommand(a.job_id(), a.round(), "stale: the job moved on to another round"));

@@ -38,8 +38,20 @@ class Rounds {
 
   // After a reload: reserves the slots of every placed node, and a node
   // that was lost while placed (the service died before it could react) is
-  // lost for its jobs now.
+  // lost for its jobs now. Every RUNNING job then waits for its round's
+  // daemons to say whether they still run it (NodeReported, NodeLost).
   void Restored(Outbox& out);
+
+  // The node (re)registered; registry's reported_running is what its
+  // daemon runs. After a service restart, a RUNNING job learns from its
+  // round's nodes whether they still run the round: once every one
+  // re-registered or was lost, nodes that do not run it are lost for the
+  // job (the round re-forms), and a job that no daemon runs any more fails
+  // ("no daemon runs job J after the service restarted"), freeing its
+  // slots. Its workers' outcome is unknown (they may have ended while the
+  // state could not be written): starting it again unasked could repeat
+  // finished work.
+  void NodeReported(Outbox& out, const std::string& node_id);
 
   // Places queued jobs on nodes with enough free slots, in submission
   // order with backfill (a job that cannot be placed now does not block
@@ -92,6 +104,10 @@ class Rounds {
   std::vector<Event> CloseIfNobodyElseCanJoin(JobRecord& job, absl::Time now);
   // Stop/end commands for the attempts a re-attaching node says it runs.
   void StopStale(Outbox& out, const NodeRecord& node);
+  // Records what `node_id` says of the job's restored round (`runs`), then
+  // settles the check when every node was heard from. True when that
+  // failed the job.
+  bool NoteRestored(Outbox& out, JobRecord& job, const std::string& node_id, bool runs);
 
   Clock& clock_;
   NodeRegistry& registry_;

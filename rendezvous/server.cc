@@ -477,6 +477,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
   AuthPolicy policy;
   policy.token = s->options_.token;
   if (s->options_.coordinator.clock != nullptr) policy.clock = s->options_.coordinator.clock;
+  if (!s->options_.logs_path.empty()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<LogDb> db, LogDb::Open(s->options_.logs_path));
+    RETURN_IF_ERROR(s->logs_.Persist(std::move(db)));
+  }
   s->rendezvous_service_ =
       std::make_unique<RendezvousService>(s->coordinator_.get(), &s->logs_, policy);
   s->jobs_service_ = std::make_unique<JobsService>(s->coordinator_.get(), &s->logs_, policy);
@@ -543,6 +547,7 @@ void RendezvousServer::Shutdown() {
   if (coordinator_) coordinator_->Shutdown();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (timer_.joinable()) timer_.join();
+  logs_.Close();  // saves the last pushed logs
   absl::MutexLock lock(&mu_);
   stopped_ = true;
 }

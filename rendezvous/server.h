@@ -38,6 +38,9 @@ struct ServerOptions {
   // not lift the token rule above.
   tls::TlsFiles tls;
   CoordinatorOptions coordinator;
+  // SQLite file keeping the worker-log tail (LogStore) so `elastrun logs`
+  // works after a restart; empty: logs in memory only.
+  std::string logs_path;
   // Fire timers from a thread that waits on the clock's deadlines (in real
   // time). Tests with a FakeClock turn it off and call Tick() themselves.
   bool timer_thread = true;

@@ -28,6 +28,13 @@ absl::Status Store::Error(int rc, absl::string_view what) const {
     case SQLITE_LOCKED:
       return absl::UnavailableError(
           absl::StrCat(msg, " (is another elastrun-rendezvous using it?)"));
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+      // The disk may come back (space freed, a device retried): callers
+      // retry the write, and an RPC that needed it fails UNAVAILABLE so its
+      // caller retries too.
+      return absl::UnavailableError(
+          absl::StrCat(msg, " (disk full or failing? the write is retried)"));
     case SQLITE_CANTOPEN:
     case SQLITE_PERM:
     case SQLITE_READONLY:

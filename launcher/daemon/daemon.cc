@@ -448,13 +448,21 @@ void Daemon::FlushReports() {
 std::vector<v1::RunningAttempt> Daemon::Running() const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::RunningAttempt> out;
-  for (const auto& [job, j] : jobs_) {
-    if (!j.current || j.current->stop_requested) continue;
-    v1::RunningAttempt a;
+  std::set<std::pair<std::string, int64_t>> listed;
+  auto add = [&](const std::string& job, int64_t round, bool ended) {
+    if (!listed.insert({job, round}).second) return;
+    v1::RunningAttempt& a = out.emplace_back();
     a.set_job_id(job);
-    a.set_round(j.current->round);
-    out.push_back(a);
+    a.set_round(round);
+    a.set_ended(ended);
+  };
+  for (const auto& [job, j] : jobs_) {
+    if (j.current && !j.current->stop_requested) add(job, j.current->round, false);
   }
+  for (const auto& [job, j] : jobs_) {
+    if (j.next) add(job, j.next->assignment().round(), true);
+  }
+  for (const v1::ReportExitRequest& r : reports_) add(r.job_id(), r.round(), true);
   return out;
 }
 

@@ -129,7 +129,10 @@ class Daemon {
   void OnCommand(const v1::Command& command);
 
   // Attempts this node runs now, every job's, for RegisterNode: the service
-  // re-sends what is still wanted and stops what is not.
+  // re-sends what is still wanted and stops what is not. Also, marked
+  // `ended`, the rounds this node still holds without running them: one
+  // that waits for slots, and one that ended with its ReportExit still
+  // queued; a restarted service must not take the node as lost for them.
   std::vector<v1::RunningAttempt> Running() const;
 
   // Releases the slots held by JoinRounds not yet followed by their

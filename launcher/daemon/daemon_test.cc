@@ -170,6 +170,25 @@ TEST_F(DaemonTest, ReportsAreKeptWhileTheServiceIsAway) {
   EXPECT_EQ(daemon_->pending_reports(), 0u);
 }
 
+// A restarted service learns from RegisterNode which rounds the node still
+// holds: an attempt whose end is not reported yet counts (marked ended), so
+// the service waits for the report instead of taking the node as lost.
+TEST_F(DaemonTest, RunningListsAnEndedAttemptWhoseReportIsQueued) {
+  daemon_->OnCommand(Start("j-1", 0));
+  ASSERT_EQ(daemon_->Running().size(), 1u);
+  EXPECT_FALSE(daemon_->Running()[0].ended());
+  client_.report_status = absl::UnavailableError("away");
+  runner_.Finish(Succeeded());
+  std::vector<v1::RunningAttempt> held = daemon_->Running();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].job_id(), "j-1");
+  EXPECT_EQ(held[0].round(), 0);
+  EXPECT_TRUE(held[0].ended());
+  client_.report_status = absl::OkStatus();
+  daemon_->FlushReports();
+  EXPECT_THAT(daemon_->Running(), IsEmpty());
+}
+
 TEST_F(DaemonTest, ShutdownStopsWithTheSignalAndStartsNothing) {
   daemon_->OnCommand(Start("j-1", 0));
   daemon_->Shutdown(SIGINT);

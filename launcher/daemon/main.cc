@@ -450,6 +450,13 @@ int main(int argc, char** argv) {
                            Hostname(), geteuid() == 0, std::cout, std::cerr, &flags)) {
     return *exit;
   }
+  // First, before anything may start a thread (gRPC's credentials do): a
+  // thread with the stop signals unblocked would take SIGTERM's default
+  // action and kill the daemon without stopping its workers.
+  if (!BlockStopSignals()) {
+    std::fprintf(stderr, "elastrund: cannot block signals: %s\n", std::strerror(errno));
+    return 1;
+  }
   if (flags.token.empty()) {
     absl::StatusOr<std::string> token = DefaultToken();
     if (!token.ok()) {
@@ -474,10 +481,6 @@ int main(int argc, char** argv) {
   }
   if (std::optional<int> exit = PrepareFolders(flags)) return *exit;
 
-  if (!BlockStopSignals()) {
-    std::fprintf(stderr, "elastrund: cannot block signals: %s\n", std::strerror(errno));
-    return 1;
-  }
   StopRequest stop;
   StartSignalThread(&stop);
   elastrun::launcher::GrpcClientOptions client_options;

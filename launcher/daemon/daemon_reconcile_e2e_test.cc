@@ -1,0 +1,202 @@
+// End to end: the service and its daemons reconcile after a service
+// restart. Real elastrun-rendezvous and elastrund processes, shell workers
+// (no torch). A service restarted on an empty state dir has the daemon
+// stop the workers of the job it forgot (checked by PID); a service
+// restarted on its state dir still shows the jobs' logs; a job RUNNING in
+// the stored state whose daemon does not come back fails once the lease
+// (the grace) ran out, and its node takes the next job.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun {
+namespace {
+
+using daemon_testing::Cluster;
+using daemon_testing::kDeadline;
+using daemon_testing::PollUntil;
+using testing::BinDir;
+using ::testing::HasSubstr;
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+class DaemonReconcileE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir("daemon_reconcile_e2e");
+    seen_ = dir_ + "/seen";
+    ASSERT_EQ(mkdir(seen_.c_str(), 0755), 0);
+    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
+    cluster_ = std::make_unique<Cluster>(dir_, marker_);
+    listen_ = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
+  }
+  void TearDown() override {
+    for (pid_t pid : workers_) {
+      if (Alive(pid)) kill(pid, SIGKILL);  // a failed test's leftovers
+    }
+    cluster_->StopAll();
+  }
+
+  // `elastrun submit` of a one-node job of two shell workers; its id.
+  std::string Submit(const std::string& name, const std::string& script) {
+    absl::StatusOr<testing::RunResult> r = testing::Run(
+        {BinDir() + "/elastrun", "submit", "--rendezvous", cluster_->address(), "--name",
+         name, "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "0", "--",
+         "/bin/sh", "-c", script},
+        {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
+    EXPECT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
+    return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";
+  }
+
+  // Workers that write their PID into seen/<tag><RANK> and wait for ever.
+  std::string Forever(const std::string& tag) {
+    // The temporary name must not start with `tag`: WaitForFiles counts
+    // names by prefix.
+    return absl::StrCat("echo $$ > ", seen_, "/tmp.", tag, "$RANK && mv ", seen_, "/tmp.",
+                        tag, "$RANK ", seen_, "/", tag, "$RANK; exec sleep 100000");
+  }
+
+  // Waits for the two workers of Forever(tag) and returns their PIDs.
+  std::vector<pid_t> WorkerPids(const std::string& tag) {
+    std::vector<pid_t> pids;
+    absl::StatusOr<std::vector<std::string>> files =
+        testing::WaitForFiles(seen_, tag, 2, kDeadline);
+    EXPECT_TRUE(files.ok()) << files.status() << cluster_->DaemonOutput();
+    if (!files.ok()) return pids;
+    for (int rank = 0; rank < 2; ++rank) {
+      int pid = 0;
+      const std::string text = testing::ReadFile(absl::StrCat(seen_, "/", tag, rank));
+      EXPECT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &pid)) << text;
+      if (pid <= 0) continue;  // never kill(0) or kill(-1) in the clean-up
+      pids.push_back(pid);
+      workers_.push_back(pid);
+    }
+    return pids;
+  }
+
+  void RestartService(bool empty_state, const std::vector<std::string>& extra = {}) {
+    cluster_->service().Signal(SIGKILL);
+    ASSERT_TRUE(cluster_->service().Wait(kDeadline).ok());
+    if (empty_state) {
+      ASSERT_EQ(testing::Run({"rm", "-rf", dir_ + "/state"})->exit_code, 0);
+    }
+    ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_, extra));
+  }
+
+  std::string dir_, seen_, marker_, listen_;
+  std::unique_ptr<Cluster> cluster_;
+  std::vector<pid_t> workers_;
+};
+
+TEST_F(DaemonReconcileE2eTest, ServiceRestartedOnAnEmptyStateDirStopsTheOrphanWorkers) {
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_));
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }));
+  const std::string job = Submit("orphan", Forever("w"));
+  ASSERT_FALSE(job.empty());
+  const std::vector<pid_t> pids = WorkerPids("w");
+  ASSERT_EQ(pids.size(), 2u);
+
+  ASSERT_NO_FATAL_FAILURE(RestartService(/*empty_state=*/true));
+  // The daemon re-registers saying it runs the job; the new service does
+  // not know it and has it stopped: no worker keeps running.
+  for (pid_t pid : pids) {
+    EXPECT_TRUE(PollUntil([&] { return !Alive(pid); }))
+        << "worker " << pid << " still runs" << cluster_->DaemonOutput();
+  }
+  EXPECT_THAT(
+      cluster_->service().Output(),
+      HasSubstr("runs job " + job + " round 0, which this service does not know"));
+  EXPECT_THAT(cluster_->daemon(0).Output(),
+              HasSubstr("job " + job +
+                        " ended here: the rendezvous service does not know "
+                        "this job"));
+  EXPECT_EQ(cluster_->AliveNodes(), 1);
+}
+
+TEST_F(DaemonReconcileE2eTest, LogsSurviveAServiceRestart) {
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_));
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }));
+  const std::string job = Submit("logs", "echo hello from rank $RANK");
+  ASSERT_FALSE(job.empty());
+  v1::JobStatus st = cluster_->WaitFinished(job);
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString();
+  std::string before;
+  ASSERT_TRUE(PollUntil([&] {
+    before = cluster_->ServiceLogs(job);
+    return absl::StrContains(before, "hello from rank 0") &&
+           absl::StrContains(before, "hello from rank 1");
+  })) << before;
+
+  // A stop (SIGTERM) saves what is pending; the next service reloads it.
+  cluster_->service().Signal(SIGTERM);
+  ASSERT_TRUE(cluster_->service().Wait(kDeadline).ok());
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_));
+  EXPECT_EQ(cluster_->ServiceLogs(job), before);
+  absl::StatusOr<testing::RunResult> logs = testing::Run(
+      {BinDir() + "/elastrun", "logs", "--rendezvous", cluster_->address(), job},
+      {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  EXPECT_THAT(logs->output, HasSubstr("hello from rank 1")) << logs->output;
+}
+
+TEST_F(DaemonReconcileE2eTest, RunningJobWhoseDaemonNeverComesBackFailsAndFreesTheNode) {
+  const std::vector<std::string> short_lease = {"--heartbeat-interval", "500ms",
+                                                "--lease-timeout", "2s"};
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_, short_lease));
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }));
+  const std::string job = Submit("gone", Forever("g"));
+  ASSERT_FALSE(job.empty());
+  const std::vector<pid_t> pids = WorkerPids("g");
+
+  // The service dies; meanwhile its node's daemon stops (with its workers).
+  cluster_->service().Signal(SIGKILL);
+  ASSERT_TRUE(cluster_->service().Wait(kDeadline).ok());
+  cluster_->daemon(0).Signal(SIGTERM);
+  ASSERT_TRUE(cluster_->daemon(0).Wait(kDeadline).ok());
+  for (pid_t pid : pids) EXPECT_FALSE(Alive(pid));
+
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_, short_lease));
+  v1::JobStatus st = cluster_->WaitFinished(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_FAILED) << st.DebugString();
+  EXPECT_THAT(st.finish_reason(),
+              HasSubstr("no daemon runs job " + job + " after the service restarted"));
+
+  // The node's daemon starts again: the failed job does not hold the node
+  // (it is not placed there again), which takes a new job.
+  auto again = testing::Subprocess::Start(
+      {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "node0",
+       "--slots", "2", "--state-dir", dir_ + "/state-node0", "--log-dir", dir_ + "/node0",
+       "--shutdown-timeout", "5s", "--token-file", cluster_->token_file(), "--cred-socket",
+       "none"},
+      {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }));
+  const std::string next = Submit("next", "true");
+  ASSERT_FALSE(next.empty());
+  EXPECT_EQ(cluster_->WaitFinished(next).state(), v1::JOB_STATE_SUCCEEDED)
+      << (*again)->Output();
+  EXPECT_EQ(cluster_->Get(job).state(), v1::JOB_STATE_FAILED);
+  (*again)->Signal(SIGTERM);
+  ASSERT_TRUE((*again)->Wait(kDeadline).ok());
+}
+
+}  // namespace
+}  // namespace elastrun

@@ -1,0 +1,146 @@
+#include "rendezvous/log_db.h"
+
+#include <sqlite3.h>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace elastrun::rendezvous {
+
+absl::Status LogDb::Error(int rc, absl::string_view what) const {
+  const std::string msg =
+      absl::StrFormat("log database %s: %s: %s", path_, what,
+                      db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
+  switch (rc & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::DataLossError(msg);
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(
+          absl::StrCat(msg, " (is another elastrun-rendezvous using it?)"));
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+      return absl::UnavailableError(absl::StrCat(msg, " (disk full or failing?)"));
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+      return absl::PermissionDeniedError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<LogDb>> LogDb::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+      nullptr);
+  std::unique_ptr<LogDb> out(new LogDb(path, db));
+  if (rc != SQLITE_OK) return out->Error(rc, "cannot open");
+  sqlite3_busy_timeout(db, 0);
+  RETURN_IF_ERROR(out->Exec("PRAGMA locking_mode=EXCLUSIVE"));
+  if (path != ":memory:") RETURN_IF_ERROR(out->Exec("PRAGMA journal_mode=WAL"));
+  // Logs are a convenience copy (the nodes keep the files): no fsync per
+  // batch; a committed batch survives a crash of the service, not of the OS.
+  RETURN_IF_ERROR(out->Exec("PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(out->Exec(
+      "CREATE TABLE IF NOT EXISTS chunks (job TEXT NOT NULL, seq INTEGER NOT NULL, "
+      "  data BLOB NOT NULL, PRIMARY KEY (job, seq)) WITHOUT ROWID"));
+  return out;
+}
+
+LogDb::~LogDb() {
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+absl::Status LogDb::Exec(const char* sql) {
+  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, absl::StrFormat("executing \"%.40s\"", sql));
+  return absl::OkStatus();
+}
+
+absl::Status LogDb::Write(const Batch& batch) {
+  if (batch.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(Exec("BEGIN"));
+  absl::Status st = WriteLocked(batch);
+  if (st.ok()) st = Exec("COMMIT");
+  // After a failed COMMIT too: SQLite may have rolled back already, and a
+  // second ROLLBACK's error says nothing new.
+  if (!st.ok()) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  return st;
+}
+
+absl::Status LogDb::WriteLocked(const Batch& batch) {
+  // One statement per kind, bound again per row.
+  auto run = [this](const char* sql, const auto& bind) -> absl::Status {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
+    if (rc != SQLITE_OK) return Error(rc, "preparing a write");
+    absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+    return bind(stmt);
+  };
+  auto step = [this](sqlite3_stmt* stmt, const std::string& job) -> absl::Status {
+    const int rc = sqlite3_step(stmt);
+    sqlite3_reset(stmt);
+    if (rc != SQLITE_DONE)
+      return Error(rc, absl::StrFormat("writing logs of \"%s\"", job));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(run("DELETE FROM chunks WHERE job = ?1", [&](sqlite3_stmt* stmt) {
+    for (const std::string& job : batch.dropped_jobs) {
+      sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()), SQLITE_STATIC);
+      RETURN_IF_ERROR(step(stmt, job));
+    }
+    return absl::OkStatus();
+  }));
+  RETURN_IF_ERROR(
+      run("INSERT OR REPLACE INTO chunks (job, seq, data) VALUES (?1, ?2, ?3)",
+          [&](sqlite3_stmt* stmt) {
+            std::string blob;
+            for (const auto& [job, chunk] : batch.chunks) {
+              chunk.SerializeToString(&blob);
+              sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()),
+                                SQLITE_STATIC);
+              sqlite3_bind_int64(stmt, 2, chunk.seq());
+              sqlite3_bind_blob(stmt, 3, blob.data(), static_cast<int>(blob.size()),
+                                SQLITE_TRANSIENT);
+              RETURN_IF_ERROR(step(stmt, job));
+            }
+            return absl::OkStatus();
+          }));
+  return run("DELETE FROM chunks WHERE job = ?1 AND seq < ?2", [&](sqlite3_stmt* stmt) {
+    for (const auto& [job, below] : batch.trim_below) {
+      sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(stmt, 2, below);
+      RETURN_IF_ERROR(step(stmt, job));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> LogDb::Load() {
+  std::map<std::string, std::vector<v1::LogChunk>> out;
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, "SELECT job, data FROM chunks ORDER BY job, seq", -1,
+                              &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, "reading the logs");
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    const char* job = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    const std::string id = job != nullptr ? job : "";
+    if (!out[id].emplace_back().ParseFromArray(sqlite3_column_blob(stmt, 1),
+                                               sqlite3_column_bytes(stmt, 1))) {
+      return absl::DataLossError(absl::StrFormat(
+          "log database %s: a chunk of job \"%s\" does not parse; the file is damaged: "
+          "move it away (the nodes keep the log files)",
+          path_, id));
+    }
+  }
+  if (rc != SQLITE_DONE) return Error(rc, "reading the logs");
+  return out;
+}
+
+}  // namespace elastrun::rendezvous

@@ -1,0 +1,70 @@
+// Durable storage of the service's worker-log tail (LogStore): one SQLite
+// file beside the state database, so that `elastrun logs` still shows a
+// job's output after a service restart. A file of its own, written by the
+// LogStore's writer thread: log traffic never takes the coordinator's lock
+// and never delays a state write.
+#ifndef ELASTRUN_RENDEZVOUS_LOG_DB_H_
+#define ELASTRUN_RENDEZVOUS_LOG_DB_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "elastrun/v1/types.pb.h"
+
+struct sqlite3;
+
+namespace elastrun::rendezvous {
+
+// Not thread-safe: one writer at a time (the LogStore's). The file is
+// locked for this process, like the state database.
+class LogDb {
+ public:
+  // Opens or creates the file. Errors name it: cannot be created or opened
+  // (PermissionDenied), not a database or damaged (DataLoss), in use by
+  // another process (Unavailable).
+  static absl::StatusOr<std::unique_ptr<LogDb>> Open(const std::string& path);
+  ~LogDb();
+  LogDb(const LogDb&) = delete;
+  LogDb& operator=(const LogDb&) = delete;
+
+  // Changes written in one transaction, in this order: jobs dropped whole,
+  // chunks added (each with its seq), then per job every chunk below a seq
+  // removed (the in-memory bound dropped them).
+  struct Batch {
+    std::vector<std::string> dropped_jobs;
+    std::vector<std::pair<std::string, v1::LogChunk>> chunks;
+    std::map<std::string, int64_t> trim_below;
+    bool empty() const {
+      return dropped_jobs.empty() && chunks.empty() && trim_below.empty();
+    }
+  };
+  // All or nothing. Unavailable for a full or failing disk (the caller
+  // keeps the batch and tries again), else an error naming the file.
+  absl::Status Write(const Batch& batch);
+
+  // Every stored chunk, per job, in seq order. DataLoss naming the file and
+  // job for a chunk that does not parse.
+  absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> Load();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  LogDb(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  absl::Status Exec(const char* sql);
+  absl::Status WriteLocked(const Batch& batch);
+  absl::Status Error(int rc, absl::string_view what) const;
+
+  std::string path_;
+  sqlite3* db_;  // owned
+};
+
+}  // namespace elastrun::rendezvous
+
+#endif  // ELASTRUN_RENDEZVOUS_LOG_DB_H_
