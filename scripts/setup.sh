@@ -18,6 +18,8 @@ PACKAGES=(
   dataset-fashion-mnist
   # network namespaces for multi-host tests
   iproute2 procps
+  # eu-stack: native stacks of a worker declared hung, into its log
+  elfutils
 )
 
 missing=()
