@@ -1,6 +1,9 @@
 #include "common/progress.h"
 
+#include <sys/random.h>
+
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -31,24 +34,64 @@ bool NameChars(absl::string_view s) {
 }
 
 constexpr char kJobKey[] = "job";
+constexpr char kSecretKey[] = "secret";
 
 // "job=J " when the job can travel, else nothing.
 std::string JobItem(const std::string& job_id) {
   return ValidJobTag(job_id) ? absl::StrCat(kJobKey, "=", job_id, " ") : std::string();
 }
 
+// "secret=X " when the secret can travel, else nothing.
+std::string SecretItem(const std::string& secret) {
+  return ValidSecret(secret) ? absl::StrCat(kSecretKey, "=", secret, " ") : std::string();
+}
+
 }  // namespace
+
+bool ValidSecret(absl::string_view secret) {
+  if (secret.empty() || secret.size() > 64) return false;
+  for (char c : secret) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+std::string NewAgentSecret() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got < sizeof bytes) {
+    // getrandom is missing (old kernel): the same pool through the file.
+    FILE* f = fopen("/dev/urandom", "rbe");
+    got = f != nullptr ? fread(bytes, 1, sizeof bytes, f) : 0;
+    if (f != nullptr) fclose(f);
+  }
+  // A secret guessable by anyone would defeat its purpose: crash loudly.
+  if (got < sizeof bytes) abort();
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
 
 bool ValidJobTag(absl::string_view job_id) {
   return !job_id.empty() && job_id.size() <= 256 && NameChars(job_id);
 }
 
 std::string EncodeProgress(const ProgressReport& r) {
-  std::string out = absl::StrCat(JobItem(r.job_id), "rank=", r.rank, " step=", r.step);
+  std::string out = absl::StrCat(JobItem(r.job_id), SecretItem(r.secret), "rank=", r.rank,
+                                 " step=", r.step);
   size_t n = 0;
   for (const auto& [name, value] : r.metrics) {
     if (n++ == kMaxProgressMetrics || !std::isfinite(value)) continue;
-    if (name == kJobKey) continue;  // would read back as the job
+    if (name == kJobKey || name == kSecretKey) continue;  // would read back as those
     std::string item = absl::StrCat(" ", CleanName(name), "=", value);
     if (out.size() + item.size() > kMaxProgressBytes) break;
     out += item;
@@ -71,6 +114,10 @@ absl::StatusOr<ProgressReport> DecodeProgress(absl::string_view datagram) {
     if (kv[0] == kJobKey) {
       if (!ValidJobTag(kv[1])) return absl::InvalidArgumentError("progress report: bad job");
       r.job_id = std::string(kv[1]);
+    } else if (kv[0] == kSecretKey) {
+      if (!ValidSecret(kv[1]))
+        return absl::InvalidArgumentError("progress report: bad secret");
+      r.secret = std::string(kv[1]);
     } else if (kv[0] == "rank") {
       has_rank = absl::SimpleAtoi(kv[1], &r.rank) && r.rank >= 0;
       if (!has_rank) return absl::InvalidArgumentError("progress report: bad rank");
@@ -108,8 +155,9 @@ absl::Status ValidateBarrierName(absl::string_view name) {
 }
 
 std::string EncodeBarrier(const BarrierArrival& a) {
-  return absl::StrCat(kBarrierPrefix, JobItem(a.job_id), "rank=", a.rank, " local_world_size=",
-                      a.local_world_size, " name=", a.name);
+  return absl::StrCat(kBarrierPrefix, JobItem(a.job_id), SecretItem(a.secret),
+                      "rank=", a.rank, " local_world_size=", a.local_world_size,
+                      " name=", a.name);
 }
 
 bool IsBarrierDatagram(absl::string_view datagram) {
@@ -129,6 +177,10 @@ absl::StatusOr<BarrierArrival> DecodeBarrier(absl::string_view datagram) {
     if (kv[0] == kJobKey) {
       if (!ValidJobTag(kv[1])) return absl::InvalidArgumentError("barrier arrival: bad job");
       a.job_id = std::string(kv[1]);
+    } else if (kv[0] == kSecretKey) {
+      if (!ValidSecret(kv[1]))
+        return absl::InvalidArgumentError("barrier arrival: bad secret");
+      a.secret = std::string(kv[1]);
     } else if (kv[0] == "rank") {
       rank = absl::SimpleAtoi(kv[1], &a.rank) && a.rank >= 0;
     } else if (kv[0] == "local_world_size") {

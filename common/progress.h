@@ -3,7 +3,10 @@
 // small enough for any datagram socket. Shared by worker/ (sender) and
 // launcher/ (receiver). The job (TORCHELASTIC_RUN_ID) lets a daemon that
 // runs several jobs route the datagram; a datagram without it (an older
-// worker) is decoded with an empty job.
+// worker) is decoded with an empty job. "secret=X" is the worker's
+// ELASTRUN_AGENT_SECRET: the agent drops datagrams whose secret belongs to no
+// live worker, so a process that is not a worker can neither post progress
+// nor release a barrier, whatever the socket's file permissions.
 #ifndef ELASTRUN_COMMON_PROGRESS_H_
 #define ELASTRUN_COMMON_PROGRESS_H_
 
@@ -19,6 +22,8 @@ namespace elastrun {
 struct ProgressReport {
   // The sender's job; empty: not given (see ValidJobTag).
   std::string job_id;
+  // The sender's ELASTRUN_AGENT_SECRET; empty: not given (see ValidSecret).
+  std::string secret;
   int rank = 0;
   int64_t step = 0;
   std::map<std::string, double> metrics;
@@ -34,6 +39,14 @@ inline constexpr size_t kMaxProgressMetrics = 32;
 // the daemon falls back to its one running job.
 bool ValidJobTag(absl::string_view job_id);
 
+// Whether `secret` can travel: 1-64 lowercase hex digits. Senders leave out
+// any other (the agent then drops the datagram).
+bool ValidSecret(absl::string_view secret);
+
+// A fresh secret for one worker's activation: 128 random bits as 32
+// lowercase hex digits (from getrandom; /dev/urandom as a fallback).
+std::string NewAgentSecret();
+
 // Metric names are kept to [A-Za-z0-9_.-] (others become '_'). The job goes
 // first, and only when ValidJobTag; the metric "job" cannot travel.
 std::string EncodeProgress(const ProgressReport& report);
@@ -42,12 +55,13 @@ std::string EncodeProgress(const ProgressReport& report);
 absl::StatusOr<ProgressReport> DecodeProgress(absl::string_view datagram);
 
 // A worker arriving at a named barrier of its attempt, on the same socket:
-// "barrier job=J rank=R local_world_size=L name=NAME" (job as in progress
-// reports: left out when not ValidJobTag, empty when absent). The agent answers the
-// sender's address with "ok" once every worker of every node of the round
+// "barrier job=J secret=X rank=R local_world_size=L name=NAME" (job and
+// secret as in progress reports: left out when not valid, empty when absent). The agent
+// answers the sender's address with "ok" once every worker of every node of the round
 // arrived, or "error MESSAGE".
 struct BarrierArrival {
   std::string job_id;  // empty: not given
+  std::string secret;  // empty: not given
   int rank = 0;
   int local_world_size = 1;
   std::string name;  // 1-256 of [A-Za-z0-9_.-]

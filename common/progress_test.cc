@@ -86,4 +86,33 @@ TEST(BarrierArrivalTest, JobTravelsAndOldFormHasNone) {
 }
 
 }  // namespace
+TEST(ProgressTest, SecretTravelsAndBadOnesAreRejected) {
+  const std::string secret = NewAgentSecret();
+  ASSERT_EQ(secret.size(), 32u);
+  EXPECT_TRUE(ValidSecret(secret));
+  EXPECT_NE(secret, NewAgentSecret());
+  ProgressReport r;
+  r.secret = secret;
+  r.rank = 2;
+  r.step = 9;
+  r.metrics["secret"] = 1;  // cannot pose as the secret
+  auto back = DecodeProgress(EncodeProgress(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->secret, secret);
+  EXPECT_TRUE(back->metrics.empty());
+  // A secret that is not hex never travels; a datagram with one is refused.
+  r.secret = "not hex";
+  EXPECT_EQ(DecodeProgress(EncodeProgress(r))->secret, "");
+  EXPECT_FALSE(DecodeProgress("secret=XYZ rank=0 step=1").ok());
+  EXPECT_EQ(DecodeProgress("rank=0 step=1")->secret, "");
+
+  BarrierArrival a;
+  a.secret = secret;
+  a.name = "b";
+  auto arrival = DecodeBarrier(EncodeBarrier(a));
+  ASSERT_TRUE(arrival.ok()) << arrival.status();
+  EXPECT_EQ(arrival->secret, secret);
+  EXPECT_FALSE(DecodeBarrier("barrier secret=G rank=0 local_world_size=1 name=b").ok());
+}
+
 }  // namespace elastrun

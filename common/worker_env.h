@@ -30,6 +30,9 @@ inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 // elastrun's own
 // Unix socket of the local launcher/daemon (heartbeats, barriers, snapshots).
 inline constexpr char kAgentSocket[] = "ELASTRUN_AGENT_SOCKET";
+// A fresh secret per worker activation (128 bits, hex) that every datagram
+// on the agent socket carries: the agent accepts only its live workers'.
+inline constexpr char kAgentSecret[] = "ELASTRUN_AGENT_SECRET";
 // Rendezvous round id of this attempt (equal on every node).
 inline constexpr char kRound[] = "ELASTRUN_ROUND";
 // The folder of this job's in-memory snapshots on this node (owned by the

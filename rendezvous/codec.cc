@@ -91,6 +91,8 @@ v1::WorkerFailure ToProto(const Failure& f) {
   p.set_traceback(f.traceback);
   *p.mutable_time() = ToProto(f.time);
   p.set_cannot_start(f.cannot_start);
+  p.set_hung(f.hung);
+  if (f.hung) p.set_hung_step(f.hung_step);
   return p;
 }
 
@@ -106,6 +108,8 @@ Failure FromProto(const v1::WorkerFailure& p) {
   f.traceback = p.traceback();
   f.time = FromProto(p.time());
   f.cannot_start = p.cannot_start();
+  f.hung = p.hung();
+  f.hung_step = p.hung() ? p.hung_step() : -1;
   return f;
 }
 

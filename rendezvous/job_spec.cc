@@ -124,6 +124,16 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.has_join_timeout() && FromProto(spec.join_timeout()) <= absl::ZeroDuration()) {
     return Bad("join_timeout", "must be greater than 0");
   }
+  // Negative turns hang detection off; otherwise a week at most.
+  if (const google::protobuf::Duration& h = spec.hang_timeout();
+      spec.has_hang_timeout() &&
+      ((h.seconds() > 0 && h.nanos() < 0) || (h.seconds() < 0 && h.nanos() > 0) ||
+       h.nanos() <= -1000000000 || h.nanos() >= 1000000000 || FromProto(h) > kWeek)) {
+    return Bad("hang_timeout", absl::StrFormat("%s is not a duration of at most %s (negative: "
+                                               "off)",
+                                               absl::FormatDuration(FromProto(h)),
+                                               absl::FormatDuration(kWeek)));
+  }
   return absl::OkStatus();
 }
 

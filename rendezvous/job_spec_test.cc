@@ -87,6 +87,21 @@ TEST(JobSpecTest, EveryErrorNamesItsField) {
   s = Good();
   s.mutable_last_call_timeout()->set_seconds(int64_t{1} << 40);
   ExpectBad(s, "last_call_timeout", "too long");
+  s = Good();
+  s.mutable_hang_timeout()->set_seconds(int64_t{1} << 40);
+  ExpectBad(s, "hang_timeout", "at most");
+  s = Good();
+  s.mutable_hang_timeout()->set_seconds(1);
+  s.mutable_hang_timeout()->set_nanos(-5);
+  ExpectBad(s, "hang_timeout", "not a duration");
+}
+
+TEST(JobSpecTest, HangTimeoutNegativeIsOffAndZeroDerived) {
+  v1::JobSpec s = Good();
+  for (absl::Duration d : {absl::Seconds(-1), absl::ZeroDuration(), absl::Seconds(90)}) {
+    *s.mutable_hang_timeout() = ToProto(d);
+    EXPECT_TRUE(ValidateJobSpec(s).ok()) << d;
+  }
 }
 
 }  // namespace

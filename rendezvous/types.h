@@ -89,6 +89,10 @@ struct Failure {
   // instead of spending a restart. The one place that decides this is
   // RendezvousCore::ReportFailure.
   bool cannot_start = false;
+  // Declared hung by its agent rather than failed by itself; `message` then
+  // says so. hung_step: its newest reported step, -1: none.
+  bool hung = false;
+  int64_t hung_step = -1;
 };
 
 enum class JobState { kJoining, kRunning, kSucceeded, kFailed, kCancelled };

@@ -20,6 +20,8 @@ PACKAGES=(
   openssl
   # network namespaces for multi-host tests
   iproute2 procps
+  # eu-stack: native stacks of a worker declared hung, into its log
+  elfutils
 )
 
 missing=()

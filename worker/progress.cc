@@ -28,11 +28,13 @@ void ReportProgress(int64_t step, const std::map<std::string, double>& metrics) 
   static sockaddr_un addr{};
   static int rank = 0;
   static std::string job;  // routes the report when the daemon runs several jobs
+  static std::string secret;  // proves to the agent that a worker sends it
   std::call_once(once, [] {
     const char* path = getenv(env::kAgentSocket);
     if (path == nullptr || *path == '\0' || strlen(path) >= sizeof addr.sun_path) return;
     if (const char* r = getenv(env::kRank)) rank = atoi(r);
     if (const char* j = getenv(env::kRunId)) job = j;
+    if (const char* s = getenv(env::kAgentSecret)) secret = s;
     addr.sun_family = AF_UNIX;
     strncpy(addr.sun_path, path, sizeof addr.sun_path - 1);
     fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -40,6 +42,7 @@ void ReportProgress(int64_t step, const std::map<std::string, double>& metrics) 
   if (fd < 0) return;
   ProgressReport report;
   report.job_id = job;
+  report.secret = secret;
   report.rank = rank;
   report.step = step;
   report.metrics = metrics;
@@ -61,6 +64,7 @@ absl::Status AgentBarrier(const std::string& name, absl::Duration timeout) {
   strncpy(agent.sun_path, path, sizeof agent.sun_path - 1);
   BarrierArrival arrival;
   if (const char* j = getenv(env::kRunId)) arrival.job_id = j;
+  if (const char* s = getenv(env::kAgentSecret)) arrival.secret = s;
   if (const char* r = getenv(env::kRank)) arrival.rank = atoi(r);
   if (const char* l = getenv(env::kLocalWorldSize)) arrival.local_world_size = atoi(l);
   arrival.name = name;

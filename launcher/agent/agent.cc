@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/worker_env.h"
+#include "launcher/agent/output.h"
 #include "launcher/agent/port.h"
 
 namespace elastrun::launcher {
@@ -67,6 +70,12 @@ Agent::Agent(AgentOptions options, std::unique_ptr<ProcessControl> processes,
       signal_fd_(signal_fd),
       wake_fd_(wake_fd),
       progress_(std::move(progress)) {
+  if (!options_.stack_tool.empty()) {
+    const char* path = getenv("PATH");
+    auto tool =
+        ResolveProgram(options_.stack_tool, path != nullptr ? path : "/usr/bin:/bin");
+    if (tool.ok() && access(tool->c_str(), X_OK) == 0) stack_tool_ = *tool;
+  }
   if (options_.standby) {
     standbys_ = std::make_unique<StandbyPool>(processes_.get(), options_.cgroup);
   }
@@ -157,6 +166,8 @@ void Agent::Begin(Request request) {
   env.console_stderr_fd = options_.console_stderr_fd;
   env.on_output_line = options_.on_output_line;
   if (!options_.cgroup.empty()) env.cgroup = absl::StrCat(options_.cgroup, "/attempt-", request.id);
+  env.proc_reader = options_.proc_reader;
+  env.stack_tool = stack_tool_;
   auto run = std::make_unique<AttemptRun>(std::move(env), std::move(request.spec));
   if (absl::Status s = run->Begin(); !s.ok()) {
     Ended(request.id);
@@ -205,8 +216,51 @@ void Agent::ReapOrphans() {
   }
 }
 
+AttemptRun* Agent::FindWorker(absl::string_view secret, size_t* worker) {
+  for (auto& [id, active] : runs_) {
+    if (auto i = active.run->WorkerWithSecret(secret)) {
+      *worker = *i;
+      return active.run.get();
+    }
+  }
+  return nullptr;
+}
+
+void Agent::Drop(absl::string_view what) {
+  if (dropped_.fetch_add(1) != 0) return;
+  WriteAll(options_.console_stderr_fd,
+           absl::StrCat("elastrun: dropped a ", what,
+                        " on the agent socket: its secret is no live worker's (",
+                        env::kAgentSecret, "); further ones are only counted\n"));
+}
+
 void Agent::ReadProgress() {
-  if (progress_ != nullptr) progress_->Read(options_.on_progress, options_.on_barrier);
+  if (progress_ == nullptr) return;
+  // Only a live worker's datagrams pass, with the rank its secret was made
+  // for: a process that is not a worker (or a worker posing as another
+  // rank) can neither post progress nor release a barrier.
+  auto on_progress = [this](const ProgressReport& report) {
+    size_t i = 0;
+    AttemptRun* run = FindWorker(report.secret, &i);
+    if (run == nullptr) return Drop("progress report");
+    ProgressReport checked = report;
+    checked.rank = run->rank_of(i);
+    run->OnProgress(i, checked.step);
+    if (options_.on_progress) options_.on_progress(checked);
+  };
+  auto on_barrier = [this](const BarrierArrival& arrival,
+                           std::function<void(const absl::Status&)> reply) {
+    size_t i = 0;
+    AttemptRun* run = FindWorker(arrival.secret, &i);
+    if (run == nullptr) return Drop("barrier arrival");
+    BarrierArrival checked = arrival;
+    checked.rank = run->rank_of(i);
+    if (!options_.on_barrier) {
+      return reply(absl::UnimplementedError("this launcher relays no barriers"));
+    }
+    options_.on_barrier(checked, std::move(reply));
+  };
+  progress_->Read(on_progress, on_barrier);
 }
 
 void Agent::Ended(AttemptId id) {

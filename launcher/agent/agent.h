@@ -78,6 +78,12 @@ struct AgentOptions {
   // Where time comes from (deadlines: grace, store gate). Null: the real
   // clock. Not owned; tests pass a FakeClock.
   const Clock* clock = nullptr;
+  // The program that prints a hung worker's native stacks, looked up on
+  // PATH at Create (Debian's elfutils); not found or empty: no native
+  // stacks (a worker catching SIGUSR1 still dumps its own).
+  std::string stack_tool = "eu-stack";
+  // Where hang detection reads /proc; null: RealProcReader(). Not owned.
+  ProcReader* proc_reader = nullptr;
   // Whether something listens on a TCP port, for the store gate. Empty:
   // IsListening (launcher/agent/port.h); tests pass a fake.
   std::function<bool(int)> is_listening;
@@ -136,6 +142,9 @@ class Agent {
   int received_signal() const { return received_signal_.load(); }
   // Attempts started and not ended.
   size_t active() const;
+  // Datagrams dropped on the progress socket because their secret belongs
+  // to no live worker (the first is also said on the console's stderr).
+  uint64_t dropped_datagrams() const { return dropped_.load(); }
 
  private:
   struct Request {
@@ -160,6 +169,10 @@ class Agent {
   void EndFinished();
   void Ended(AttemptId id);
   void ReadProgress();
+  // The attempt and worker whose secret `secret` is; null when none.
+  AttemptRun* FindWorker(absl::string_view secret, size_t* worker);
+  // Counts a datagram without a live worker's secret; says so the first time.
+  void Drop(absl::string_view what);
   // Reaps exited children that no attempt and no standby set owns: a
   // worker's child that left its group (setsid) and was re-parented here
   // when its parent died. Without it a long-lived daemon would keep them as
@@ -174,6 +187,8 @@ class Agent {
   const int wake_fd_;
   std::unique_ptr<ProgressSocket> progress_;  // null without progress_socket
   std::atomic<int> received_signal_{0};
+  std::atomic<uint64_t> dropped_{0};
+  std::string stack_tool_;  // resolved; empty: none
   // A SIGCHLD came and orphans may wait to be reaped (loop thread only).
   bool scan_orphans_ = false;
   // The next attempt's pre-started workers (AgentOptions::standby).

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/standby.h"
+#include "common/worker_env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/fake_processes.h"
@@ -282,8 +283,18 @@ TEST_F(AgentTest, StandbysStartOnceTheWorkersAreUpAndTakeOverTheNextAttempt) {
   Start(std::move(last));
   Poll();
   EXPECT_EQ(fake_->spawned().size(), 4u) << "no new process: the standbys take over";
-  EXPECT_EQ(ReadNow(fake_->proc(s0).passed[0]), EncodeActivation({"RANK=10"}));
-  EXPECT_EQ(ReadNow(fake_->proc(s1).passed[0]), EncodeActivation({"RANK=11"}));
+  // The activation brings the worker's fresh agent-socket secret: a
+  // standby had none while it waited.
+  const std::string a0 = ReadNow(fake_->proc(s0).passed[0]);
+  const std::string a1 = ReadNow(fake_->proc(s1).passed[0]);
+  EXPECT_EQ(a0.substr(0, 8), std::string("RANK=10\0", 8));
+  EXPECT_EQ(a1.substr(0, 8), std::string("RANK=11\0", 8));
+  const std::string secret = absl::StrCat(env::kAgentSecret, "=");
+  EXPECT_NE(a0.find(secret), std::string::npos);
+  EXPECT_NE(a1.find(secret), std::string::npos);
+  EXPECT_NE(a0.substr(a0.find(secret)), a1.substr(a1.find(secret)));
+  for (const std::string& e : fake_->proc(s0).spec.env)
+    EXPECT_NE(e.find(secret), 0u) << e;
   fake_->Exit(s0, ExitedWith(0));
   fake_->Exit(s1, ExitedWith(0));
   Poll();

@@ -1,5 +1,9 @@
 #include "launcher/agent/attempt.h"
 
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/worker_env.h"
 
@@ -17,15 +21,28 @@ std::string ErrorFilePath(const std::string& attempt_dir, int local_rank) {
   return absl::StrCat(attempt_dir, "/", local_rank, "/error.json");
 }
 
+std::string FindPythonHelperDir() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "";
+  std::string dir(exe, static_cast<size_t>(n));
+  dir.resize(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
+  const std::string helper = absl::StrCat(dir, "/../share/elastrun/python");
+  if (access(absl::StrCat(helper, "/elastrun/__init__.py").c_str(), R_OK) != 0) return "";
+  char resolved[PATH_MAX];
+  return realpath(helper.c_str(), resolved) != nullptr ? std::string(resolved) : helper;
+}
+
 AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
                          const std::vector<std::string>& base_env) {
   const int n = group.nproc_per_node;
   const std::vector<const char*> contract = {
-      env::kRank, env::kLocalRank, env::kWorldSize, env::kLocalWorldSize,
-      env::kGroupRank, env::kGroupWorldSize, env::kRoleRank, env::kRoleWorldSize,
-      env::kRoleName, env::kMasterAddr, env::kMasterPort, env::kRestartCount,
-      env::kMaxRestarts, env::kRunId, env::kErrorFile, env::kUseAgentStore,
-      env::kAgentSocket, env::kRound, env::kStandbyFd, env::kSnapshot};
+      env::kRank,        env::kLocalRank,      env::kWorldSize,  env::kLocalWorldSize,
+      env::kGroupRank,   env::kGroupWorldSize, env::kRoleRank,   env::kRoleWorldSize,
+      env::kRoleName,    env::kMasterAddr,     env::kMasterPort, env::kRestartCount,
+      env::kMaxRestarts, env::kRunId,          env::kErrorFile,  env::kUseAgentStore,
+      env::kAgentSocket, env::kRound,          env::kStandbyFd,  env::kSnapshot,
+      env::kAgentSecret};
   std::vector<std::string> common;
   bool has_omp = false;
   for (const std::string& e : base_env) {
@@ -36,12 +53,24 @@ AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
     common.push_back(e);
   }
   if (!has_omp && n > 1) common.push_back(absl::StrCat(env::kOmpNumThreads, "=1"));
+  if (!group.python_path.empty()) {
+    // Prepended, so `import elastrun` finds the helper of this launcher.
+    bool found = false;
+    for (std::string& e : common) {
+      if (!HasName(e, "PYTHONPATH")) continue;
+      const std::string old = e.substr(sizeof "PYTHONPATH=" - 1);
+      e = absl::StrCat("PYTHONPATH=", group.python_path, old.empty() ? "" : ":", old);
+      found = true;
+    }
+    if (!found) common.push_back(absl::StrCat("PYTHONPATH=", group.python_path));
+  }
   // The same folder in every attempt: a standby activated for a restart
   // must find what the failed attempt's workers left there.
   if (!group.snapshot_dir.empty()) {
     common.push_back(absl::StrCat(env::kSnapshot, "=", group.snapshot_dir));
   }
   AttemptSpec spec;
+  spec.hang_timeout = group.hang_timeout;
   spec.standby_argv = group.argv;
   spec.standby_env = common;  // nothing that depends on the attempt
   auto set = [](std::vector<std::string>& v, const char* name, const auto& value) {

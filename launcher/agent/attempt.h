@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/output.h"
 
@@ -29,7 +30,18 @@ struct GroupSpec {
   // every worker, standbys included, as ELASTRUN_SNAPSHOT; empty: none (an
   // ELASTRUN_SNAPSHOT inherited from the launcher is dropped then too).
   std::string snapshot_dir;
+  // Hang detection (liveness.h): > 0 that timeout, 0 derived from the
+  // measured step time, < 0 off.
+  absl::Duration hang_timeout = absl::ZeroDuration();
+  // A folder put first on the workers' PYTHONPATH: the `elastrun` helper
+  // module (FindPythonHelperDir); empty: PYTHONPATH is left as it is.
+  std::string python_path;
 };
+
+// The folder holding the `elastrun` Python helper next to the running
+// binary: <bin>/../share/elastrun/python (the build tree copies it there, as
+// an installation does). Empty when it is not there.
+std::string FindPythonHelperDir();
 
 // Where this node stands in one round.
 struct AttemptContext {

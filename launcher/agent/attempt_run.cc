@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
+#include "common/progress.h"
 #include "common/standby.h"
 #include "common/worker_env.h"
 #include "launcher/agent/cgroup.h"
@@ -50,6 +52,17 @@ bool GateCloses(const AttemptSpec& spec) {
          spec.workers.size() > 1;
 }
 
+std::vector<int> RanksOf(const AttemptSpec& spec) {
+  std::vector<int> ranks;
+  for (const WorkerSpec& w : spec.workers) ranks.push_back(w.rank);
+  return ranks;
+}
+
+// How long a hung worker that catches SIGUSR1 (Python's faulthandler) gets
+// to write its stacks, and how long eu-stack may take at most.
+constexpr absl::Duration kOwnDumpWait = absl::Seconds(2);
+constexpr absl::Duration kStackToolWait = absl::Seconds(20);
+
 }  // namespace
 
 AttemptRun::AttemptRun(AttemptEnv env, AttemptSpec spec)
@@ -60,7 +73,8 @@ AttemptRun::AttemptRun(AttemptEnv env, AttemptSpec spec)
       supervisor_(env_.processes, Supervisor::Options{env_.grace}),
       processes_(env_.processes, env_.poller),
       pump_(env_.poller),
-      gate_(GateCloses(spec_), spec_.store_port, env_.is_listening) {
+      gate_(GateCloses(spec_), spec_.store_port, env_.is_listening),
+      liveness_(HangPolicy{spec_.hang_timeout}, RanksOf(spec_), env_.clock->Now()) {
   for (const WorkerSpec& w : spec_.workers) ranks_.emplace_back(w.local_rank, w.rank);
   if (!spec_.on_output_line) spec_.on_output_line = env_.on_output_line;
 }
@@ -69,6 +83,9 @@ AttemptRun::~AttemptRun() {
   if (cgroup_procs_fd_ >= 0) close(cgroup_procs_fd_);
   for (size_t i = 0; i < controls_.size(); ++i) CloseControl(i);
   for (int fd : log_fds_) {
+    if (fd >= 0) close(fd);
+  }
+  for (int fd : stderr_logs_) {
     if (fd >= 0) close(fd);
   }
 }
@@ -94,6 +111,18 @@ absl::Status AttemptRun::Begin() {
   MakeCgroupOrWarn();
   controls_.assign(n_, -1);
   started_.assign(n_, false);
+  samples_.assign(n_, ProcSample{});
+  // A fresh secret per worker and attempt, in the environment a new worker
+  // starts with and in a standby's activation (never in its pre-start
+  // environment: a standby is no worker until activated).
+  for (size_t i = 0; i < n_; ++i) {
+    secrets_.push_back(NewAgentSecret());
+    spec_.workers[i].process.env.push_back(
+        absl::StrCat(env::kAgentSecret, "=", secrets_[i]));
+    stderr_logs_.push_back(
+        log_fds_[2 * i + 1] >= 0 ? fcntl(log_fds_[2 * i + 1], F_DUPFD_CLOEXEC, 3) : -1);
+  }
+  next_sample_ = env_.clock->Now();
   std::optional<StandbySet> set;
   if (env_.standbys != nullptr) {
     set = env_.standbys->Take(spec_.standby_argv, spec_.standby_env, n_,
@@ -269,21 +298,120 @@ void AttemptRun::MaybeFillStandbys() {
                       spec_.standby_run_as);
 }
 
+std::optional<size_t> AttemptRun::WorkerWithSecret(absl::string_view secret) const {
+  if (done() || secret.empty()) return std::nullopt;
+  for (size_t i = 0; i < secrets_.size(); ++i) {
+    // Compared in constant time: the time taken tells nothing of the secret.
+    if (secrets_[i].size() != secret.size()) continue;
+    unsigned char diff = 0;
+    for (size_t k = 0; k < secret.size(); ++k) diff |= secrets_[i][k] ^ secret[k];
+    if (diff == 0) return i;
+  }
+  return std::nullopt;
+}
+
+void AttemptRun::OnProgress(size_t i, int64_t step) {
+  liveness_.OnReport(i, step, env_.clock->Now());
+}
+
+std::unique_ptr<OutputStream> AttemptRun::StderrStream(size_t i) {
+  const int log = stderr_logs_[i] >= 0 ? fcntl(stderr_logs_[i], F_DUPFD_CLOEXEC, 3) : -1;
+  const WorkerOutput& o = spec_.outputs[i];
+  std::function<void(absl::string_view)> sink;
+  if (spec_.on_output_line) {
+    sink = [this, local = ranks_[i].first,
+            rank = ranks_[i].second](absl::string_view text) {
+      spec_.on_output_line(OutputLine{local, rank, /*is_stderr=*/true, text});
+    };
+  }
+  return std::make_unique<OutputStream>(
+      log, o.stderr_to_console ? env_.console_stderr_fd : -1, o.prefix, std::move(sink));
+}
+
+void AttemptRun::WatchLiveness(absl::Time now) {
+  if (!liveness_.enabled() || supervisor_.state() != Supervisor::State::kRunning) return;
+  if (dump_) return MaybeEndDump(now);
+  if (now < next_sample_) return;
+  next_sample_ = now + liveness_.SampleInterval();
+  ProcReader& reader = env_.proc_reader != nullptr ? *env_.proc_reader : RealProcReader();
+  for (size_t i = 0; i < n_; ++i) {
+    const pid_t pid = supervisor_.pid(i);
+    samples_[i] = pid > 0 ? reader.Read(pid) : ProcSample{};
+    liveness_.OnSample(i, samples_[i], now);
+  }
+  if (std::optional<Hang> hang = liveness_.Check(now)) BeginDump(*hang, now);
+}
+
+void AttemptRun::BeginDump(const Hang& hang, absl::Time now) {
+  dump_ = Dump{hang, now, -1, now, now};
+  const size_t i = hang.worker;
+  const pid_t pid = supervisor_.pid(i);
+  // The root cause from now on, even if the worker, let go on by SIGCONT,
+  // then exits 0 before the group is stopped.
+  supervisor_.DeclareHung(i, hang.step, hang.idle, now);
+  StderrStream(i)->Write(
+      absl::StrCat("elastrun: ", DescribeHang(hang.rank, hang.step, hang.idle),
+                   "; its stacks follow, then the group is stopped\n"));
+  // A stopped process writes no stacks (and a stopped tracee confuses
+  // eu-stack): let it run again for the dump.
+  if (hang.stopped) (void)env_.processes->SignalProcess(pid, SIGCONT);
+  if (samples_[i].catches_sigusr1) {
+    (void)env_.processes->SignalProcess(pid, SIGUSR1);
+    dump_->wait_until = now + kOwnDumpWait;
+  }
+  dump_->deadline = dump_->wait_until;
+  if (env_.stack_tool.empty()) return;
+  ProcessSpec tool;
+  tool.argv = {env_.stack_tool, "-p", absl::StrCat(pid)};
+  tool.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  // In the attempt's group: reaped with it, and stopped with it at the end.
+  tool.process_group = supervisor_.process_group();
+  auto spawned = env_.processes->Spawn(tool);
+  if (!spawned.ok()) {
+    StderrStream(i)->Write(
+        absl::StrCat("elastrun: no native stacks: ", spawned.status().message(), "\n"));
+    return;
+  }
+  dump_->tool_pid = spawned->pid;
+  dump_->deadline = now + kStackToolWait;
+  (void)processes_.Add(spawned->pid, supervisor_.process_group());
+  pump_.Add(spawned->stdout_fd, StderrStream(i));
+  pump_.Add(spawned->stderr_fd, StderrStream(i));
+}
+
+void AttemptRun::MaybeEndDump(absl::Time now) {
+  const bool tool_done = dump_->tool_pid < 0;
+  if (now < dump_->deadline && !(tool_done && now >= dump_->wait_until)) return;
+  supervisor_.Stop(SIGTERM, now);
+}
+
 void AttemptRun::Stop(int sig) { supervisor_.Stop(sig, env_.clock->Now()); }
 
 void AttemptRun::OnChildSignal() { processes_.ReapGroups(); }
 
 void AttemptRun::OnTick() {
   const absl::Time now = env_.clock->Now();
-  for (const auto& [pid, status] : processes_.TakeExits()) supervisor_.OnExit(pid, status, now);
+  for (const auto& [pid, status] : processes_.TakeExits()) {
+    if (dump_ && pid == dump_->tool_pid) dump_->tool_pid = -1;
+    supervisor_.OnExit(pid, status, now);
+  }
   for (const auto& [i, activation] : gate_.Poll(now)) {
     if (controls_[i] >= 0) WriteAll(controls_[i], activation);
   }
+  WatchLiveness(now);
   supervisor_.OnTick(now);
 }
 
 std::optional<absl::Time> AttemptRun::NextDeadline() const {
   std::optional<absl::Time> next = supervisor_.NextDeadline();
+  if (liveness_.enabled() && supervisor_.state() == Supervisor::State::kRunning) {
+    // While eu-stack runs its exit is an event; only its deadline is a time.
+    const absl::Time due = !dump_ ? next_sample_
+                           : dump_->tool_pid >= 0
+                               ? dump_->deadline
+                               : std::min(dump_->deadline, dump_->wait_until);
+    if (!next || due < *next) next = due;
+  }
   if (auto poll = gate_.NextPoll(env_.clock->Now()); poll && (!next || *poll < *next)) {
     next = poll;
   }

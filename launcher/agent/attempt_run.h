@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "launcher/agent/attempt_spec.h"
+#include "launcher/agent/liveness.h"
 #include "launcher/agent/output_pump.h"
 #include "launcher/agent/poller.h"
 #include "launcher/agent/process.h"
@@ -48,6 +49,11 @@ struct AttemptEnv {
   // and removed when the attempt finishes. Empty: none. Where it cannot be
   // created the attempt runs without it (after a warning).
   std::string cgroup;
+  // Where hang detection reads /proc; null: RealProcReader().
+  ProcReader* proc_reader = nullptr;
+  // The program that prints a hung worker's native stacks ("eu-stack",
+  // resolved); empty: none.
+  std::string stack_tool;
 };
 
 class AttemptRun {
@@ -88,6 +94,14 @@ class AttemptRun {
   // and says how the attempt ended.
   AttemptOutcome Finish();
 
+  // The worker whose activation carries `secret` (ELASTRUN_AGENT_SECRET),
+  // while the attempt runs; nullopt for any other secret, and once done.
+  std::optional<size_t> WorkerWithSecret(absl::string_view secret) const;
+  // Worker `i` (from WorkerWithSecret) reported `step`.
+  void OnProgress(size_t i, int64_t step);
+  // The global rank of worker `i`.
+  int rank_of(size_t i) const { return ranks_[i].second; }
+
   // Whether `pid` is a worker of this attempt not reaped yet.
   bool Owns(pid_t pid) const { return processes_.Owns(pid); }
 
@@ -107,6 +121,23 @@ class AttemptRun {
   void OnControl(size_t i);
   void CloseControl(size_t i);
   void MaybeFillStandbys();
+  // Samples the workers when due and declares a hang (liveness.h).
+  void WatchLiveness(absl::Time now);
+  // Dumps the stacks of the hung worker into its log, then (DeclareHung)
+  // stops the group once the dump is done or its time is up.
+  void BeginDump(const Hang& hang, absl::Time now);
+  void MaybeEndDump(absl::Time now);
+  // A stream into worker `i`'s stderr log (and console, as its own lines).
+  std::unique_ptr<OutputStream> StderrStream(size_t i);
+
+  // A hang being dumped.
+  struct Dump {
+    Hang hang;
+    absl::Time declared_at;
+    pid_t tool_pid = -1;    // eu-stack, until it exits
+    absl::Time wait_until;  // for the worker's own dump (SIGUSR1)
+    absl::Time deadline;    // stop then, dump done or not
+  };
 
   const AttemptEnv env_;
   AttemptSpec spec_;  // its workers move to the supervisor at Begin
@@ -127,6 +158,12 @@ class AttemptRun {
   // The cgroup of a standby set whose processes could not move to the
   // attempt's: killed with the attempt. Empty: none.
   std::string adopted_cgroup_;
+  std::vector<std::string> secrets_;  // per worker, fresh for this activation
+  Liveness liveness_;
+  std::vector<ProcSample> samples_;  // the newest per worker
+  absl::Time next_sample_;
+  std::optional<Dump> dump_;
+  std::vector<int> stderr_logs_;  // copies of the stderr log descriptors, for dumps
 };
 
 }  // namespace elastrun::launcher

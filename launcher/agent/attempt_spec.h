@@ -61,6 +61,10 @@ struct AttemptSpec {
   // attempt's job); must not block for long. Empty: AgentOptions'
   // on_output_line, if any.
   std::function<void(const OutputLine&)> on_output_line;
+  // Hang detection (liveness.h): > 0 that timeout, 0 derived from the
+  // measured step time, < 0 off. Off unless set: BuildAttempt sets it from
+  // GroupSpec (where the default is derived), specs built by hand opt in.
+  absl::Duration hang_timeout = absl::Seconds(-1);
 };
 
 // How long activations wait for the store to listen once rank 0 runs (a

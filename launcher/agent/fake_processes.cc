@@ -51,6 +51,11 @@ absl::StatusOr<SpawnedProcess> FakeProcesses::Spawn(const ProcessSpec& spec) {
   return out;
 }
 
+absl::Status FakeProcesses::SignalProcess(pid_t pid, int sig) {
+  process_signals_.emplace_back(pid, sig);
+  return absl::OkStatus();
+}
+
 absl::Status FakeProcesses::SignalGroup(pid_t pgid, int sig) {
   signals_.emplace_back(pgid, sig);
   if (obeyed.count(sig) == 0 && sig != SIGKILL) return absl::OkStatus();

@@ -41,6 +41,8 @@ class FakeProcesses : public ProcessControl {
   absl::StatusOr<SpawnedProcess> Spawn(const ProcessSpec& spec) override;
   // Recorded; members that obey `sig` die of it.
   absl::Status SignalGroup(pid_t pgid, int sig) override;
+  // Recorded in process_signals(); nobody dies of it.
+  absl::Status SignalProcess(pid_t pid, int sig) override;
   bool GroupExists(pid_t pgid) override;
   absl::StatusOr<int> OpenExitFd(pid_t pid) override;
   std::vector<std::pair<pid_t, int>> ReapExited(pid_t who) override;
@@ -58,6 +60,11 @@ class FakeProcesses : public ProcessControl {
   // (pgid, signal) in the order sent.
   const std::vector<std::pair<pid_t, int>>& signals() const { return signals_; }
 
+  // (pid, signal) sent to single processes, in order.
+  const std::vector<std::pair<pid_t, int>>& process_signals() const {
+    return process_signals_;
+  }
+
   // Signals every process dies of (SIGKILL always does).
   std::set<int> obeyed = {SIGKILL};
 
@@ -66,6 +73,7 @@ class FakeProcesses : public ProcessControl {
   std::map<pid_t, Proc> procs_;
   std::vector<pid_t> order_;
   std::vector<std::pair<pid_t, int>> signals_;
+  std::vector<std::pair<pid_t, int>> process_signals_;
 };
 
 // Wait statuses as waitpid reports them.

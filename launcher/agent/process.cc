@@ -45,6 +45,13 @@ class PosixProcessControl : public ProcessControl {
     }
     return absl::OkStatus();
   }
+  absl::Status SignalProcess(pid_t pid, int sig) override {
+    if (pid <= 0) return absl::InvalidArgumentError("pid must be > 0");
+    if (kill(pid, sig) != 0 && errno != ESRCH) {
+      return ErrnoError(absl::StrCat("kill(", pid, ", ", sig, ")"), errno);
+    }
+    return absl::OkStatus();
+  }
   bool GroupExists(pid_t pgid) override {
     return pgid > 0 && (killpg(pgid, 0) == 0 || errno == EPERM);
   }

@@ -80,6 +80,14 @@ class ProcessControl {
   // exists is not an error.
   virtual absl::Status SignalGroup(pid_t pgid, int sig) = 0;
 
+  // Sends `sig` to process `pid` only (to ask a hung worker for its stacks).
+  // A process that no longer exists is not an error. The default does
+  // nothing (Unimplemented), for fakes that never need it.
+  virtual absl::Status SignalProcess(pid_t pid, int sig) {
+    (void)pid;
+    (void)sig;
+    return absl::UnimplementedError("SignalProcess");
+  }
   // Whether any process (zombies included) is still in group `pgid`.
   virtual bool GroupExists(pid_t pgid) = 0;
 

@@ -80,15 +80,37 @@ void Supervisor::OnExit(pid_t pid, int wait_status, absl::Time now) {
       exit.exit_code = WEXITSTATUS(wait_status);
     }
     exits_.push_back(exit);
+    if (first_failure_ && first_failure_->hung && first_failure_->pid == pid &&
+        !exit.ok()) {
+      first_failure_->exit_code = exit.exit_code;  // how the hung one ended
+      first_failure_->signal = exit.signal;
+    }
     // A worker failing while the group runs is the root cause; exits after a
     // stop began are consequences of the stop.
     if (!exit.ok() && state_ == State::kRunning) {
-      first_failure_ = exit;
+      if (!first_failure_) first_failure_ = exit;  // else a hang was declared first
       BeginStop(SIGTERM, now);
     }
     break;
   }
   MaybeFinish(now);
+}
+
+void Supervisor::DeclareHung(size_t index, int64_t step, absl::Duration idle,
+                             absl::Time now) {
+  if (state_ != State::kRunning || first_failure_ || index >= workers_.size()) return;
+  WorkerExit hung;
+  hung.local_rank = workers_[index].local_rank;
+  hung.rank = workers_[index].rank;
+  hung.pid = pids_[index];
+  hung.time = now;
+  // Until it is reaped: what a shell shows for a process stopped by the
+  // launcher, so the run never exits 0 for a hang.
+  hung.signal = SIGTERM;
+  hung.hung = true;
+  hung.hung_step = step;
+  hung.hung_for = idle;
+  first_failure_ = hung;
 }
 
 void Supervisor::Stop(int sig, absl::Time now) {

@@ -36,6 +36,11 @@ struct WorkerExit {
   int exit_code = 0;
   int signal = 0;
   absl::Time time;
+  // Declared hung by the agent (liveness.h) rather than failed by itself:
+  // `time` is when; exit_code/signal are how it ended once stopped.
+  bool hung = false;
+  int64_t hung_step = -1;   // its newest reported step; -1: none
+  absl::Duration hung_for;  // without progress until declared hung
   // The code a shell would show: exit_code, or 128 + signal.
   int ShellCode() const { return signal != 0 ? 128 + signal : exit_code; }
   bool ok() const { return signal == 0 && exit_code == 0; }
@@ -75,6 +80,13 @@ class Supervisor {
   // check of whether the group is empty now.
   void OnExit(pid_t pid, int wait_status, absl::Time now);
 
+  // Worker `index` is hung: it becomes the root cause (first_failure, with
+  // the hang's fields; its signal reads SIGTERM until it is reaped with a
+  // failure of its own), so the attempt fails however its workers end now;
+  // the caller stops the group (Stop) once it has dumped the worker's
+  // stacks. No-op unless running or when a failure came first.
+  void DeclareHung(size_t index, int64_t step, absl::Duration idle, absl::Time now);
+
   // Stops the attempt: `sig` to the group now, SIGKILL once the grace period
   // ends. A second call with SIGKILL escalates at once. No-op when done.
   void Stop(int sig, absl::Time now);
@@ -96,6 +108,8 @@ class Supervisor {
   // The signal Stop() was called with first, or 0.
   int stop_signal() const { return stop_signal_; }
   int running() const { return running_; }
+  // Worker `index`'s pid; -1 once reaped (or out of range).
+  pid_t pid(size_t index) const { return index < pids_.size() ? pids_[index] : -1; }
   // The group still had members when the supervisor gave up waiting.
   bool leftovers() const { return leftovers_; }
 

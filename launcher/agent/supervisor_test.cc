@@ -93,6 +93,25 @@ TEST_F(SupervisorTest, AllExitZeroIsSuccess) {
   EXPECT_TRUE(fake.signals.empty());
 }
 
+TEST_F(SupervisorTest, HungWorkerStaysTheRootCauseHoweverItEnds) {
+  ASSERT_TRUE(sup.Start(Workers(2), now).ok());
+  sup.DeclareHung(1, /*step=*/7, absl::Seconds(30), now);
+  ASSERT_TRUE(sup.first_failure());
+  EXPECT_TRUE(sup.first_failure()->hung);
+  EXPECT_EQ(sup.first_failure()->rank, 11);
+  EXPECT_EQ(sup.first_failure()->hung_step, 7);
+  EXPECT_TRUE(fake.signals.empty()) << "the caller stops the group after the dump";
+  // Resumed for its dump, it finishes; another worker then fails: neither
+  // replaces the hang as the cause, and the attempt does not succeed.
+  Exit(101, Exited(0));
+  Exit(100, Exited(4));
+  EXPECT_EQ(sup.state(), Supervisor::State::kDone);
+  EXPECT_FALSE(sup.succeeded());
+  EXPECT_EQ(sup.first_failure()->rank, 11);
+  EXPECT_TRUE(sup.first_failure()->hung);
+  EXPECT_NE(sup.first_failure()->ShellCode(), 0);
+}
+
 TEST_F(SupervisorTest, FirstFailureStopsGroupThenKillsAfterGrace) {
   ASSERT_TRUE(sup.Start(Workers(3), now).ok());
   now += absl::Seconds(1);

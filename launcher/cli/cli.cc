@@ -146,6 +146,10 @@ constexpr FlagInfo kSubmitFlags[] = {
     {"--last-call-timeout", "DUR",
      "after MIN nodes joined, wait this long for more (1s)"},
     {"--join-timeout", "DUR", "a round below MIN this long fails the job (600s)"},
+    {"--hang-timeout", "DUR|off",
+     "a rank without progress this long is hung: stacks\n"
+     "to its log, then a restart (default: 10x the median\n"
+     "step time, at least 5m)"},
     {"--wait-for-nodes", "",
      "queue the job even if no registered node could\n"
      "hold it yet (default: such a job is refused)"},
@@ -160,7 +164,8 @@ creates nothing.
 
 A job file is YAML with the keys name, nnodes ("N" or "MIN:MAX"),
 nproc_per_node, max_restarts, command (a list: program and arguments), env
-(a mapping), working_dir, last_call_timeout, join_timeout, wait_for_nodes;
+(a mapping), working_dir, last_call_timeout, join_timeout, hang_timeout,
+wait_for_nodes;
 only command is required. It may inherit with _base_; KEY=VALUE words after
 the file override its keys (Hydra's grammar: nnodes=2:4 sets, +env.SEED=1
 adds, ~env deletes). Flags override the file too; the words after "--" are

@@ -340,6 +340,38 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   }
 }
 
+// A daemon-run attempt detects a hang too, and the service shows it as the
+// root cause: a worker that stops itself (SIGSTOP) and never reports.
+TEST_F(CliE2eTest, HungWorkerOnADaemonIsTheRootCause) {
+  const std::string logs = testing::MakeTempDir("cli_hang");
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> d =
+      testing::Subprocess::Start({BinDir() + "/elastrund", "--rendezvous", address_,
+                                  "--node-id", "n1", "--slots", "1", "--state-dir",
+                                  logs + "/state", "--log-dir", logs, "--token-file",
+                                  token_file_, "--cred-socket", "none"},
+                                 {"ELASTRUN_SNAPSHOT_BASE=" + logs});
+  ASSERT_TRUE(d.ok()) << d.status();
+  RunResult job =
+      Cli({"submit", "--name", "stuck", "--hang-timeout", "2s", "--wait-for-nodes", "--",
+           "/bin/sh", "-c", "kill -STOP $$; exit 0"});
+  ASSERT_EQ(job.exit_code, 0) << job.output;
+  const std::string id(absl::StripTrailingAsciiWhitespace(job.output));
+  RunResult wait = Cli({"wait", id, "--timeout", "120"});
+  EXPECT_EQ(wait.exit_code, 1) << wait.output;
+  EXPECT_THAT(wait.output,
+              HasSubstr("rank 0 (local 0), round 0: rank 0 hung before reporting a step "
+                        "(no progress for 2"));
+  nlohmann::json j = Json(Cli({"status", id, "--output", "json"}));
+  EXPECT_EQ(j["state"], "FAILED");
+  EXPECT_EQ(j["spec"]["hang_timeout"], "2s");
+  EXPECT_EQ(j["root_cause"]["hung"], true);
+  EXPECT_EQ(j["root_cause"]["hung_step"], -1);
+  EXPECT_THAT(testing::ReadFile(logs + "/" + id + "/attempt_0/0/stderr.log"),
+              HasSubstr("elastrun: rank 0 hung before reporting a step"));
+  (*d)->Signal(SIGTERM);
+  EXPECT_TRUE((*d)->Wait(kWait).ok());
+}
+
 // One real daemon with one slot: a 2-worker job is refused at submit,
 // naming what it needs and what is there; with --wait-for-nodes it waits,
 // PENDING, while a 1-worker job behind it runs to the end.

@@ -156,6 +156,7 @@ absl::StatusOr<v1::JobSpec> SpecFromArgs(const ParsedArgs& a) {
   take("--working-dir", &f.working_dir);
   take("--last-call-timeout", &f.last_call_timeout);
   take("--join-timeout", &f.join_timeout);
+  take("--hang-timeout", &f.hang_timeout);
   f.wait_for_nodes = a.Has("--wait-for-nodes");
   f.program = a.program;
 

@@ -213,6 +213,8 @@ Json ProtoJson(const google::protobuf::Message& message) {
 std::string FormatFailure(const v1::WorkerFailure& f) {
   std::string out = absl::StrFormat("node %s rank %d (local %d), round %d: ", f.node_id(),
                                     f.rank(), f.local_rank(), f.round());
+  // A hang is its own cause: how the stopped worker then died is not.
+  if (f.hung()) return absl::StrCat(out, f.message());
   if (f.signal() != 0) {
     absl::StrAppend(&out, "killed by signal ", SignalName(f.signal()));
   } else {

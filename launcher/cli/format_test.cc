@@ -185,6 +185,20 @@ TEST(CliFormatTest, JobLineSaysWhyItFailed) {
   EXPECT_EQ(FormatJobLine(ok), "mnist-7 SUCCEEDED (round 2, world size 4, 0 restarts)");
 }
 
+TEST(CliFormatTest, HungRootCauseSaysSo) {
+  v1::JobStatus s = FailedJob();
+  v1::WorkerFailure* f = s.mutable_root_cause();
+  f->set_rank(1);
+  f->set_signal(15);
+  f->set_hung(true);
+  f->set_hung_step(5);
+  f->set_message("rank 1 hung at step 5 (no progress for 2s)");
+  EXPECT_THAT(FormatJobStatus(s),
+              HasSubstr("rank 1 hung at step 5 (no progress for 2s)"));
+  EXPECT_THAT(FormatJobStatus(s), Not(HasSubstr("SIGTERM")));
+  EXPECT_EQ(ProtoJson(s)["root_cause"]["hung_step"], 5);
+}
+
 TEST(CliFormatTest, ListJsonAndText) {
   v1::ListJobsResponse r;
   *r.add_jobs() = FailedJob();

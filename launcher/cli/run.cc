@@ -29,6 +29,7 @@
 #include "launcher/agent/attempt.h"
 #include "launcher/agent/cgroup.h"
 #include "launcher/agent/cgroup_reaper.h"
+#include "launcher/agent/liveness.h"
 #include "launcher/agent/port.h"
 #include "launcher/agent/snapshot_dir.h"
 #include "launcher/round/context.h"
@@ -129,6 +130,8 @@ absl::StatusOr<RunSetup> PrepareRun(const RunOptions& o) {
   setup.group.redirects = o.redirects;
   setup.group.tee = o.tee;
   setup.group.local_ranks_filter = o.local_ranks_filter;
+  setup.group.hang_timeout = o.hang_timeout;
+  setup.group.python_path = FindPythonHelperDir();
   for (char** e = environ; *e != nullptr; ++e) setup.base_env.emplace_back(*e);
   return setup;
 }
@@ -276,9 +279,10 @@ class StandaloneRun {
     rendezvous::Failure failure = MakeFailure(node_, ctx.round, f, ctx.attempt_dir);
     (void)core_.ReportFailure(failure, absl::Now());
     if (core_.state() == rendezvous::JobState::kJoining) {
-      Say(absl::StrCat("worker rank ", f.rank, " failed with ", DescribeExit(f),
-                       "; restarting (", core_.restart_count(), " of ", o_.max_restarts,
-                       ")"));
+      Say(absl::StrCat(
+          f.hung ? DescribeHang(f.rank, f.hung_step, f.hung_for)
+                 : absl::StrCat("worker rank ", f.rank, " failed with ", DescribeExit(f)),
+          "; restarting (", core_.restart_count(), " of ", o_.max_restarts, ")"));
       return std::nullopt;
     }
     WriteAll(STDERR_FILENO,
@@ -372,9 +376,22 @@ int RunStandalone(const RunOptions& o) {
   const RunCgroup cgroup = MakeRunCgroup();
   AgentOptions agent_options;
   agent_options.grace = o.shutdown_timeout;
+  // Workers report progress (and so liveness) on a socket in the run's
+  // folder; the secret each one gets, not the folder, keeps others out.
+  agent_options.progress_socket = absl::StrCat(setup->run_dir, "/agent.sock");
+  setup->group.agent_socket = agent_options.progress_socket;
   agent_options.standby = o.standby;
   if (cgroup.cgroup != nullptr) agent_options.cgroup = cgroup.cgroup->dir();
   auto agent = Agent::Create(agent_options);
+  if (!agent.ok() && !agent_options.progress_socket.empty()) {
+    // A log folder where no socket can be made (a path too long for one,
+    // some network file systems) costs the progress reports, not the run.
+    Say(absl::StrCat("warning: no progress reports (hangs are seen from /proc only): ",
+                     agent.status().message()));
+    agent_options.progress_socket.clear();
+    setup->group.agent_socket.clear();
+    agent = Agent::Create(agent_options);
+  }
   if (!agent.ok()) {
     Say(absl::StrCat("cannot start the agent: ", agent.status().message()));
     return 1;

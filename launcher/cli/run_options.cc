@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
+#include "launcher/agent/liveness.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -27,10 +28,18 @@ struct FlagDef {
 
 constexpr FlagDef kFlags[] = {
     {"--nproc-per-node", "N|cpu|gpu|auto", "workers on this node (default 1)"},
-    {"--nnodes", "1|1:1", "nodes: only 1 here; more go through elastrund +\n"
-                          "`elastrun submit --nnodes`"},
+    {"--nnodes", "1|1:1",
+     "nodes: only 1 here; more go through elastrund +\n"
+     "`elastrun submit --nnodes`"},
     {"--max-restarts", "K", "restarts after failures (default 0)"},
     {"--shutdown-timeout", "DUR", "grace between SIGTERM and SIGKILL (default 30s)"},
+    {"--hang-timeout", "DUR|off",
+     "a rank without progress this long is hung: its\n"
+     "stacks go to its log and the group restarts. Progress:\n"
+     "a new step reported (elastrun.report in Python, the\n"
+     "worker library in C++), or, before any report, CPU\n"
+     "time; a stopped process makes none (default: 10x the\n"
+     "median step time, at least 5m)"},
     {"--standby", "",
      "keep the next attempt's workers started and waiting,\n"
      "so a restart skips start-up (programs built on\n"
@@ -54,10 +63,12 @@ constexpr FlagDef kFlags[] = {
     {"--no-python", "", "execute PROGRAM directly, even a .py"},
     {"-m,--module", "", "PROGRAM is a python module (python -m)"},
     {"--run-path", "", "run PROGRAM with python (runpy)"},
-    {"--standalone", "", "accepted: `elastrun run` is always standalone (one\n"
-                         "node, the rendezvous in this process)"},
-    {"--rdzv-backend", "NAME", "c10d or static: both mean the in-process\n"
-                               "rendezvous here; others are refused"},
+    {"--standalone", "",
+     "accepted: `elastrun run` is always standalone (one\n"
+     "node, the rendezvous in this process)"},
+    {"--rdzv-backend", "NAME",
+     "c10d or static: both mean the in-process\n"
+     "rendezvous here; others are refused"},
     {"--rdzv-endpoint", "HOST[:PORT]",
      "must be this node (the rendezvous is in this process);\n"
      "another host is refused: several nodes need elastrund\n"
@@ -66,12 +77,15 @@ constexpr FlagDef kFlags[] = {
     {"--start-method", "spawn",
      "only spawn (every worker is a new process); fork\n"
      "and forkserver are refused"},
-    {"--rdzv-conf", "K=V,...", "warned about and ignored: nothing to configure in\n"
-                               "a one-node, in-process rendezvous"},
-    {"--local-addr", "ADDR", "warned about and ignored: one node needs no\n"
-                             "address for the rendezvous"},
-    {"--monitor-interval", "DUR", "warned about and ignored: worker exits are seen at\n"
-                                  "once (SIGCHLD), not polled"},
+    {"--rdzv-conf", "K=V,...",
+     "warned about and ignored: nothing to configure in\n"
+     "a one-node, in-process rendezvous"},
+    {"--local-addr", "ADDR",
+     "warned about and ignored: one node needs no\n"
+     "address for the rendezvous"},
+    {"--monitor-interval", "DUR",
+     "warned about and ignored: worker exits are seen at\n"
+     "once (SIGCHLD), not polled"},
 };
 
 // "PET_NPROC_PER_NODE" for "nproc-per-node", as torchrun reads them.
@@ -185,6 +199,8 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     (void)n;
   } else if (flag == "shutdown-timeout") {
     ASSIGN_OR_RETURN(o.shutdown_timeout, ParseDuration(value, shown));
+  } else if (flag == "hang-timeout") {
+    ASSIGN_OR_RETURN(o.hang_timeout, ParseHangTimeout(value, shown));
   } else if (flag == "standalone") {
     ASSIGN_OR_RETURN(o.standalone, ParseBool(value, shown));
   } else if (flag == "standby") {

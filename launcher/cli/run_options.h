@@ -61,6 +61,10 @@ struct RunOptions {
   bool no_snapshots = false;
   // --shutdown-timeout: grace between the stop signal and SIGKILL.
   absl::Duration shutdown_timeout = absl::Seconds(30);
+  // --hang-timeout: a rank without progress this long is declared hung and
+  // the group restarts (liveness.h); 0: derived from the step time (at
+  // least 5 minutes); negative (`off`): never.
+  absl::Duration hang_timeout = absl::ZeroDuration();
   // The program and its arguments.
   std::vector<std::string> program;
   // --help was asked for.

@@ -186,6 +186,15 @@ TEST(RunOptionsTest, HelpListsExactlyTheFlagsThatParse) {
   EXPECT_THAT(Error(Parse({"--monitor", "1", "w"})), HasSubstr("unknown flag --monitor"));
 }
 
+TEST(RunOptionsTest, HangTimeout) {
+  EXPECT_EQ(Parse({"w"})->hang_timeout, absl::ZeroDuration());  // derived
+  EXPECT_EQ(Parse({"--hang-timeout", "2s", "w"})->hang_timeout, absl::Seconds(2));
+  EXPECT_EQ(Parse({"--hang_timeout=90", "w"})->hang_timeout, absl::Seconds(90));
+  EXPECT_LT(Parse({"--hang-timeout", "off", "w"})->hang_timeout, absl::ZeroDuration());
+  EXPECT_THAT(Error(Parse({"--hang-timeout", "later", "w"})),
+              HasSubstr("--hang-timeout"));
+}
+
 TEST(RunOptionsTest, NprocKeywords) {
   EXPECT_EQ(*ResolveNprocPerNode("3", 8, 0), 3);
   EXPECT_EQ(*ResolveNprocPerNode("cpu", 8, 2), 8);

@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "google/protobuf/util/time_util.h"
+#include "launcher/agent/liveness.h"
 #include "rendezvous/types.h"
 
 namespace elastrun::launcher {
@@ -104,6 +105,20 @@ absl::StatusOr<google::protobuf::Duration> CheckTimeout(absl::string_view text,
   return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
 }
 
+// A hang timeout: "off" is -1 s (detection off), 0 derived, else at most
+// kMaxTimeout.
+absl::StatusOr<google::protobuf::Duration> CheckHangTimeout(absl::string_view text,
+                                                            absl::string_view what) {
+  ASSIGN_OR_RETURN(absl::Duration d, launcher::ParseHangTimeout(text, what));
+  if (d < absl::ZeroDuration()) d = absl::Seconds(-1);
+  if (d > kMaxTimeout) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %s is too long (at most %s)",
+                                                      what, absl::FormatDuration(d),
+                                                      absl::FormatDuration(kMaxTimeout)));
+  }
+  return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
+}
+
 // "FILE:LINE:COL: FIELD: why" for a value of the job file.
 absl::Status At(const Node& value, absl::string_view field, const absl::Status& why) {
   return config::ErrorAt(value.mark(), field, why.message());
@@ -177,6 +192,12 @@ absl::StatusOr<v1::JobSpec> SpecFromNode(const Node& raw) {
     *(std::string(field) == "join_timeout" ? spec.mutable_join_timeout()
                                            : spec.mutable_last_call_timeout()) = *d;
   }
+  if (const Node& value = *n.Find("hang_timeout"); !value.is_null()) {
+    absl::StatusOr<google::protobuf::Duration> d =
+        CheckHangTimeout(value.ScalarText(), "hang_timeout");
+    if (!d.ok()) return config::ErrorAt(value.mark(), "", d.status().message());
+    *spec.mutable_hang_timeout() = *d;
+  }
   return spec;
 }
 
@@ -202,6 +223,9 @@ const Schema& JobSpecSchema() {
                     "After MIN nodes joined a round, wait this long for more (1s).")
           .Optional("join_timeout", Type::String().OrNull(), "null",
                     "A round still below MIN this long fails the job (600s).")
+          .Optional("hang_timeout", Type::String().OrNull(), "null",
+                    "A rank without progress this long is hung (a restart); "
+                    "off, or null: derived (10x the median step, at least 5m).")
           .Optional("wait_for_nodes", Type::Bool(), "false",
                     "Queue the job even if no registered node could hold it yet."));
   return *schema;
@@ -303,6 +327,12 @@ absl::StatusOr<v1::JobSpec> ApplySpecFlags(const SpecFlags& flags, v1::JobSpec s
         CheckTimeout(flags.join_timeout.back(), "--join-timeout", true);
     if (!d.ok()) return d.status();
     *spec.mutable_join_timeout() = *d;
+  }
+  if (!flags.hang_timeout.empty()) {
+    absl::StatusOr<google::protobuf::Duration> d =
+        CheckHangTimeout(flags.hang_timeout.back(), "--hang-timeout");
+    if (!d.ok()) return d.status();
+    *spec.mutable_hang_timeout() = *d;
   }
   if (flags.wait_for_nodes) spec.set_wait_for_nodes(true);
   if (!flags.program.empty()) {

@@ -60,6 +60,7 @@ struct SpecFlags {
   std::vector<std::string> working_dir;        // --working-dir
   std::vector<std::string> last_call_timeout;  // --last-call-timeout
   std::vector<std::string> join_timeout;       // --join-timeout
+  std::vector<std::string> hang_timeout;       // --hang-timeout (DUR, 0, or off)
   bool wait_for_nodes = false;                 // --wait-for-nodes (only turns it on)
   std::vector<std::string> program;            // after "--"
 };

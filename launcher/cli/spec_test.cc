@@ -71,6 +71,21 @@ TEST(CliSpecTest, AllFieldsAndDefaults) {
   EXPECT_FALSE(bare->wait_for_nodes());         // refused if no node could hold it
   EXPECT_FALSE(bare->has_last_call_timeout());  // the service's default applies
   EXPECT_FALSE(bare->has_join_timeout());
+  EXPECT_FALSE(bare->has_hang_timeout());  // derived from the step time
+}
+
+TEST(CliSpecTest, HangTimeoutFromFileAndFlag) {
+  EXPECT_EQ(Yaml("command: [x]\nhang_timeout: 10m\n")->hang_timeout().seconds(), 600);
+  EXPECT_EQ(Yaml("command: [x]\nhang_timeout: off\n")->hang_timeout().seconds(), -1);
+  EXPECT_THAT(ErrorOf(Yaml("command: [x]\nhang_timeout: soon\n")),
+              HasSubstr("hang_timeout"));
+  SpecFlags f;
+  f.program = {"x"};
+  f.hang_timeout = {"off"};
+  EXPECT_EQ(ApplySpecFlags(f, DefaultJobSpec(), false)->hang_timeout().seconds(), -1);
+  f.hang_timeout = {"later"};
+  EXPECT_THAT(ErrorOf(ApplySpecFlags(f, DefaultJobSpec(), false)),
+              HasSubstr("--hang-timeout"));
 }
 
 TEST(CliSpecTest, NnodesAsNumberOrRange) {
@@ -163,6 +178,7 @@ TEST(CliSpecTest, FlagsBuildSpec) {
   f.env = {"A=1", "B=x=y"};
   f.working_dir = {"/w"};
   f.join_timeout = {"30s"};
+  f.hang_timeout = {"90s"};
   f.program = {"python", "train.py", "--epochs", "3"};
   absl::StatusOr<v1::JobSpec> s = ApplySpecFlags(f, DefaultJobSpec(), false);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -174,6 +190,7 @@ TEST(CliSpecTest, FlagsBuildSpec) {
   EXPECT_THAT(s->env(), UnorderedElementsAre(Pair("A", "1"), Pair("B", "x=y")));
   EXPECT_EQ(s->working_dir(), "/w");
   EXPECT_EQ(s->join_timeout().seconds(), 30);
+  EXPECT_EQ(s->hang_timeout().seconds(), 90);
   EXPECT_FALSE(s->wait_for_nodes());
   EXPECT_THAT(s->argv(), ElementsAre("python", "train.py", "--epochs", "3"));
   f.wait_for_nodes = true;

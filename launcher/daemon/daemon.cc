@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "glog/logging.h"
 #include "launcher/agent/attempt.h"
+#include "launcher/agent/liveness.h"
 #include "launcher/agent/port.h"
 #include "launcher/daemon/worker_user.h"
 #include "launcher/round/context.h"
@@ -239,6 +240,9 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
   group.nproc_per_node = me->local_world_size();
   group.max_restarts = start.max_restarts();
   group.agent_socket = options_.agent_socket;
+  // Unset or 0: derived; negative: off (rendezvous/job_spec.cc checked it).
+  group.hang_timeout = rendezvous::FromProto(start.spec().hang_timeout());
+  group.python_path = FindPythonHelperDir();
   ending_.erase(start.job_id());  // the job is (back) here
   const rendezvous::RoundAssignment round = rendezvous::FromProto(a);
   const AttemptContext ctx =
@@ -390,8 +394,10 @@ void Daemon::QueueEndReport(const Attempt& a, const AttemptOutcome& outcome) {
                           /*cannot_start=*/true)));
   } else if (outcome.kind == Kind::kFailed && outcome.first_failure) {
     const WorkerExit& e = *outcome.first_failure;
-    LOG(INFO) << "job " << a.job_id << " round " << a.round << ": rank " << e.rank
-              << " failed with " << DescribeExit(e);
+    LOG(INFO) << "job " << a.job_id << " round " << a.round << ": "
+              << (e.hung
+                      ? DescribeHang(e.rank, e.hung_step, e.hung_for)
+                      : absl::StrCat("rank ", e.rank, " failed with ", DescribeExit(e)));
     reports_.push_back(FailureReport(options_.node_id, a.job_id, a.round,
                                      MakeFailure(options_.node_id, a.round, e,
                                                  a.attempt_dir)));

@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "launcher/agent/attempt.h"
+#include "launcher/agent/liveness.h"
 #include "worker/error_file.h"
 
 namespace elastrun::launcher {
@@ -44,6 +45,14 @@ rendezvous::Failure MakeFailure(const std::string& node, int64_t round,
   f.exit_code = exit.exit_code;
   f.signal = exit.signal;
   f.time = exit.time;
+  if (exit.hung) {
+    // The hang is the cause; an error file it may have written while it
+    // was being stopped is not.
+    f.hung = true;
+    f.hung_step = exit.hung_step;
+    f.message = DescribeHang(exit.rank, exit.hung_step, exit.hung_for);
+    return f;
+  }
   auto record = worker::ReadErrorFile(ErrorFilePath(attempt_dir, exit.local_rank));
   if (record.ok()) {
     f.message = record->message;
@@ -74,7 +83,10 @@ std::string FormatFailureSummary(const std::string& run_id, const std::string& n
                   ")\n");
   absl::StrAppend(&out, "  exit       : ", DescribeExit(as_exit), "\n");
   const std::string error_file = ErrorFilePath(attempt_dir, root->local_rank);
-  if (root->message.empty()) {
+  if (root->hung) {
+    absl::StrAppend(&out, "  hang       : ", root->message,
+                    "; its stacks are in its stderr.log\n");
+  } else if (root->message.empty()) {
     absl::StrAppend(&out, "  error_file : <N/A> (the worker wrote none",
                     root->signal != 0 ? "; it was killed by a signal" : "", ")\n");
   } else {

@@ -1,0 +1,186 @@
+#include "launcher/agent/liveness.h"
+
+#include <unistd.h>
+
+#include <map>
+
+#include "common/clock.h"
+#include "gtest/gtest.h"
+
+namespace elastrun::launcher {
+namespace {
+
+// /proc as the test says it is.
+class FakeProcReader : public ProcReader {
+ public:
+  ProcSample Read(pid_t pid) override { return samples[pid]; }
+  std::map<pid_t, ProcSample> samples;
+};
+
+ProcSample Running(int64_t ticks) { return {true, 'R', ticks, false}; }
+ProcSample Stopped(int64_t ticks) { return {true, 'T', ticks, false}; }
+
+class LivenessTest : public ::testing::Test {
+ protected:
+  // Samples every worker (pid = 100 + index) at the clock's time.
+  void Sample(Liveness& l, size_t n) {
+    for (size_t i = 0; i < n; ++i) l.OnSample(i, proc_.Read(100 + i), clock_.Now());
+  }
+  FakeClock clock_;
+  FakeProcReader proc_;
+};
+
+TEST_F(LivenessTest, ReportingRankHungAfterTimeoutWithoutNewStep) {
+  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  l.OnReport(0, 1, clock_.Now());
+  l.OnReport(1, 1, clock_.Now());
+  clock_.Advance(absl::Seconds(6));
+  l.OnReport(0, 2, clock_.Now());
+  l.OnReport(1, 1, clock_.Now());  // the same step again is not progress
+  // Burning CPU does not count for a rank that reports (a spin in a
+  // collective burns CPU too).
+  proc_.samples[101] = Running(100);
+  Sample(l, 2);
+  proc_.samples[101] = Running(900);
+  clock_.Advance(absl::Seconds(3));
+  Sample(l, 2);
+  EXPECT_FALSE(l.Check(clock_.Now()));
+  clock_.Advance(absl::Seconds(1));
+  auto hang = l.Check(clock_.Now());
+  ASSERT_TRUE(hang);
+  EXPECT_EQ(hang->rank, 1);
+  EXPECT_EQ(hang->step, 1);
+  EXPECT_TRUE(hang->reported);
+  EXPECT_EQ(hang->idle, absl::Seconds(10));
+  EXPECT_EQ(DescribeHang(hang->rank, hang->step, hang->idle),
+            "rank 1 hung at step 1 (no progress for 10s)");
+}
+
+TEST_F(LivenessTest, SilentProgramBurningCpuIsNotHungButIdleOneIs) {
+  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  for (int t = 0; t <= 30; ++t) {
+    proc_.samples[100] = Running(t * 50);  // burns CPU, reports nothing
+    proc_.samples[101] = Running(7);       // sleeps
+    Sample(l, 2);
+    if (t < 10) {
+      EXPECT_FALSE(l.Check(clock_.Now())) << t;
+    }
+    clock_.Advance(absl::Seconds(1));
+  }
+  auto hang = l.Check(clock_.Now());
+  ASSERT_TRUE(hang);
+  EXPECT_EQ(hang->rank, 1);
+  EXPECT_FALSE(hang->reported);
+  EXPECT_EQ(DescribeHang(hang->rank, hang->step, hang->idle),
+            "rank 1 hung before reporting a step (no progress for 31s)");
+}
+
+TEST_F(LivenessTest, StoppedRankIsTheRootCauseEvenWhenOthersWaitedLonger) {
+  Liveness l({absl::Seconds(10)}, {4, 5, 6}, clock_.Now());
+  // Rank 4 last reported first, then waits in a collective for rank 5,
+  // which reported once more and stopped (SIGSTOP).
+  l.OnReport(0, 3, clock_.Now());
+  clock_.Advance(absl::Seconds(1));
+  l.OnReport(1, 3, clock_.Now());
+  l.OnReport(2, 3, clock_.Now());
+  proc_.samples[100] = Running(1);
+  proc_.samples[101] = Stopped(1);
+  proc_.samples[102] = Running(1);
+  clock_.Advance(absl::Seconds(1));
+  Sample(l, 3);
+  // A report read after the stop is not progress (but is its newest step).
+  l.OnReport(1, 4, clock_.Now());
+  clock_.Advance(absl::Seconds(20));
+  auto hang = l.Check(clock_.Now());
+  ASSERT_TRUE(hang);
+  EXPECT_EQ(hang->rank, 5);
+  EXPECT_EQ(hang->step, 4);
+  EXPECT_TRUE(hang->stopped);
+}
+
+TEST_F(LivenessTest, StoppedRankIsTheRootCauseBeforeItsOwnTimeout) {
+  // Rank 0 reported last at 0 s and waits on rank 1, which reported at 1 s
+  // and then stopped: rank 0 times out first, rank 1 is the cause.
+  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  l.OnReport(0, 5, clock_.Now());
+  clock_.Advance(absl::Seconds(1));
+  l.OnReport(1, 5, clock_.Now());
+  proc_.samples[100] = Running(3);
+  proc_.samples[101] = Stopped(3);
+  Sample(l, 2);
+  clock_.Advance(absl::Seconds(9));
+  auto hang = l.Check(clock_.Now());
+  ASSERT_TRUE(hang);
+  EXPECT_EQ(hang->rank, 1);
+  EXPECT_TRUE(hang->stopped);
+  EXPECT_EQ(hang->idle, absl::Seconds(9));
+}
+
+TEST_F(LivenessTest, OldestProgressIsTheRootCauseWithoutAStoppedRank) {
+  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  l.OnReport(1, 7, clock_.Now());
+  clock_.Advance(absl::Seconds(2));
+  l.OnReport(0, 8, clock_.Now());
+  clock_.Advance(absl::Seconds(30));
+  auto hang = l.Check(clock_.Now());
+  ASSERT_TRUE(hang);
+  EXPECT_EQ(hang->rank, 1);
+}
+
+TEST_F(LivenessTest, ExitedWorkerIsNeverHung) {
+  Liveness l({absl::Seconds(1)}, {0}, clock_.Now());
+  proc_.samples[100] = ProcSample{};  // gone
+  Sample(l, 1);
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_FALSE(l.Check(clock_.Now()));
+}
+
+TEST_F(LivenessTest, DerivedTimeoutIsFloorOrMultipleOfMedianStep) {
+  HangPolicy p;  // timeout 0: derived
+  p.floor = absl::Seconds(60);
+  p.step_multiple = 10;
+  Liveness l(p, {0}, clock_.Now());
+  EXPECT_EQ(l.Timeout(), absl::Seconds(60));
+  // Steps of 1 s: 10 s < the floor.
+  for (int s = 0; s < 5; ++s) {
+    l.OnReport(0, s, clock_.Now());
+    clock_.Advance(absl::Seconds(1));
+  }
+  EXPECT_EQ(l.Timeout(), absl::Seconds(60));
+  // Steps of 20 s from now on: the median moves to them.
+  for (int s = 5; s < 15; ++s) {
+    l.OnReport(0, s, clock_.Now());
+    clock_.Advance(absl::Seconds(20));
+  }
+  EXPECT_EQ(l.Timeout(), absl::Seconds(200));
+  EXPECT_EQ(l.SampleInterval(), absl::Seconds(5));
+}
+
+TEST_F(LivenessTest, NegativeTimeoutDisables) {
+  Liveness l({absl::Seconds(-1)}, {0}, clock_.Now());
+  EXPECT_FALSE(l.enabled());
+  clock_.Advance(absl::Hours(100));
+  EXPECT_FALSE(l.Check(clock_.Now()));
+}
+
+TEST(HangTimeoutFlagTest, OffZeroAndDurations) {
+  EXPECT_LT(*ParseHangTimeout("off", "--hang-timeout"), absl::ZeroDuration());
+  EXPECT_LT(*ParseHangTimeout("OFF", "--hang-timeout"), absl::ZeroDuration());
+  EXPECT_EQ(*ParseHangTimeout("0", "--hang-timeout"), absl::ZeroDuration());
+  EXPECT_EQ(*ParseHangTimeout("2s", "--hang-timeout"), absl::Seconds(2));
+  EXPECT_FALSE(ParseHangTimeout("soon", "--hang-timeout").ok());
+  EXPECT_EQ(FormatHangTimeout(absl::Seconds(-1)), "off");
+  EXPECT_EQ(FormatHangTimeout(absl::ZeroDuration()), "derived");
+  EXPECT_EQ(FormatHangTimeout(absl::Seconds(90)), "1m30s");
+}
+
+TEST(RealProcReaderTest, ReadsThisProcess) {
+  ProcSample s = RealProcReader().Read(getpid());
+  EXPECT_TRUE(s.exists);
+  EXPECT_NE(s.state, 'T');
+  EXPECT_GE(s.cpu_ticks, 0);
+  EXPECT_FALSE(RealProcReader().Read(0x7ffffff0).exists);
+}
+
+}  // namespace
+}  // namespace elastrun::launcher
