@@ -152,7 +152,7 @@ TEST_F(MultiHostTest, CutLinkSurvivorsReform) {
   // The daemons may still be registering: the job waits for them.
   testing::RunResult submit =
       Cli({"submit", "--name", "mh", "--nnodes", "2:3", "--nproc-per-node", "1",
-           "--wait-for-nodes", "--",
+           "--wait-for-nodes", "--export", "NONE", "--working-dir", "", "--",
            BinDir() + "/elastrun-test-worker", "--steps", "40", "--step-ms", "50",
            "--ready-dir", ready});
   ASSERT_EQ(submit.exit_code, 0) << submit.output;

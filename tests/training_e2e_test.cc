@@ -158,6 +158,8 @@ class TrainingE2eTest : public ::testing::Test {
     std::vector<std::string> argv = {testing::BinDir() + "/elastrun", "submit",
                                      "--rendezvous", cluster_->address()};
     argv.insert(argv.end(), {"--name", name, "--nnodes", "2:3", "--nproc-per-node", "1"});
+    // Each node's own folder (its daemon's) and environment, not the test's.
+    argv.insert(argv.end(), {"--working-dir", "", "--export", "NONE"});
     argv.insert(argv.end(), {"--max-restarts", "3", "--env", "OMP_NUM_THREADS=1"});
     argv.insert(argv.end(), {"--env", "ELASTRUN_TRAIN_SAMPLE_LOG=samples", "--", train_});
     argv.insert(argv.end(), {"--config", config_, "train.output_dir=" + output_dir});

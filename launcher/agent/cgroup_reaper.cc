@@ -18,6 +18,10 @@ namespace {
 // descriptor besides stderr.
 [[noreturn]] void RunReaper(int read_fd, const std::string& dir) {
   setsid();
+  // Not one of the run's processes: the environment it inherited (where
+  // tools look for a job's variables) is wiped, in place, so that
+  // /proc/PID/environ no longer shows it.
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) memset(*e, 0, strlen(*e));
   int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd >= 0) {
     dup2(null_fd, STDIN_FILENO);

@@ -204,8 +204,10 @@ int Submit(const ParsedArgs& a, const CliContext& ctx) {
         value, ctx.environment ? ctx.environment() : std::vector<std::string>(), &*spec);
     if (!exported.ok()) spec = exported;
   }
-  if (spec.ok() && spec->working_dir().empty() && ctx.cwd)
+  // --working-dir '' leaves the folder to each node's daemon.
+  if (spec.ok() && spec->working_dir().empty() && !a.Has("--working-dir") && ctx.cwd) {
     spec->set_working_dir(ctx.cwd());
+  }
   // Whatever went wrong locally (a missing file included) is the caller's
   // input: a usage error, nothing sent.
   if (!spec.ok()) return Fail(a, ctx, spec.status(), kExitUsage);
