@@ -20,6 +20,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/cgroup.h"
@@ -118,9 +120,11 @@ TEST_F(RunCgroupTest, SigkilledRunLeavesNoGrandchildRunning) {
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_TRUE(WIFSIGNALED(*status));
   EXPECT_TRUE(WaitExited(grandchild, kWait)) << "grandchild " << grandchild << " outlived the run";
-  // The watchdog (tagged like every process of the run) exits last, once
-  // the folder is gone.
+  // The watchdog (its environment wiped: not a process of the job)
+  // removes the folder once the run is gone; looked at until a deadline.
   for (pid_t pid : testing::ProcessesWithEnv(marker_)) EXPECT_TRUE(WaitExited(pid, kWait));
+  const absl::Time deadline = absl::Now() + kWait;
+  while (Exists(dir) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
   EXPECT_FALSE(Exists(dir)) << dir;
 }
 
