@@ -6,31 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "rendezvous/store.h"
 
 namespace elastrun::rendezvous {
 
 absl::Status LogDb::Error(int rc, absl::string_view what) const {
-  const std::string msg =
-      absl::StrFormat("log database %s: %s: %s", path_, what,
-                      db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
-  switch (rc & 0xff) {
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-      return absl::DataLossError(msg);
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return absl::UnavailableError(
-          absl::StrCat(msg, " (is another elastrun-rendezvous using it?)"));
-    case SQLITE_FULL:
-    case SQLITE_IOERR:
-      return absl::UnavailableError(absl::StrCat(msg, " (disk full or failing?)"));
-    case SQLITE_CANTOPEN:
-    case SQLITE_PERM:
-    case SQLITE_READONLY:
-      return absl::PermissionDeniedError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
+  return SqliteStatus(db_, rc, absl::StrCat("log database ", path_), what);
 }
 
 absl::StatusOr<std::unique_ptr<LogDb>> LogDb::Open(const std::string& path) {

@@ -16,10 +16,10 @@ constexpr int kSchemaVersion = 1;
 
 }  // namespace
 
-absl::Status Store::Error(int rc, absl::string_view what) const {
-  const std::string msg = absl::StrFormat("state database %s: %s: %s", path_, what,
-                                          db_ != nullptr ? sqlite3_errmsg(db_)
-                                                         : sqlite3_errstr(rc));
+absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what_file,
+                          absl::string_view what) {
+  const std::string msg = absl::StrFormat("%s: %s: %s", what_file, what,
+                                          db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   switch (rc & 0xff) {
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
@@ -42,6 +42,10 @@ absl::Status Store::Error(int rc, absl::string_view what) const {
     default:
       return absl::InternalError(msg);
   }
+}
+
+absl::Status Store::Error(int rc, absl::string_view what) const {
+  return SqliteStatus(db_, rc, absl::StrCat("state database ", path_), what);
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {

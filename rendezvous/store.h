@@ -23,6 +23,17 @@ struct sqlite3;
 
 namespace elastrun::rendezvous {
 
+// The status for SQLite result `rc` on `db` (may be null): `what_file`
+// ("state database PATH") and `what` (the step) named. A full or failing
+// disk is Unavailable (callers retry), a corrupt file DataLoss, a file
+// that cannot be opened or written PermissionDenied.
+absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what_file,
+                          absl::string_view what);
+
+}  // namespace elastrun::rendezvous
+
+namespace elastrun::rendezvous {
+
 // Not thread-safe: the owner serializes calls. The file is locked for this
 // process (SQLite exclusive locking mode): a second service on the same file
 // gets an error instead of silently sharing it.
