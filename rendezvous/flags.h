@@ -20,6 +20,8 @@ struct ServiceFlags {
   // --heartbeat-interval / --lease-timeout (the lease options).
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lease_timeout = absl::Seconds(3);
+  // --metrics-listen HOST:PORT: the Prometheus endpoint; empty: none.
+  std::string metrics_listen;
   // --token, or read from --token-file; empty: no token.
   std::string token;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
 #include "rendezvous/codec.h"
+#include "rendezvous/job_events.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -48,6 +49,7 @@ absl::Status JobTable::Restore(const Store::Contents& contents) {
       job->core = *std::move(core);
     }
     job->placed.assign(stored.placed().begin(), stored.placed().end());
+    job->events.assign(stored.events().begin(), stored.events().end());
     next_seq_ = std::max(next_seq_, job->seq + 1);
     by_seq_.push_back(job.get());
     jobs_[job->id] = std::move(job);
@@ -61,6 +63,9 @@ absl::StatusOr<JobRecord*> JobTable::Submit(const v1::JobSpec& spec, absl::Time 
   job->spec = spec;
   job->id = absl::StrFormat("%s-%d", spec.name(), job->seq);
   job->submit_time = now;
+  RecordEvent(*job, now, kEventSubmitted, 0, "", -1,
+              absl::StrFormat("nnodes %d:%d x %d", spec.min_nodes(), spec.max_nodes(),
+                              spec.nproc_per_node()));
   Outbox out;
   Persist(out, *job);
   if (!out.store_status.ok()) return out.store_status;
@@ -88,6 +93,7 @@ void JobTable::Persist(Outbox& out, JobRecord& job) {
   for (const std::string& n : job.placed) s.add_placed(n);
   if (job.core) *s.mutable_core() = ToProto(job.core->state_snapshot());
   if (job.last_progress) *s.mutable_last_progress() = *job.last_progress;
+  for (const v1::JobEvent& e : job.events) *s.add_events() = e;
   if (absl::Status st = store_->PutJob(s); !st.ok()) {
     LOG(ERROR) << st;
     out.StoreFailed(std::move(st));

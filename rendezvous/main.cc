@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   elastrun::rendezvous::ServerOptions options;
   options.listen = flags.listen;
   options.token = flags.token;
+  options.metrics_listen = flags.metrics_listen;
   options.coordinator.lease.heartbeat_interval = flags.heartbeat_interval;
   options.coordinator.lease.lease_timeout = flags.lease_timeout;
   const std::string& state_dir = flags.state_dir;
@@ -63,6 +64,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("listening on %s\n", (*server)->address().c_str());
+  if (!(*server)->metrics_address().empty()) {
+    std::printf("metrics on %s\n", (*server)->metrics_address().c_str());
+  }
   std::fflush(stdout);
 
   std::thread([&stop, s = server->get()] {

@@ -342,6 +342,11 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
     return Unary(ctx, token_, resp,
                  [&] { return absl::StatusOr<v1::ListNodesResponse>(c_->ListNodes()); });
   }
+  grpc::ServerUnaryReactor* Events(grpc::CallbackServerContext* ctx,
+                                   const v1::EventsRequest* req,
+                                   v1::EventsResponse* resp) override {
+    return Unary(ctx, token_, resp, [&] { return c_->Events(*req); });
+  }
   grpc::ServerWriteReactor<v1::LogChunk>* StreamLogs(
       grpc::CallbackServerContext* ctx, const v1::StreamLogsRequest* req) override {
     absl::Status st = CheckToken(ctx, token_);
@@ -405,6 +410,15 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
   s->jobs_service_ =
       std::make_unique<JobsService>(s->coordinator_.get(), &s->logs_, s->options_.token);
 
+  if (!s->options_.metrics_listen.empty()) {
+    metrics::MetricsServerOptions mo;
+    mo.listen = s->options_.metrics_listen;
+    ASSIGN_OR_RETURN(s->metrics_server_,
+                     metrics::MetricsServer::Create(mo, &s->coordinator_->metrics()));
+  }
+
+  // grpc.health.v1.Health on the same port: SERVING while the server runs.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(s->options_.listen, grpc::InsecureServerCredentials(), &bound);
@@ -465,6 +479,10 @@ void RendezvousServer::Shutdown() {
   // A partly built server (Create failed) has no coordinator or server.
   // Streams first, so that the server's shutdown does not wait for them.
   if (coordinator_) coordinator_->Shutdown();
+  // Probes see NOT_SERVING while the server drains.
+  if (server_ && server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->Shutdown();
+  }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (timer_.joinable()) timer_.join();
   absl::MutexLock lock(&mu_);

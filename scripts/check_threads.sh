@@ -23,7 +23,8 @@ start=$SECONDS
 # tsan_canary_test checks the TSan set-up itself: a race is reported, and
 # Abseil's locks are not taken for races.
 TESTS=(tsan_canary_test common_test metrics_test flags_test rendezvous_core_test rendezvous_service_test
-       rendezvous_coordinator_test rendezvous_server_test rendezvous_flags_test
+       rendezvous_coordinator_test rendezvous_server_test rendezvous_observe_test
+       rendezvous_flags_test
        agent_test agent_process_test runner_test daemon_test daemon_flags_test cli_test
        worker_snapshot_test trainer_core_test)
 BINARIES=(elastrun-rendezvous elastrund elastrun)

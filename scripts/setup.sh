@@ -18,6 +18,8 @@ PACKAGES=(
   dataset-fashion-mnist
   # network namespaces for multi-host tests
   iproute2 procps
+  # a real Prometheus scrapes the service's --metrics-listen in a test
+  prometheus
 )
 
 missing=()
