@@ -54,6 +54,11 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
       ->type_name("ADDR");
   app->add_option("--labels", raw->labels, "labels shown by `elastrun nodes`.")
       ->type_name("K=V,...");
+  app->add_option("--metrics-listen", f->metrics_listen,
+                  "serve Prometheus metrics (GET /metrics) on this\n"
+                  "address; port 0 picks a free port, printed on\n"
+                  "stdout as \"metrics on HOST:PORT\". Default: none.")
+      ->type_name("HOST:PORT");
   app->add_option("--log-dir", f->log_dir,
                   "worker logs: DIR/<job>/attempt_<round>/<local_rank>/\n"
                   "{stdout,stderr}.log and error.json\n"
