@@ -75,13 +75,15 @@ class Cluster {
   }
 
   // Starts daemon "node<N>" (N: how many were started before), its command
-  // behind `prefix` (e.g. "ip netns exec NS").
-  void StartDaemon(const std::vector<std::string>& prefix = {}) {
+  // behind `prefix` (e.g. "ip netns exec NS"), with `extra` flags.
+  void StartDaemon(const std::vector<std::string>& prefix = {},
+                   const std::vector<std::string>& extra = {}) {
     const std::string id = absl::StrCat("node", daemons_.size());
     std::vector<std::string> argv = prefix;
     argv.insert(argv.end(), {testing::BinDir() + "/elastrund", "--rendezvous", address_,
                              "--node-id", id, "--slots", "2", "--log-dir",
                              absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s"});
+    argv.insert(argv.end(), extra.begin(), extra.end());
     if (!token_file_.empty()) argv.insert(argv.end(), {"--token-file", token_file_});
     auto d = testing::Subprocess::Start(argv, {marker_});
     ASSERT_TRUE(d.ok()) << d.status();
