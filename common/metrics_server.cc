@@ -121,8 +121,9 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Create(
   }
   std::unique_ptr<MetricsServer> s(new MetricsServer(std::move(options), registry, fd, wake));
   s->port_ = BoundPort(fd);
-  s->address_ = absl::StrFormat(host.find(':') != std::string::npos ? "[%s]:%d" : "%s:%d",
-                                host, s->port_);
+  s->address_ = host.find(':') != std::string::npos
+                    ? absl::StrFormat("[%s]:%d", host, s->port_)
+                    : absl::StrFormat("%s:%d", host, s->port_);
   MetricsServer* raw = s.get();
   s->thread_ = std::thread([raw] { raw->Loop(); });
   return s;
