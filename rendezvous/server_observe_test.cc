@@ -187,7 +187,7 @@ TEST(PrometheusTest, RealPrometheusScrapesTheService) {
 
   (*prom)->Signal(SIGTERM);
   EXPECT_TRUE((*prom)->Wait(kWait).ok());
-  testing::Run({"rm", "-rf", dir});
+  EXPECT_TRUE(testing::Run({"rm", "-rf", dir}).ok());
 }
 
 }  // namespace
