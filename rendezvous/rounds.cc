@@ -31,6 +31,11 @@ void Rounds::Restored(Outbox& out) {
     }
     for (const std::string& node : gone) {
       Unplace(*job, node);
+      const NodeRecord* n = registry_.Find(node);
+      RecordEvent(*job, now, kEventNodeLost, job->core ? job->core->round() : 0, node, -1,
+                  n != nullptr && !n->stored.lost_reason().empty()
+                      ? n->stored.lost_reason()
+                      : "lost while the service was down");
       if (job->core) HandleEvents(out, *job, job->core->NodeLost(node, now));
       jobs_.Persist(out, *job);
     }
