@@ -412,6 +412,12 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
       return c_->RemoveNode(*req);
     });
   }
+  grpc::ServerUnaryReactor* Events(grpc::CallbackServerContext* ctx,
+                                   const v1::EventsRequest* req,
+                                   v1::EventsResponse* resp) override {
+    return Unary(ctx, policy_, Audience::kAnyone, "Events", resp,
+                 [&](const Caller&) { return c_->Events(*req); });
+  }
   grpc::ServerWriteReactor<v1::LogChunk>* StreamLogs(
       grpc::CallbackServerContext* ctx, const v1::StreamLogsRequest* req) override {
     absl::StatusOr<Caller> caller = policy_.CallerOf(ctx);
@@ -485,6 +491,15 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
       std::make_unique<RendezvousService>(s->coordinator_.get(), &s->logs_, policy);
   s->jobs_service_ = std::make_unique<JobsService>(s->coordinator_.get(), &s->logs_, policy);
 
+  if (!s->options_.metrics_listen.empty()) {
+    metrics::MetricsServerOptions mo;
+    mo.listen = s->options_.metrics_listen;
+    ASSIGN_OR_RETURN(s->metrics_server_,
+                     metrics::MetricsServer::Create(mo, &s->coordinator_->metrics()));
+  }
+
+  // grpc.health.v1.Health on the same port: SERVING while the server runs.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(s->options_.listen, std::move(credentials), &bound);
@@ -545,6 +560,10 @@ void RendezvousServer::Shutdown() {
   // A partly built server (Create failed) has no coordinator or server.
   // Streams first, so that the server's shutdown does not wait for them.
   if (coordinator_) coordinator_->Shutdown();
+  // Probes see NOT_SERVING while the server drains.
+  if (server_ && server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->Shutdown();
+  }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (timer_.joinable()) timer_.join();
   logs_.Close();  // saves the last pushed logs
