@@ -98,6 +98,14 @@ absl::Status CheckJobAccess(const Caller& caller, const v1::JobStatus& job,
       job.job_id(), job.job_id(), OwnerText(job.spec().owner())));
 }
 
+void RedactForCaller(const Caller& caller, v1::JobStatus* job) {
+  if (CheckJobAccess(caller, *job, "read").ok()) return;
+  v1::JobSpec* spec = job->mutable_spec();
+  if (spec->env().empty()) return;
+  spec->mutable_env()->clear();
+  spec->set_env_hidden(true);
+}
+
 bool NodeInJob(const v1::JobStatus& job, absl::string_view node_id) {
   for (const v1::JobNode& n : job.nodes()) {
     if (n.node_id() == node_id) return true;

@@ -58,6 +58,11 @@ v1::JobSpec WithOwner(const Caller& caller, v1::JobSpec spec);
 absl::Status CheckJobAccess(const Caller& caller, const v1::JobStatus& job,
                             absl::string_view action);
 
+// What `caller` may see of a job: for anyone but a cluster caller, uid 0
+// or the job's owner, the spec's environment is cleared and env_hidden
+// set (an exported environment carries the submitter's secrets).
+void RedactForCaller(const Caller& caller, v1::JobStatus* job);
+
 // Whether `node_id` is or was one of the job's nodes: placed now, or in
 // the assignment of any closed round.
 bool NodeInJob(const v1::JobStatus& job, absl::string_view node_id);

@@ -106,6 +106,24 @@ TEST(AccessTest, JobWithoutOwnerOnlyForClusterAndRoot) {
   EXPECT_TRUE(CheckJobAccess(Caller{true, std::nullopt}, job, "cancel").ok());
 }
 
+TEST(AccessTest, OnlyOwnerRootOrClusterSeeTheEnvironment) {
+  v1::JobStatus job = JobOwnedBy(1000, "alice");
+  job.mutable_spec()->add_argv("train.py");
+  (*job.mutable_spec()->mutable_env())["API_KEY"] = "s3cret";
+  for (const Caller& may : {Caller{false, kAlice}, Caller{false, auth::Identity{0, 0, "root"}},
+                            Caller{true, std::nullopt}}) {
+    v1::JobStatus seen = job;
+    RedactForCaller(may, &seen);
+    EXPECT_EQ(seen.spec().env().at("API_KEY"), "s3cret");
+    EXPECT_FALSE(seen.spec().env_hidden());
+  }
+  v1::JobStatus seen = job;
+  RedactForCaller(Caller{false, kBob}, &seen);
+  EXPECT_TRUE(seen.spec().env().empty());
+  EXPECT_TRUE(seen.spec().env_hidden());
+  EXPECT_THAT(seen.spec().argv(), ::testing::ElementsAre("train.py"));  // the rest stays visible
+}
+
 TEST(OwnerTest, SubmittedOwnerIsTheCallersNotTheSpecs) {
   v1::JobSpec spec;
   spec.mutable_owner()->set_uid(0);

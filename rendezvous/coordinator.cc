@@ -28,7 +28,9 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> stor
       store_(std::move(store)),
       registry_(options_.lease),
       jobs_(store_.get(), options_.jobs),
-      rounds_(clock_, registry_, jobs_, streams_, barriers_) {}
+      rounds_(clock_, registry_, jobs_, streams_, barriers_, service_metrics_) {
+  metrics_.AddCollector([this] { return CollectMetrics(); });
+}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -231,7 +233,9 @@ absl::Status Coordinator::ReportProgress(const v1::ReportProgressRequest& r) {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
     const bool had_pending = jobs_.NextProgressFlush().has_value();
-    RETURN_IF_ERROR(jobs_.ReportProgress(out, *job, r.progress(), clock_.Now()));
+    const absl::Time now = clock_.Now();
+    RETURN_IF_ERROR(jobs_.ReportProgress(out, *job, r.progress(), now));
+    NoteProgress(*job, r.progress(), now);
     // A row left for later needs the timer: wake it when the first one
     // becomes pending (at most once per interval and job).
     wake = !had_pending && jobs_.NextProgressFlush().has_value();
@@ -330,6 +334,27 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(const v1::CancelJobRequest&
   RETURN_IF_ERROR(saved);
   RETURN_IF_ERROR(out.store_status);
   return status;
+}
+
+absl::StatusOr<v1::EventsResponse> Coordinator::Events(const v1::EventsRequest& r) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
+  v1::EventsResponse resp;
+  for (const v1::JobEvent& e : job->events) *resp.add_events() = e;
+  return resp;
+}
+
+std::vector<metrics::Family> Coordinator::CollectMetrics() {
+  absl::MutexLock lock(&mu_);
+  std::vector<metrics::Family> families = JobFamilies(jobs_.by_seq(), clock_.Now());
+  metrics::Family nodes{"elastrun_nodes", "Node daemons the service knows, by state.",
+                        "gauge", {}};
+  double alive = 0, lost = 0;
+  for (const auto& [id, n] : registry_.nodes()) (n.alive() ? alive : lost) += 1;
+  nodes.samples.push_back({{{"state", "alive"}}, alive});
+  nodes.samples.push_back({{{"state", "lost"}}, lost});
+  families.push_back(std::move(nodes));
+  return families;
 }
 
 std::optional<absl::Time> Coordinator::Tick() {

@@ -29,9 +29,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "elastrun/v1/jobs.pb.h"
 #include "elastrun/v1/rendezvous.pb.h"
 #include "rendezvous/barriers.h"
+#include "rendezvous/job_metrics.h"
 #include "rendezvous/job_table.h"
 #include "rendezvous/node_streams.h"
 #include "rendezvous/outbox.h"
@@ -124,6 +126,8 @@ class Coordinator {
   // NotFound for an unknown node; FailedPrecondition naming the jobs that
   // hold its slots, unless r.force: then it is lost for those jobs first.
   absl::StatusOr<v1::NodeInfo> RemoveNode(const v1::NodeRequest& r);
+  // The job's timeline, oldest first. NotFound for an unknown job.
+  absl::StatusOr<v1::EventsResponse> Events(const v1::EventsRequest& r);
 
   // --- Timers ---
   // Fires everything due at the clock's now (lease expiries, lost nodes'
@@ -138,6 +142,9 @@ class Coordinator {
   void Shutdown();
 
   const LeaseOptions& lease_options() const { return options_.lease; }
+  // The service's metrics (job_metrics.h, README "Metrics"): round
+  // counters, and jobs and nodes computed at each render. Thread-safe.
+  metrics::Registry& metrics() { return metrics_; }
   // Rows written to the store so far, for tests.
   Store::Writes store_writes() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -173,8 +180,14 @@ class Coordinator {
   absl::StatusOr<uint64_t> Arrive(Outbox& out, const v1::BarrierRequest& r,
                                   BarrierDone& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The families computed at scrape time: jobs, nodes, per-job rates.
+  std::vector<metrics::Family> CollectMetrics() ABSL_LOCKS_EXCLUDED(mu_);
+
   const CoordinatorOptions options_;
   Clock& clock_;
+  // Thread-safe themselves; declared before rounds_, which updates them.
+  metrics::Registry metrics_;
+  ServiceMetrics service_metrics_{metrics_};
 
   mutable absl::Mutex mu_;
   std::unique_ptr<Store> store_ ABSL_GUARDED_BY(mu_);

@@ -47,6 +47,11 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "Jobs, rounds, history and nodes survive a restart.\n"
                   "Without it, state is in memory only.")
       ->type_name("DIR");
+  app->add_option("--metrics-listen", flags->metrics_listen,
+                  "serve Prometheus metrics (GET /metrics) on this\n"
+                  "address; port 0 picks a free port, printed on\n"
+                  "stdout as \"metrics on HOST:PORT\". Default: none.")
+      ->type_name("HOST:PORT");
   app->add_option("--heartbeat-interval", heartbeat,
                   "how often daemons heartbeat (default 1s).")
       ->type_name("DUR");

@@ -25,6 +25,8 @@ struct ServiceFlags {
   absl::Duration node_expiry = absl::Minutes(10);
   // --max-nodes: nodes kept at most (CoordinatorOptions::max_nodes).
   int max_nodes = 50000;
+  // --metrics-listen HOST:PORT: the Prometheus endpoint; empty: none.
+  std::string metrics_listen;
   // --token; empty: the token is in a file (token_file).
   std::string token;
   // --tls-cert / --tls-key (TLS), --tls-ca (mutual TLS); empty: plaintext.

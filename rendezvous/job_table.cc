@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "rendezvous/codec.h"
 #include "rendezvous/paging.h"
+#include "rendezvous/job_events.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -53,6 +54,7 @@ absl::Status JobTable::Restore(const Store::Contents& contents) {
       job->core = *std::move(core);
     }
     job->placed.assign(stored.placed().begin(), stored.placed().end());
+    job->events.assign(stored.events().begin(), stored.events().end());
     next_seq_ = std::max(next_seq_, job->seq + 1);
     by_seq_.push_back(job.get());
     jobs_[job->id] = std::move(job);
@@ -66,6 +68,9 @@ absl::StatusOr<JobRecord*> JobTable::Submit(const v1::JobSpec& spec, absl::Time 
   job->spec = spec;
   job->id = absl::StrFormat("%s-%d", spec.name(), job->seq);
   job->submit_time = now;
+  RecordEvent(*job, now, kEventSubmitted, 0, "", -1,
+              absl::StrFormat("nnodes %d:%d x %d", spec.min_nodes(), spec.max_nodes(),
+                              spec.nproc_per_node()));
   if (absl::Status st = Write(*job); !st.ok()) {
     LOG(ERROR) << st;
     return st;
@@ -94,6 +99,7 @@ absl::Status JobTable::Write(const JobRecord& job) {
   for (const std::string& n : job.placed) s.add_placed(n);
   if (job.core) *s.mutable_core() = ToProto(job.core->state_snapshot());
   if (job.last_progress) *s.mutable_last_progress() = *job.last_progress;
+  for (const v1::JobEvent& e : job.events) *s.add_events() = e;
   return store_->PutJob(s);
 }
 

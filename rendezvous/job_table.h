@@ -12,6 +12,7 @@
 #define ELASTRUN_RENDEZVOUS_JOB_TABLE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +65,17 @@ struct JobRecord {
   bool unsaved = false;
   absl::Time retry_at = absl::InfinitePast();
   absl::Duration retry_backoff;
+  // The job's timeline, oldest first, at most kMaxJobEvents (job_events.h);
+  // persisted with the record.
+  std::deque<v1::JobEvent> events;
+  // Not persisted, for the metrics (job_metrics.h): the highest step
+  // reported in round `rate_round`, sampled at each report over the last
+  // window, and when each round's first progress report came.
+  int64_t rate_round = -1;
+  std::deque<std::pair<absl::Time, int64_t>> step_samples;
+  std::map<int64_t, absl::Time> progress_start;
+  // Not persisted: the round whose ending failure was a hang (-1: none).
+  int64_t hung_round = -1;
 };
 
 struct JobTableOptions {

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   options.listen = flags.listen;
   options.token = *token;
   options.tls = flags.tls;
+  options.metrics_listen = flags.metrics_listen;
   options.coordinator.lease.heartbeat_interval = flags.heartbeat_interval;
   options.coordinator.lease.lease_timeout = flags.lease_timeout;
   options.coordinator.lease.node_expiry = flags.node_expiry;
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("listening on %s\n", (*server)->address().c_str());
+  if (!(*server)->metrics_address().empty()) {
+    std::printf("metrics on %s\n", (*server)->metrics_address().c_str());
+  }
   std::fflush(stdout);
   if (elastrun::tls::ServerWantsTls(flags.tls)) {
     LOG(INFO) << "TLS only"

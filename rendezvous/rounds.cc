@@ -6,10 +6,12 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
 #include "rendezvous/codec.h"
 #include "rendezvous/commands.h"
+#include "rendezvous/job_events.h"
 #include "rendezvous/job_spec.h"
 #include "rendezvous/placement.h"
 
@@ -29,6 +31,11 @@ void Rounds::Restored(Outbox& out) {
     }
     for (const std::string& node : gone) {
       Unplace(*job, node);
+      const NodeRecord* n = registry_.Find(node);
+      RecordEvent(*job, now, kEventNodeLost, job->core ? job->core->round() : 0, node, -1,
+                  n != nullptr && !n->stored.lost_reason().empty()
+                      ? n->stored.lost_reason()
+                      : "lost while the service was down");
       if (job->core) HandleEvents(out, *job, job->core->NodeLost(node, now));
       jobs_.Persist(out, *job);
     }
@@ -136,6 +143,8 @@ void Rounds::Schedule(Outbox& out) {
         RendezvousCore::Create(job->id, RoundConfigFromSpec(job->spec), now);
     CHECK(core.ok()) << "a validated spec gave a bad RoundConfig: " << core.status();
     job->core = *std::move(core);
+    RecordEvent(*job, now, kEventRoundOpened, 0, "", -1,
+                absl::StrFormat("placed on %d nodes", picked.size()));
     Place(*job, picked);
     LOG(INFO) << "job " << job->id << " placed on " << picked.size() << " nodes";
     Reconcile(out, *job);
@@ -169,6 +178,8 @@ void Rounds::NodeLost(Outbox& out, const std::string& node_id) {
   }
   for (JobRecord* job : jobs) {
     Unplace(*job, node_id);
+    RecordEvent(*job, now, kEventNodeLost, job->core ? job->core->round() : 0, node_id, -1,
+                node->stored.lost_reason());
     if (job->restart_check && NoteRestored(out, *job, node_id, /*runs=*/false)) continue;
     if (job->core) HandleEvents(out, *job, job->core->NodeLost(node_id, now));
     jobs_.Persist(out, *job);
@@ -298,6 +309,13 @@ void Rounds::HandleEvents(Outbox& out, JobRecord& job, const std::vector<Event>&
         LOG(INFO) << "job " << job.id << " round " << e.round
                   << " closed: " << e.assignment->group_world_size
                   << " nodes, world size " << e.assignment->world_size;
+        const RoundRecord& r = job.core->history().at(e.round);
+        const absl::Time closed = r.closed_time.value_or(clock_.Now());
+        metrics_.RoundClosed(closed - r.opened_time);
+        RecordEvent(job, closed, kEventRoundClosed, e.round, "", -1,
+                    absl::StrFormat("%d nodes, world size %d",
+                                    e.assignment->group_world_size,
+                                    e.assignment->world_size));
         const v1::Command start = StartCommand(job, *e.assignment);
         for (const NodeAssignment& n : e.assignment->nodes) {
           streams_.Send(out, n.node_id, ForNode(start, *e.assignment, n.node_id));
@@ -322,6 +340,20 @@ void Rounds::HandleEvents(Outbox& out, JobRecord& job, const std::vector<Event>&
 void Rounds::RoundEnded(Outbox& out, JobRecord& job, const Event& e) {
   LOG(INFO) << "job " << job.id << " round " << e.round << " ended: " << e.reason;
   const RoundRecord& r = job.core->history().at(e.round);
+  if (!job.core->finished()) {
+    // The job goes on in round e.round + 1.
+    const bool hung = e.reason == "failure" && job.hung_round == e.round;
+    metrics_.Restarted(e.reason, hung);
+    const absl::Time ended = r.ended_time.value_or(clock_.Now());
+    std::string cause = hung ? "hang" : e.reason;
+    if (r.counted_as_restart) {
+      absl::StrAppend(&cause, absl::StrFormat(" (restart %d of %d)",
+                                              job.core->restart_count(),
+                                              job.spec.max_restarts()));
+    }
+    RecordEvent(job, ended, kEventRestart, e.round, "", -1, cause);
+    RecordEvent(job, ended, kEventRoundOpened, e.round + 1, "", -1, "");
+  }
   if (r.assignment) {
     for (const NodeAssignment& n : r.assignment->nodes) {
       streams_.Send(out, n.node_id, StopCommand(job.id, e.round, e.reason));
@@ -335,6 +367,8 @@ void Rounds::RoundEnded(Outbox& out, JobRecord& job, const Event& e) {
 void Rounds::JobFinished(Outbox& out, JobRecord& job, const Event& e) {
   LOG(INFO) << "job " << job.id << " finished: " << JobStateName(e.final_state) << ": "
             << e.reason;
+  RecordEvent(job, clock_.Now(), kEventJobFinished, e.round, "", -1,
+              absl::StrCat(JobStateName(e.final_state), ": ", e.reason));
   const v1::JobState state = PublicJobState(job.core->state_snapshot());
   for (const std::string& node : job.placed) {
     streams_.Send(out, node, EndJobCommand(job.id, state, e.reason));

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "elastrun/v1/rendezvous.pb.h"
 #include "rendezvous/barriers.h"
+#include "rendezvous/job_metrics.h"
 #include "rendezvous/job_table.h"
 #include "rendezvous/node_streams.h"
 #include "rendezvous/outbox.h"
@@ -25,16 +26,18 @@ namespace elastrun::rendezvous {
 // Not thread-safe: the Coordinator serializes calls under its mutex. Holds
 // references to the other parts, which must outlive it. Job records are
 // written through `jobs` whenever a round changes; nothing is sent here:
-// commands go into the caller's Outbox.
+// commands go into the caller's Outbox. Each job's timeline (job_events.h)
+// and the service's round metrics are recorded here as rounds change.
 class Rounds {
  public:
   Rounds(Clock& clock, NodeRegistry& registry, JobTable& jobs, NodeStreams& streams,
-         BarrierTable& barriers)
+         BarrierTable& barriers, ServiceMetrics& metrics)
       : clock_(clock),
         registry_(registry),
         jobs_(jobs),
         streams_(streams),
-        barriers_(barriers) {}
+        barriers_(barriers),
+        metrics_(metrics) {}
 
   // After a reload: reserves the slots of every placed node, and a node
   // that was lost while placed (the service died before it could react) is
@@ -114,6 +117,7 @@ class Rounds {
   JobTable& jobs_;
   NodeStreams& streams_;
   BarrierTable& barriers_;
+  ServiceMetrics& metrics_;
 };
 
 }  // namespace elastrun::rendezvous

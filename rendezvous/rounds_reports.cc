@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "rendezvous/codec.h"
+#include "rendezvous/job_events.h"
 #include "rendezvous/job_spec.h"
 #include "rendezvous/rounds.h"
 
@@ -114,7 +115,13 @@ absl::Status Rounds::ReportExit(Outbox& out, const v1::ReportExitRequest& r) {
       f.traceback = f.traceback.substr(0, 256 * 1024);
       // The core alone decides whether this costs a restart (cannot_start
       // fails the job at once).
+      const int64_t current = job->core->round();
+      const bool hung = ReportedHung(r.failure(), 0);
       ASSIGN_OR_RETURN(events, job->core->ReportFailure(f, now));
+      if (f.round >= current) {  // older rounds' reports are stale and ignored
+        if (hung) job->hung_round = f.round;
+        RecordFailure(*job, f, hung, now);
+      }
       break;
     }
     case v1::ReportExitRequest::OUTCOME_NOT_SET:

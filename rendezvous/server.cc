@@ -368,13 +368,21 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
                                 const v1::GetJobRequest* req,
                                 v1::JobStatus* resp) override {
     return Unary(ctx, policy_, Audience::kAnyone, "Get", resp,
-                 [&](const Caller&) { return c_->GetJob(*req); });
+                 [&](const Caller& caller) -> absl::StatusOr<v1::JobStatus> {
+      ASSIGN_OR_RETURN(v1::JobStatus job, c_->GetJob(*req));
+      RedactForCaller(caller, &job);
+      return job;
+    });
   }
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
                                  const v1::ListJobsRequest* req,
                                  v1::ListJobsResponse* resp) override {
     return Unary(ctx, policy_, Audience::kAnyone, "List", resp,
-                 [&](const Caller&) { return c_->ListJobs(*req); });
+                 [&](const Caller& caller) -> absl::StatusOr<v1::ListJobsResponse> {
+      ASSIGN_OR_RETURN(v1::ListJobsResponse list, c_->ListJobs(*req));
+      for (v1::JobStatus& job : *list.mutable_jobs()) RedactForCaller(caller, &job);
+      return list;
+    });
   }
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
@@ -410,6 +418,18 @@ class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
                  [&](const Caller& caller) -> absl::StatusOr<v1::NodeInfo> {
       RETURN_IF_ERROR(RequireNodeAdmin(caller, "remove"));
       return c_->RemoveNode(*req);
+    });
+  }
+  grpc::ServerUnaryReactor* Events(grpc::CallbackServerContext* ctx,
+                                   const v1::EventsRequest* req,
+                                   v1::EventsResponse* resp) override {
+    return Unary(ctx, policy_, Audience::kAnyone, "Events", resp,
+                 [&](const Caller& caller) -> absl::StatusOr<v1::EventsResponse> {
+      v1::GetJobRequest get;
+      get.set_job_id(req->job_id());
+      ASSIGN_OR_RETURN(v1::JobStatus job, c_->GetJob(get));
+      RETURN_IF_ERROR(CheckJobAccess(caller, job, "read the events of"));
+      return c_->Events(*req);
     });
   }
   grpc::ServerWriteReactor<v1::LogChunk>* StreamLogs(
@@ -485,6 +505,15 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
       std::make_unique<RendezvousService>(s->coordinator_.get(), &s->logs_, policy);
   s->jobs_service_ = std::make_unique<JobsService>(s->coordinator_.get(), &s->logs_, policy);
 
+  if (!s->options_.metrics_listen.empty()) {
+    metrics::MetricsServerOptions mo;
+    mo.listen = s->options_.metrics_listen;
+    ASSIGN_OR_RETURN(s->metrics_server_,
+                     metrics::MetricsServer::Create(mo, &s->coordinator_->metrics()));
+  }
+
+  // grpc.health.v1.Health on the same port: SERVING while the server runs.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(s->options_.listen, std::move(credentials), &bound);
@@ -545,6 +574,10 @@ void RendezvousServer::Shutdown() {
   // A partly built server (Create failed) has no coordinator or server.
   // Streams first, so that the server's shutdown does not wait for them.
   if (coordinator_) coordinator_->Shutdown();
+  // Probes see NOT_SERVING while the server drains.
+  if (server_ && server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->Shutdown();
+  }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (timer_.joinable()) timer_.join();
   logs_.Close();  // saves the last pushed logs

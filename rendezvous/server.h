@@ -1,7 +1,9 @@
 // The gRPC face of the rendezvous service: the Rendezvous and Jobs services
 // (callback API) over one Coordinator, the listening socket, caller checks
-// (caller.h: the token, user credentials, job owners),
-// and the timer thread that fires leases and round deadlines.
+// (caller.h: the token, user credentials, job owners), the timer thread that
+// fires leases and round deadlines, gRPC's standard health service
+// (grpc.health.v1.Health, no token needed: load balancers and probes call
+// it), and the optional Prometheus endpoint.
 #ifndef ELASTRUN_RENDEZVOUS_SERVER_H_
 #define ELASTRUN_RENDEZVOUS_SERVER_H_
 
@@ -14,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics_server.h"
 #include "common/strings.h"
 #include "common/tls.h"
 #include "rendezvous/coordinator.h"
@@ -41,6 +44,9 @@ struct ServerOptions {
   // SQLite file keeping the worker-log tail (LogStore) so `elastrun logs`
   // works after a restart; empty: logs in memory only.
   std::string logs_path;
+  // "HOST:PORT" of the Prometheus endpoint (GET /metrics); empty: none.
+  // Port 0 picks a free port (see metrics_address()).
+  std::string metrics_listen;
   // Fire timers from a thread that waits on the clock's deadlines (in real
   // time). Tests with a FakeClock turn it off and call Tick() themselves.
   bool timer_thread = true;
@@ -63,6 +69,10 @@ class RendezvousServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   Coordinator& coordinator() { return *coordinator_; }
+  // The bound metrics address "HOST:PORT"; empty without metrics_listen.
+  std::string metrics_address() const {
+    return metrics_server_ ? metrics_server_->address() : "";
+  }
 
   // Fires due timers now (what the timer thread does). For tests.
   void Tick() { coordinator_->Tick(); }
@@ -89,6 +99,9 @@ class RendezvousServer {
   std::unique_ptr<RendezvousService> rendezvous_service_;
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<grpc::Server> server_;
+  // After coordinator_: destroyed first, as it renders the coordinator's
+  // metrics.
+  std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::thread timer_;
 
   absl::Mutex mu_;

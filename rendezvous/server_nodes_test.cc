@@ -81,7 +81,9 @@ class ServerNodesTest : public ::testing::Test {
       r.set_page_token(page.next_page_token());
     }
     // Without pages the answer would be over the limit: what the flood broke.
-    if (ids.size() == kNodes) EXPECT_GT(total_bytes, kGrpcDefaultLimit);
+    if (ids.size() == kNodes) {
+      EXPECT_GT(total_bytes, kGrpcDefaultLimit);
+    }
     return ids;
   }
 

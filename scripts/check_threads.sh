@@ -22,8 +22,9 @@ start=$SECONDS
 # binaries, so that their main.cc files pass the thread-safety analysis too.
 # tsan_canary_test checks the TSan set-up itself: a race is reported, and
 # Abseil's locks are not taken for races.
-TESTS=(tsan_canary_test common_test tls_test auth_test flags_test rendezvous_core_test rendezvous_service_test
-       rendezvous_coordinator_test rendezvous_server_test rendezvous_flags_test
+TESTS=(tsan_canary_test common_test tls_test auth_test metrics_test flags_test rendezvous_core_test
+       rendezvous_service_test rendezvous_coordinator_test rendezvous_server_test
+       rendezvous_observe_test rendezvous_flags_test
        agent_test agent_process_test cgroup_test runner_test daemon_test daemon_flags_test cred_socket_test cli_test
        worker_snapshot_test trainer_core_test)
 BINARIES=(elastrun-rendezvous elastrund elastrun)

@@ -22,6 +22,8 @@ PACKAGES=(
   iproute2 procps
   # eu-stack: native stacks of a worker declared hung, into its log
   elfutils
+  # a real Prometheus scrapes the service's --metrics-listen in a test
+  prometheus
 )
 
 missing=()

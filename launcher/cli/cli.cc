@@ -118,9 +118,9 @@ constexpr FlagInfo kServiceFlags[] = {
      "$ELASTRUN_TLS_SERVER_NAME)"},
     {"--rpc-timeout", "DUR", "deadline of each call to the service (default 10s)"},
     {"--retry-for", "DUR",
-     "status, list, nodes, logs, wait: retry a service that\n"
-     "cannot be reached (restarting) this long before exit 3\n"
-     "(default 60s; 0: never)"},
+     "status, list, nodes, logs, wait, events: retry a service\n"
+     "that cannot be reached (restarting) this long before\n"
+     "exit 3 (default 60s; 0: never)"},
 };
 
 constexpr FlagInfo kOutputFlag = {"--output", "text|json",
@@ -294,6 +294,28 @@ each node under the daemon's --log-dir (default /tmp/elastrund-NODE_ID), as
 LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log.
 )";
 
+// events
+
+constexpr FlagInfo kEventsFlags[] = {
+    {"--json", "", "print one JSON array of events (as --output json)"},
+    kOutputFlag,
+};
+
+constexpr char kEventsIntro[] = R"(usage: elastrun events JOB [--json]
+
+Prints the job's timeline, oldest first, one aligned line per event: TIME
+(UTC), KIND, ROUND, NODE, RANK, MESSAGE. Kinds: submitted, round_opened,
+round_closed (nodes and world size), node_lost (why), worker_failed (exit
+code or signal and the worker's message), hang (a worker declared hung),
+restart (the cause: failure, node lost, scale-up; failures count against
+--max-restarts), job_finished (final state and why). The service keeps the
+newest 1000 events per job, with the job's state.
+
+--json (or --output json) prints one JSON array, each element an object with
+the JobEvent fields (proto/elastrun/v1/jobs.proto): time (RFC 3339 UTC),
+kind, round, node_id, rank (-1: none), message.
+)";
+
 // The job commands, in the order `elastrun --help` lists them (after run).
 constexpr CommandInfo kCommands[] = {
     {"submit", "submit a job (a YAML job spec, or flags and -- PROGRAM ARGS)",
@@ -309,6 +331,8 @@ constexpr CommandInfo kCommands[] = {
      /*takes_words=*/true, kWaitIntro},
     {"logs", "print a job's worker output (-f: follow until the job ends)", kLogsFlags,
      /*takes_words=*/true, kLogsIntro},
+    {"events", "print a job's timeline: rounds, failures, node losses, restarts",
+     kEventsFlags, /*takes_words=*/true, kEventsIntro},
 };
 
 void AddFlag(CLI::App* app, const FlagInfo& f, const std::string& group) {
@@ -496,6 +520,7 @@ int Dispatch(const ParsedArgs& a, const CliContext& ctx) {
   if (c == "nodes") return internal::Nodes(a, ctx);
   if (c == "cancel") return internal::Cancel(a, ctx);
   if (c == "wait") return internal::Wait(a, ctx);
+  if (c == "events") return internal::Events(a, ctx);
   return internal::Logs(a, ctx);
 }
 

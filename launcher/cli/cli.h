@@ -1,5 +1,5 @@
 // The `elastrun` command line: `run` (run_options.h) and the job commands
-// (submit, status, list, nodes, cancel, wait, logs), `help [COMMAND]` and
+// (submit, status, list, nodes, cancel, wait, logs, events), `help [COMMAND]` and
 // --version, parsed with CLI11 (common/flags.h). The job commands talk to
 // the service through a JobsClient and print; each returns the process exit
 // code. Everything the commands touch outside (environment, client, clock,

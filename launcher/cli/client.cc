@@ -40,6 +40,14 @@ std::shared_ptr<grpc::Channel> NewChannel(const ServiceOptions& options) {
       options.credentials ? options.credentials : grpc::InsecureChannelCredentials(), args);
 }
 
+}  // namespace
+
+absl::StatusOr<v1::EventsResponse> JobsClient::Events(const std::string&) {
+  return absl::UnimplementedError("this client cannot read events");
+}
+
+namespace {
+
 class GrpcJobsClient : public JobsClient {
  public:
   explicit GrpcJobsClient(ServiceOptions options)
@@ -125,6 +133,16 @@ class GrpcJobsClient : public JobsClient {
     while (reader->Read(&chunk)) chunks.push_back(chunk);
     if (absl::Status st = Convert(reader->Finish()); !st.ok()) return st;
     return chunks;
+  }
+
+  absl::StatusOr<v1::EventsResponse> Events(const std::string& job_id) override {
+    v1::EventsRequest req;
+    req.set_job_id(job_id);
+    v1::EventsResponse resp;
+    grpc::ClientContext ctx;
+    if (absl::Status st = Prepare(ctx); !st.ok()) return st;
+    if (absl::Status st = Convert(stub_->Events(&ctx, req, &resp)); !st.ok()) return st;
+    return resp;
   }
 
  private:

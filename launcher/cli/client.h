@@ -69,6 +69,9 @@ class JobsClient {
   // as much as the service holds now.
   virtual absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(const std::string& job_id,
                                                              int rank, int64_t after_seq) = 0;
+  // The job's timeline, oldest first. Not pure: a fake that has no events
+  // to give answers Unimplemented.
+  virtual absl::StatusOr<v1::EventsResponse> Events(const std::string& job_id);
 };
 
 // A client over a new gRPC channel to options.address (TLS with

@@ -292,6 +292,24 @@ int NodeAction(const ParsedArgs& a, const CliContext& ctx) {
 
 }  // namespace
 
+int Events(const ParsedArgs& a, const CliContext& ctx) {
+  absl::StatusOr<std::string> job = OneJob(a);
+  if (!job.ok()) return Fail(a, ctx, job.status(), kExitUsage);
+  std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  ReadRetrier retry(a, ctx);
+  absl::StatusOr<v1::EventsResponse> r = retry.Call([&] { return client->Events(*job); });
+  if (!r.ok()) return Fail(a, ctx, r.status());
+  if (a.json || a.Has("--json")) {
+    // One JSON array of events (not {"events": [...]}), so `jq '.[]'` reads it.
+    Json events = Json::array();
+    for (const v1::JobEvent& e : r->events()) events.push_back(ProtoJson(e));
+    *ctx.out << events.dump(2) << "\n";
+  } else {
+    *ctx.out << FormatEvents(*r);
+  }
+  return kExitOk;
+}
+
 int Nodes(const ParsedArgs& a, const CliContext& ctx) {
   if (!a.positional.empty()) return NodeAction(a, ctx);
   if (a.Has("--undo") || a.Has("--force")) {

@@ -39,6 +39,7 @@ int Nodes(const ParsedArgs& a, const CliContext& ctx);
 int Cancel(const ParsedArgs& a, const CliContext& ctx);
 int Wait(const ParsedArgs& a, const CliContext& ctx);
 int Logs(const ParsedArgs& a, const CliContext& ctx);
+int Events(const ParsedArgs& a, const CliContext& ctx);
 
 }  // namespace elastrun::launcher::internal
 

@@ -361,6 +361,22 @@ std::string FormatNodeList(const v1::ListNodesResponse& r) {
   return Table(rows);
 }
 
+std::string FormatEvents(const v1::EventsResponse& r) {
+  if (r.events().empty()) return "no events\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"TIME", "KIND", "ROUND", "NODE", "RANK", "MESSAGE"}};
+  for (const v1::JobEvent& e : r.events()) {
+    const absl::Time t = absl::FromUnixSeconds(e.time().seconds()) +
+                         absl::Nanoseconds(e.time().nanos());
+    rows.push_back({absl::FormatTime("%Y-%m-%d %H:%M:%E3S", t, absl::UTCTimeZone()),
+                    e.kind(), absl::StrCat(e.round()),
+                    e.node_id().empty() ? "-" : e.node_id(),
+                    e.rank() < 0 ? "-" : absl::StrCat(e.rank()),
+                    e.message().empty() ? "-" : e.message()});
+  }
+  return Table(rows);
+}
+
 std::string RankPrefixer::Prefix(int rank, std::string_view data) {
   const std::string prefix = absl::StrCat("[rank", rank, "]:");
   bool& mid_line = mid_line_[rank];

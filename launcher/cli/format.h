@@ -55,6 +55,9 @@ std::string FormatJobLine(const v1::JobStatus& s);
 // a line saying there are none when empty).
 std::string FormatJobList(const v1::ListJobsResponse& r);
 std::string FormatNodeList(const v1::ListNodesResponse& r);
+// A job's timeline, one aligned line per event: TIME (UTC, milliseconds),
+// KIND, ROUND, NODE, RANK, MESSAGE ("-" where none applies).
+std::string FormatEvents(const v1::EventsResponse& r);
 
 // Puts "[rankN]:" before every line of forwarded worker output, as
 // `elastrun run`'s console does. A chunk may hold several lines or end in

@@ -270,6 +270,28 @@ TEST(CliFormatTest, ADrainedNodeSaysSoInItsState) {
 }
 
 }  // namespace
+TEST(CliFormatTest, EventsTextIsOneAlignedLinePerEvent) {
+  v1::EventsResponse r;
+  v1::JobEvent* e = r.add_events();
+  *e->mutable_time() = At(1700000000);
+  e->mutable_time()->set_nanos(250000000);
+  e->set_kind("round_opened");
+  e->set_rank(-1);
+  e = r.add_events();
+  *e->mutable_time() = At(1700000003);
+  e->set_kind("worker_failed");
+  e->set_round(12);
+  e->set_node_id("n2");
+  e->set_rank(3);
+  e->set_message("exit code 1: boom");
+  const std::string text = FormatEvents(r);
+  EXPECT_EQ(text,
+            "TIME                     KIND           ROUND  NODE  RANK  MESSAGE\n"
+            "2023-11-14 22:13:20.250  round_opened   0      -     -     -\n"
+            "2023-11-14 22:13:23.000  worker_failed  12     n2    3     exit code 1: boom\n");
+  EXPECT_EQ(FormatEvents(v1::EventsResponse()), "no events\n");
+}
+
 TEST(RankPrefixerTest, EveryLineOfAChunkIsPrefixed) {
   RankPrefixer p;
   EXPECT_EQ(p.Prefix(0, "a\nb\nc\n"), "[rank0]:a\n[rank0]:b\n[rank0]:c\n");

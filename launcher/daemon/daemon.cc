@@ -86,6 +86,7 @@ void Daemon::OnCommand(const v1::Command& command) {
         }
         if (auto it = jobs_.find(job); it != jobs_.end()) it->second.joined_nproc = 0;
         ending_.insert(job);
+        failed_at_.erase(job);  // no restart will follow here
       }
       HandleStop(command.end_job().job_id(), std::nullopt);
       absl::MutexLock lock(&mu_);
@@ -293,6 +294,12 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
             << me->rank_offset() << ".." << me->rank_offset() + me->local_world_size() - 1
             << " of " << a.world_size() << ", master " << a.master_addr() << ":"
             << a.master_port();
+  if (auto failed = failed_at_.find(attempt.job_id); failed != failed_at_.end()) {
+    if (options_.metrics != nullptr) {
+      options_.metrics->Restarted(options_.clock->Now() - failed->second);
+    }
+    failed_at_.erase(failed);
+  }
   return Launched{attempt.id, attempt.job_id, attempt.round, std::move(spec)};
 }
 
@@ -319,6 +326,9 @@ std::vector<Daemon::Launched> Daemon::LaunchQueuedLocked() {
 void Daemon::StartOnRunner(std::vector<Launched> launches) {
   for (Launched& launch : launches) {
     if (options_.on_attempt_start) options_.on_attempt_start(launch.job_id, launch.round);
+    if (options_.metrics != nullptr) {
+      options_.metrics->AttemptStarted(static_cast<int>(launch.spec.workers.size()));
+    }
     const uint64_t id = launch.id;
     runner_->Start(id, std::move(launch.spec),
                    [this, id](const AttemptOutcome& outcome) { OnAttemptEnded(id, outcome); });
@@ -370,6 +380,12 @@ void Daemon::OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome) {
     }
     const Attempt a = *it->second.current;
     it->second.current.reset();
+    if (options_.metrics != nullptr) {
+      options_.metrics->AttemptEnded(a.nproc, outcome);
+      if (outcome.kind == AttemptOutcome::Kind::kFailed && !a.stop_requested) {
+        failed_at_[a.job_id] = options_.clock->Now();
+      }
+    }
     QueueEndReport(a, outcome);
     MaybeForgetLocked(a.job_id);
     MaybeRemoveSnapshotsLocked(a.job_id);

@@ -53,10 +53,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "elastrun/v1/rendezvous.pb.h"
+#include "common/clock.h"
 #include "common/progress.h"
 #include "launcher/agent/agent.h"
 #include "launcher/daemon/client.h"
 #include "launcher/daemon/job_snapshots.h"
+#include "launcher/daemon/metrics.h"
 
 namespace elastrun::launcher {
 
@@ -116,6 +118,11 @@ struct DaemonOptions {
   // forwarded worker output first, so that once the service knows a job
   // ended it also holds the job's last lines.
   std::function<void()> before_reports;
+  // Attempts, exits, restart latency and running workers are counted here
+  // (not owned; must outlive the Daemon). May be null: no metrics.
+  DaemonMetrics* metrics = nullptr;
+  // Times the restart latency metric. Not owned.
+  Clock* clock = &RealClock();
 };
 
 class Daemon {
@@ -247,6 +254,9 @@ class Daemon {
   JobSnapshots snapshots_ ABSL_GUARDED_BY(mu_);
   // Jobs that ended here, whose folder goes when their attempt has ended.
   std::set<std::string> ending_ ABSL_GUARDED_BY(mu_);
+  // When each job's workers last failed here, until its next attempt
+  // starts (the restart latency metric).
+  std::map<std::string, absl::Time> failed_at_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace elastrun::launcher

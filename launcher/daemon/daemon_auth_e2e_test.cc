@@ -101,8 +101,9 @@ class DaemonAuthE2eTest : public ::testing::Test {
 
 TEST_F(DaemonAuthE2eTest, UsersOwnTheirJobsAndOnlyTheirJobs) {
   // Root's job runs on the node and prints a line.
-  testing::RunResult root_submit = AsRoot({"submit", "--name", "roots", "--", "/bin/sh",
-                                           "-c", "echo secret-output; exec sleep 300"});
+  testing::RunResult root_submit =
+      AsRoot({"submit", "--name", "roots", "--env", "API_KEY=env-secret", "--", "/bin/sh",
+              "-c", "echo secret-output; exec sleep 300"});
   ASSERT_EQ(root_submit.exit_code, 0) << root_submit.output;
   const std::string root_job = Id(root_submit);
   v1::JobStatus root_status = cluster_->Get(root_job);
@@ -133,6 +134,17 @@ TEST_F(DaemonAuthE2eTest, UsersOwnTheirJobsAndOnlyTheirJobs) {
   EXPECT_EQ(logs.exit_code, 1) << logs.output;
   EXPECT_THAT(logs.output, HasSubstr("belongs to root (uid 0)"));
   EXPECT_THAT(logs.output, ::testing::Not(HasSubstr("secret-output")));
+  testing::RunResult events = AsNobody({"events", root_job});
+  EXPECT_EQ(events.exit_code, 1) << events.output;
+  EXPECT_THAT(events.output, HasSubstr("belongs to root (uid 0)"));
+  // The queue is public, the environment (an exported one holds secrets) not.
+  testing::RunResult seen = AsNobody({"status", root_job, "--output", "json"});
+  EXPECT_EQ(seen.exit_code, 0) << seen.output;
+  EXPECT_THAT(seen.output, ::testing::ContainsRegex("\"env_hidden\": *true"));
+  EXPECT_THAT(seen.output, ::testing::Not(HasSubstr("env-secret")));
+  EXPECT_THAT(AsNobody({"list", "--output", "json"}).output,
+              ::testing::Not(HasSubstr("env-secret")));
+  EXPECT_THAT(AsRoot({"status", root_job, "--output", "json"}).output, HasSubstr("env-secret"));
   EXPECT_EQ(cluster_->Get(root_job).state(), v1::JOB_STATE_RUNNING);
 
   // Its own job nobody may cancel; root may cancel anyone's.

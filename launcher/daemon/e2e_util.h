@@ -82,8 +82,9 @@ class Cluster {
   }
 
   // Starts daemon "node<N>" (N: how many were started before), its command
-  // behind `prefix` (e.g. "ip netns exec NS").
-  void StartDaemon(const std::vector<std::string>& prefix = {}) {
+  // behind `prefix` (e.g. "ip netns exec NS"), with `extra` flags.
+  void StartDaemon(const std::vector<std::string>& prefix = {},
+                   const std::vector<std::string>& extra = {}) {
     const std::string id = absl::StrCat("node", daemons_.size());
     std::vector<std::string> argv = prefix;
     argv.insert(argv.end(),
@@ -91,6 +92,7 @@ class Cluster {
                  id, "--slots", "2", "--state-dir", absl::StrCat(dir_, "/state-", id),
                  "--log-dir", absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s",
                  "--token-file", token_file_, "--cred-socket", cred_socket(daemons_.size())});
+    argv.insert(argv.end(), extra.begin(), extra.end());
     auto d = testing::Subprocess::Start(argv, {marker_});
     ASSERT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));

@@ -83,6 +83,11 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
                   "~/.local/state/elastrund/<node id>). Must belong to\n"
                   "the daemon's user and be writable by no one else.")
       ->type_name("DIR");
+  app->add_option("--metrics-listen", f->metrics_listen,
+                  "serve Prometheus metrics (GET /metrics) on this\n"
+                  "address; port 0 picks a free port, printed on\n"
+                  "stdout as \"metrics on HOST:PORT\". Default: none.")
+      ->type_name("HOST:PORT");
   app->add_option("--log-dir", f->log_dir,
                   "worker logs: DIR/<job>/attempt_<round>/<local_rank>/\n"
                   "{stdout,stderr}.log and error.json, under the same\n"

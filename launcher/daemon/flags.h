@@ -49,6 +49,8 @@ struct DaemonFlags {
   bool standby = false;
   // --no-snapshots: no snapshot folders, no ELASTRUN_SNAPSHOT for workers.
   bool no_snapshots = false;
+  // --metrics-listen HOST:PORT: the Prometheus endpoint; empty: none.
+  std::string metrics_listen;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

@@ -119,6 +119,11 @@ void LogForwarder::SendLines() {
       ++end;
     }
     failed = client_->PushLogs(r);
+    if (failed.ok() && options_.forwarded_bytes != nullptr) {
+      int64_t bytes = 0;
+      for (const v1::LogChunk& c : r.chunks()) bytes += static_cast<int64_t>(c.data().size());
+      options_.forwarded_bytes->Increment(bytes);
+    }
     if (failed.ok() || !(absl::IsUnavailable(failed) || absl::IsDeadlineExceeded(failed))) {
       if (!failed.ok()) {
         LOG_EVERY_N(WARNING, 100) << "PushLogs for job " << r.job_id() << " refused: " << failed;

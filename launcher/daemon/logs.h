@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "launcher/agent/agent.h"
 #include "launcher/daemon/client.h"
 
@@ -34,6 +35,8 @@ struct LogForwarderOptions {
   bool thread = true;
   // Least time between two ReportProgress calls of the thread.
   absl::Duration progress_interval = absl::Seconds(1);
+  // Counts the bytes of output the service accepted (not owned). May be null.
+  metrics::Counter* forwarded_bytes = nullptr;
 };
 
 // Forwards the workers' output (PushLogs) and their newest progress report

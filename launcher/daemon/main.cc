@@ -30,6 +30,7 @@
 #include "common/auth.h"
 #include "common/files.h"
 #include "common/flags.h"
+#include "common/metrics_server.h"
 #include "common/strings.h"
 #include "common/tls.h"
 #include "glog/logging.h"
@@ -42,6 +43,7 @@
 #include "launcher/daemon/flags.h"
 #include "launcher/daemon/job_snapshots.h"
 #include "launcher/daemon/logs.h"
+#include "launcher/daemon/metrics.h"
 #include "launcher/daemon/runner.h"
 #include "launcher/daemon/session.h"
 
@@ -413,13 +415,31 @@ std::unique_ptr<LauncherCgroup> MakeNodeCgroup(const std::string& node_id) {
 int RunNode(const DaemonFlags& flags, const SessionOptions& session_options,
             RendezvousClient* client, const AgentOptions& agent_options, Agent* agent,
             std::atomic<Daemon*>* router, StopRequest* stop) {
+  elastrun::metrics::Registry registry;
+  DaemonMetrics metrics(registry);
+  std::unique_ptr<elastrun::metrics::MetricsServer> metrics_server;
+  if (!flags.metrics_listen.empty()) {
+    elastrun::metrics::MetricsServerOptions mo;
+    mo.listen = flags.metrics_listen;
+    absl::StatusOr<std::unique_ptr<elastrun::metrics::MetricsServer>> served =
+        elastrun::metrics::MetricsServer::Create(mo, &registry);
+    if (!served.ok()) {
+      std::fprintf(stderr, "elastrund: %s\n", std::string(served.status().message()).c_str());
+      return 1;
+    }
+    metrics_server = *std::move(served);
+    std::printf("metrics on %s\n", metrics_server->address().c_str());
+    std::fflush(stdout);
+  }
   LogForwarderOptions log_options;
   log_options.node_id = flags.node_id;
+  log_options.forwarded_bytes = &metrics.log_bytes();
   LogForwarder log_forwarder(log_options, client);
   BarrierRelay barrier_relay(client, flags.node_id);
   DaemonOptions daemon_options = MakeDaemonOptions(
       flags, agent_options.progress_socket, &log_forwarder, &barrier_relay);
   daemon_options.slots = session_options.slots;
+  daemon_options.metrics = &metrics;
 
   RemoveSnapshotLeftovers(daemon_options);
   AgentRunner runner(agent);

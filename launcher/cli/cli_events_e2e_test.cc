@@ -1,0 +1,161 @@
+// End to end: a job's timeline (`elastrun events`) and the metrics of the
+// service and the daemons, with the real elastrun-rendezvous, three real
+// elastrund and shell workers. The job sees a worker failure (a restart), a
+// node loss (its daemon SIGKILLed) and then succeeds. Every wait is on an
+// event or a poll with a generous deadline.
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/http.h"
+#include "tests/testing/subprocess.h"
+
+namespace elastrun::daemon_testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The address after "metrics on " in a process's output, once printed.
+std::string MetricsAddress(const testing::Subprocess& p) {
+  std::string addr;
+  EXPECT_TRUE(PollUntil([&] {
+    const std::string out = p.Output();
+    const size_t at = out.find("metrics on ");
+    if (at == std::string::npos) return false;
+    const size_t end = out.find('\n', at);
+    if (end == std::string::npos) return false;
+    addr = out.substr(at + 11, end - at - 11);
+    return true;
+  })) << p.Output();
+  return addr;
+}
+
+// The value of sample `key` scraped from `addr`, or -1 when absent.
+double Scrape(const std::string& addr, const std::string& key) {
+  absl::StatusOr<testing::HttpAnswer> a = testing::HttpGet(addr, "/metrics");
+  EXPECT_TRUE(a.ok()) << a.status();
+  if (!a.ok()) return -1;
+  for (absl::string_view line : absl::StrSplit(a->body, '\n')) {
+    double v = 0;
+    if (absl::ConsumePrefix(&line, key + " ") && absl::SimpleAtod(line, &v)) return v;
+  }
+  return -1;
+}
+
+// Round 0: rank 1 exits 3 (a restart). Round 1: every worker says it is
+// ready and waits (a node is then lost). Round 2: every worker exits 0.
+constexpr char kScript[] = R"(echo "rank $RANK round $ELASTRUN_ROUND"
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then echo "rank 1 gives up" >&2; exit 3; fi
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exec sleep 60; fi
+if [ "$ELASTRUN_ROUND" = 1 ]; then touch "$READY_DIR/ready.$RANK"; exec sleep 60; fi
+exit 0)";
+
+TEST(CliEventsE2eTest, TimelineAndMetricsOfAFailureANodeLossAndSuccess) {
+  const std::string dir = testing::MakeTempDir("cli_events_e2e");
+  setenv("ELASTRUN_SNAPSHOT_BASE", dir.c_str(), 1);
+  Cluster cluster(dir, absl::StrCat("ELASTRUN_TEST_MARKER=cli-events-", getpid(), "-", dir));
+  ASSERT_NO_FATAL_FAILURE(
+      cluster.StartService("127.0.0.1:0", {"--metrics-listen", "127.0.0.1:0"}));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_NO_FATAL_FAILURE(cluster.StartDaemon({}, {"--metrics-listen", "127.0.0.1:0"}));
+  }
+  ASSERT_TRUE(PollUntil([&] { return cluster.AliveNodes() == 3; })) << cluster.DaemonOutput();
+  const std::string ready = testing::MakeTempDir("cli_events_ready");
+  const std::string cli = testing::BinDir() + "/elastrun";
+  const std::vector<std::string> service = {"--rendezvous", cluster.address(), "--token-file",
+                                            cluster.token_file()};
+
+  std::vector<std::string> submit = {cli, "submit", "--name", "events", "--nnodes", "2:3",
+                                     "--nproc-per-node", "1", "--max-restarts", "2",
+                                     "--env", "READY_DIR=" + ready};
+  submit.insert(submit.end(), service.begin(), service.end());
+  submit.insert(submit.end(), {"--", "/bin/sh", "-c", kScript});
+  absl::StatusOr<testing::RunResult> sub = testing::Run(submit);
+  ASSERT_TRUE(sub.ok() && sub->exit_code == 0) << (sub.ok() ? sub->output : "");
+  const std::string job(absl::StripAsciiWhitespace(sub->output));
+
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 3, kDeadline).ok())
+      << cluster.DaemonOutput();
+  cluster.daemon(2).Signal(SIGKILL);
+  ASSERT_TRUE(cluster.daemon(2).Wait(kDeadline).ok());
+  const v1::JobStatus st = cluster.WaitFinished(job);
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << cluster.DaemonOutput();
+
+  // --json: one array of events.
+  std::vector<std::string> events_json = {cli, "events", job, "--json"};
+  events_json.insert(events_json.end(), service.begin(), service.end());
+  absl::StatusOr<testing::RunResult> js = testing::Run(events_json);
+  ASSERT_TRUE(js.ok() && js->exit_code == 0) << (js.ok() ? js->output : "");
+  const nlohmann::json events = nlohmann::json::parse(js->output);
+  ASSERT_TRUE(events.is_array()) << js->output;
+  std::vector<std::string> kinds;
+  std::string failed_node;
+  for (const nlohmann::json& e : events) {
+    kinds.push_back(e.at("kind").get<std::string>());
+    if (e.at("kind") == "worker_failed") {
+      failed_node = e.at("node_id").get<std::string>();
+      EXPECT_EQ(e.at("rank").get<int>(), 1) << e;
+      EXPECT_EQ(e.at("round").get<int64_t>(), 0) << e;
+      EXPECT_EQ(e.at("message"), "exit code 3") << e;
+    }
+    if (e.at("kind") == "node_lost") {
+      EXPECT_EQ(e.at("node_id"), "node2") << e;
+      EXPECT_EQ(e.at("message"), "watch stream closed") << e;
+    }
+    EXPECT_THAT(e.at("time").get<std::string>(), ::testing::EndsWith("Z")) << e;
+  }
+  EXPECT_THAT(kinds, ::testing::ElementsAre("submitted", "round_opened", "round_closed",
+                                            "worker_failed", "restart", "round_opened",
+                                            "round_closed", "node_lost", "restart",
+                                            "round_opened", "round_closed", "job_finished"))
+      << js->output;
+
+  // Text: one aligned line per event under a header.
+  std::vector<std::string> events_text = {cli, "events", job};
+  events_text.insert(events_text.end(), service.begin(), service.end());
+  absl::StatusOr<testing::RunResult> text = testing::Run(events_text);
+  ASSERT_TRUE(text.ok() && text->exit_code == 0);
+  std::vector<std::string> lines = absl::StrSplit(text->output, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), events.size() + 1) << text->output;
+  EXPECT_THAT(lines[0], ::testing::StartsWith("TIME"));
+  const size_t kind_col = lines[0].find("KIND");
+  ASSERT_NE(kind_col, std::string::npos);
+  for (const std::string& l : lines) {  // every KIND starts in the header's column
+    ASSERT_GT(l.size(), kind_col) << l;
+    EXPECT_TRUE(l[kind_col - 1] == ' ' && l[kind_col] != ' ') << l;
+  }
+  EXPECT_THAT(text->output, HasSubstr("failure (restart 1 of 2)"));
+  EXPECT_THAT(text->output, HasSubstr("SUCCEEDED"));
+
+  // The service's metrics.
+  const std::string svc = MetricsAddress(cluster.service());
+  EXPECT_EQ(Scrape(svc, "elastrun_restarts_total{cause=\"failure\"}"), 1);
+  EXPECT_EQ(Scrape(svc, "elastrun_restarts_total{cause=\"node_lost\"}"), 1);
+  EXPECT_EQ(Scrape(svc, "elastrun_rounds_total"), 3);
+  EXPECT_EQ(Scrape(svc, "elastrun_jobs{state=\"succeeded\"}"), 1);
+  EXPECT_EQ(Scrape(svc, "elastrun_nodes{state=\"lost\"}"), 1);
+  // A surviving daemon's: three attempts, the last one succeeded.
+  const std::string node0 = MetricsAddress(cluster.daemon(0));
+  EXPECT_EQ(Scrape(node0, "elastrund_attempts_started_total"), 3);
+  EXPECT_EQ(Scrape(node0, "elastrund_worker_exits_total{cause=\"success\"}"), 1);
+  EXPECT_EQ(Scrape(node0, "elastrund_running_workers"), 0);
+  EXPECT_GT(Scrape(node0, "elastrund_log_bytes_forwarded_total"), 0);
+  if (failed_node == "node0" || failed_node == "node1") {
+    const std::string failed = MetricsAddress(cluster.daemon(failed_node == "node0" ? 0 : 1));
+    EXPECT_EQ(Scrape(failed, "elastrund_worker_exits_total{cause=\"exit_code\"}"), 1);
+    EXPECT_EQ(Scrape(failed, "elastrund_restart_seconds_count"), 1);
+  }
+  cluster.StopAll();
+}
+
+}  // namespace
+}  // namespace elastrun::daemon_testing
