@@ -4,6 +4,8 @@
 #ifndef ELASTRUN_COMMON_WORKER_ENV_H_
 #define ELASTRUN_COMMON_WORKER_ENV_H_
 
+#include <string_view>
+
 namespace elastrun::env {
 
 // torchrun / torch.distributed.elastic
@@ -42,6 +44,23 @@ inline constexpr char kSnapshot[] = "ELASTRUN_SNAPSHOT";
 // of a socket on which the worker reports that it has started and waits for
 // its activation (see common/standby.h).
 inline constexpr char kStandbyFd[] = "ELASTRUN_STANDBY_FD";
+
+// Whether `name` is one of elastrun's own client settings (any ELASTRUN_
+// name holding TOKEN or CREDENTIAL, the credential socket, TLS files): the
+// launcher's or the submitter's, never passed on to workers (neither from
+// a daemon's environment nor by `submit --export ALL`).
+inline bool IsLauncherSetting(std::string_view name) {
+  constexpr std::string_view kPrefix = "ELASTRUN_";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return false;
+  const std::string_view rest = name.substr(kPrefix.size());
+  for (std::string_view part : {"TOKEN", "CREDENTIAL"}) {
+    if (rest.find(part) != std::string_view::npos) return true;
+  }
+  for (std::string_view start : {"CRED_SOCKET", "TLS_"}) {
+    if (rest.substr(0, start.size()) == start) return true;
+  }
+  return false;
+}
 
 }  // namespace elastrun::env
 

@@ -157,7 +157,8 @@ TEST_F(CliTest, SubmitFromFlagsPrintsOnlyTheId) {
 TEST_F(CliTest, SubmitSendsItsFolderAndEnvironment) {
   ctx_.cwd = [] { return std::string("/home/u/project"); };
   ctx_.environment = [] {
-    return std::vector<std::string>{"MYVAR=1", "ELASTRUN_TOKEN=secret"};
+    return std::vector<std::string>{"MYVAR=1", "ELASTRUN_TOKEN=secret", "ELASTRUN_TLS_KEY=/k.pem",
+                                    "ELASTRUN_CRED_SOCKET=/c.sock", "ELASTRUN_ROUNDX=kept"};
   };
   ASSERT_EQ(Run("submit", {"--env", "A=2", "--", "python3", "train.py"}), 0)
       << err_.str();
@@ -165,7 +166,9 @@ TEST_F(CliTest, SubmitSendsItsFolderAndEnvironment) {
   const v1::JobSpec& all = service_.submitted[0];
   EXPECT_EQ(all.working_dir(), "/home/u/project");
   EXPECT_TRUE(all.replace_env());
+  // elastrun's own token, credential socket and TLS files stay behind.
   EXPECT_THAT(all.env(), ::testing::UnorderedElementsAre(::testing::Pair("MYVAR", "1"),
+                                                         ::testing::Pair("ELASTRUN_ROUNDX", "kept"),
                                                          ::testing::Pair("A", "2")));
 
   ASSERT_EQ(Run("submit", {"--export", "NONE", "--working-dir", "/data", "--", "x"}), 0)

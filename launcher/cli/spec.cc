@@ -14,6 +14,7 @@
 #include "common/config/config.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "common/worker_env.h"
 #include "google/protobuf/util/time_util.h"
 #include "launcher/agent/liveness.h"
 #include "rendezvous/types.h"
@@ -355,17 +356,6 @@ absl::StatusOr<v1::JobSpec> ApplySpecFlags(const SpecFlags& flags, v1::JobSpec s
   return spec;
 }
 
-namespace {
-
-// A variable `submit --export ALL` never sends: the credentials elastrun
-// itself reads are the submitter's, not the workers'.
-bool IsElastrunSecret(absl::string_view name) {
-  return absl::StartsWith(name, "ELASTRUN_") &&
-         (absl::StrContains(name, "TOKEN") || absl::StrContains(name, "CREDENTIAL"));
-}
-
-}  // namespace
-
 absl::Status ApplyExport(const std::string& value,
                          const std::vector<std::string>& environment, v1::JobSpec* spec) {
   std::map<std::string, std::string> submitter;  // the submitter's, by name
@@ -397,7 +387,7 @@ absl::Status ApplyExport(const std::string& value,
   }
   if (all) {
     for (const auto& [name, v] : submitter) {
-      if (IsEnvName(name) && !IsElastrunSecret(name)) exported.emplace(name, v);
+      if (IsEnvName(name) && !elastrun::env::IsLauncherSetting(name)) exported.emplace(name, v);
     }
     spec->set_replace_env(true);
   }

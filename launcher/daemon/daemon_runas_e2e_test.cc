@@ -242,13 +242,14 @@ TEST_F(DaemonRunAsE2eTest, NonRootDaemonRunsOnlyItsOwnUsersJobs) {
   EXPECT_THAT(st.DebugString(),
               HasSubstr(absl::StrCat("elastrund on node n1 runs as uid 65534; job ",
                                      refused, " belongs to uid 0")));
-  v1::JobSpec own = ShellJob("own", "id -u");
+  // The daemon's token (its environment) is not passed on to the workers.
+  v1::JobSpec own = ShellJob("own", "id -u; echo \"${ELASTRUN_TOKEN-no token}\"");
   own.mutable_owner()->set_uid(kNobody);
   own.mutable_owner()->set_gid(kNobody);
   const std::string ran = cluster_->SubmitSpec(own);
   ASSERT_EQ(cluster_->WaitFinished(ran).state(), v1::JOB_STATE_SUCCEEDED)
       << daemon_->Output();
-  EXPECT_EQ(Stdout(ran), "65534\n");
+  EXPECT_EQ(Stdout(ran), "65534\nno token\n");
 }
 
 TEST_F(DaemonRunAsE2eTest, SubmitSendsItsFolderAndEnvironment) {

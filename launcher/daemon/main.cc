@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -33,6 +34,7 @@
 #include "common/metrics_server.h"
 #include "common/strings.h"
 #include "common/tls.h"
+#include "common/worker_env.h"
 #include "glog/logging.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/cgroup.h"
@@ -233,8 +235,10 @@ DaemonOptions MakeDaemonOptions(const DaemonFlags& flags, const std::string& age
   daemon_options.log_dir = flags.log_dir;
   daemon_options.agent_socket = agent_socket;
   for (char** e = environ; *e != nullptr; ++e) {
-    // The service's secret is the daemon's, not the workers'.
-    if (!absl::StartsWith(*e, "ELASTRUN_TOKEN=") && !absl::StartsWith(*e, "ELASTRUN_TOKEN_FILE=")) {
+    // The service's token and the daemon's TLS files are the daemon's,
+    // not the workers'.
+    const std::string_view var = *e;
+    if (!elastrun::env::IsLauncherSetting(var.substr(0, var.find('=')))) {
       daemon_options.base_env.emplace_back(*e);
     }
   }
