@@ -289,9 +289,10 @@ constexpr char kLogsIntro[] = R"(usage: elastrun logs JOB [-f] [--rank R]
 
 Prints the worker output the node daemons forwarded to the service, every
 line prefixed [rankN]: (with --rank R: only that rank, unprefixed). The
-service keeps the newest 8 MiB per job in memory; the complete logs stay on
-each node under the daemon's --log-dir (default /tmp/elastrund-NODE_ID), as
-LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log.
+service keeps the newest 8 MiB per job (in its --state-dir, so they survive
+its restart); the complete logs stay on each node under the daemon's
+--log-dir (default STATE_DIR/logs, STATE_DIR being the daemon's --state-dir),
+as LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log.
 )";
 
 // events
