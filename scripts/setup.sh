@@ -24,6 +24,8 @@ PACKAGES=(
   elfutils
   # a real Prometheus scrapes the service's --metrics-listen in a test
   prometheus
+  # systemd-analyze verifies the units in deploy/systemd (deploy/systemd_test.py)
+  systemd
 )
 
 missing=()
