@@ -154,7 +154,7 @@ def start_both(bin_dir, tmp):
 def main():
     if len(sys.argv) != 2:
         util.fail("usage: systemd_test.py BIN_DIR")
-    bin_dir = sys.argv[1]
+    bin_dir = os.path.abspath(sys.argv[1])
     check_service_unit()
     check_daemon_unit()
     tmp = util.temp_dir("elastrun-systemd-test-")
