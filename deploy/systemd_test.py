@@ -86,6 +86,18 @@ def verify(bin_dir, tmp):
     if r.returncode != 0 or output:
         util.fail(f"systemd-analyze verify: exit {r.returncode}:\n{output}")
     print("systemd-analyze verify: both units clean")
+    # The service's sandbox, scored by systemd itself (0 best, 10 worst;
+    # up to 3.9 is "OK"). Offline analysis appeared in systemd 250.
+    r = subprocess.run(["systemd-analyze", "security", "--offline=true", "--man=no",
+                        "--threshold=30", paths[0]], capture_output=True, text=True)
+    level = re.search(r"Overall exposure level for \S+: ([0-9.]+)", r.stdout)
+    if level is None:
+        print(f"systemd-analyze security --offline unavailable: {r.stderr.strip()}")
+    elif r.returncode != 0:
+        util.fail(f"elastrun-rendezvous.service: exposure {level.group(1)}, above 3.0:\n"
+                  + r.stdout)
+    else:
+        print(f"systemd-analyze security: elastrun-rendezvous.service exposure {level.group(1)}")
 
 
 def check_service_unit():
