@@ -111,8 +111,7 @@ def start_daemon(bin_dir, args, tmp, port, node_id):
     p = Process([os.path.join(bin_dir, "elastrund"), *args,
                  "--rendezvous", f"127.0.0.1:{port}", "--token-file", os.path.join(tmp, "token"),
                  "--state-dir", os.path.join(tmp, "daemon-" + node_id), "--cred-socket", "none",
-                 "--node-id", node_id],
-                env={**os.environ, "GLOG_logtostderr": "1"})
+                 "--node-id", node_id])
     p.wait_for(r"registered as " + re.escape(node_id))
     return p
 
