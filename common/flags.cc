@@ -243,8 +243,8 @@ bool Settable(const CLI::Option* opt) {
 ConfigFile::ConfigFile(CLI::App* app) : app_(app) {
   app->add_option("--config", path_,
                   "read flags from FILE: `name = value` lines, names\n"
-                  "as the long flags (listen = 0.0.0.0:29400), `#`\n"
-                  "comments; flags on the command line win.")
+                  "as the long flags (token-file = /etc/elastrun/token),\n"
+                  "`#` comments; flags on the command line win.")
       ->type_name("FILE");
 }
 
