@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -221,6 +222,140 @@ std::optional<int> Parse(CLI::App& app, std::vector<std::string> args, std::ostr
 
 std::optional<int> Parse(CLI::App& app, int argc, char** argv) {
   return Parse(app, std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
+}
+
+// ---- --config FILE ----
+
+namespace {
+
+// Larger than any sensible config; the bound keeps a wrong path (a log, a
+// device) from being read whole.
+constexpr size_t kMaxConfigBytes = 1 << 20;
+
+// The names a config file may set: every long flag but these three.
+bool Settable(const CLI::Option* opt) {
+  return !opt->get_lnames().empty() && !opt->check_lname("help") &&
+         !opt->check_lname("version") && !opt->check_lname("config");
+}
+
+}  // namespace
+
+ConfigFile::ConfigFile(CLI::App* app) : app_(app) {
+  app->add_option("--config", path_,
+                  "read flags from FILE: `name = value` lines, names\n"
+                  "as the long flags (token-file = /etc/elastrun/token),\n"
+                  "`#` comments; flags on the command line win.")
+      ->type_name("FILE");
+}
+
+absl::StatusOr<std::vector<ConfigFile::Line>> ConfigFile::Read() const {
+  std::ifstream in(path_, std::ios::binary);
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad() || (!in && !in.eof())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--config ", path_, ": cannot read: ", std::strerror(errno)));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--config ", path_, ": larger than ", kMaxConfigBytes, " bytes"));
+  }
+  std::vector<Line> lines;
+  int number = 0;
+  for (absl::string_view raw : absl::StrSplit(text, '\n')) {
+    ++number;
+    absl::string_view s = absl::StripAsciiWhitespace(raw);
+    if (s.empty() || s[0] == '#' || s[0] == ';') continue;
+    const std::string at = absl::StrCat(path_, ":", number, ": ");
+    const size_t eq = s.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, "expected `name = value`, got \"", s, "\""));
+    }
+    Line line;
+    line.number = number;
+    line.key = std::string(absl::StripAsciiWhitespace(s.substr(0, eq)));
+    absl::string_view value = absl::StripAsciiWhitespace(s.substr(eq + 1));
+    const bool quoted = value.size() >= 2 && value.front() == '"' && value.back() == '"';
+    if (quoted) value = value.substr(1, value.size() - 2);
+    line.value = std::string(value);
+    line.option = line.key.empty() ? nullptr : app_->get_option_no_throw("--" + line.key);
+    if (line.option == nullptr || !Settable(line.option)) {
+      std::vector<std::string> known;
+      for (const CLI::Option* opt : app_->get_options()) {
+        if (Settable(opt)) known.push_back(opt->get_lnames()[0]);
+      }
+      return absl::InvalidArgumentError(absl::StrCat(at, "unknown key \"", line.key,
+                                                     "\" (known: ", absl::StrJoin(known, ", "),
+                                                     ")"));
+    }
+    if (line.value.empty() && !quoted) {
+      return absl::InvalidArgumentError(absl::StrCat(at, line.key, " needs a value"));
+    }
+    for (const Line& before : lines) {
+      if (before.option == line.option) {
+        return absl::InvalidArgumentError(absl::StrCat(at, line.key, " is already set on line ",
+                                                       before.number));
+      }
+      if (line.option->get_excludes().count(before.option) > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(at, line.key, " and ", before.key,
+                                                       " (line ", before.number,
+                                                       ") exclude each other"));
+      }
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+absl::Status ConfigFile::Apply() {
+  if (path_.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<Line>> lines = Read();
+  if (!lines.ok()) return lines.status();
+  // What the command line gave, before the file adds to it.
+  std::set<const CLI::Option*> given;
+  for (const CLI::Option* opt : app_->get_options()) {
+    if (opt->count() > 0) given.insert(opt);
+  }
+  for (Line& line : *lines) {
+    bool overridden = given.count(line.option) > 0;
+    for (const CLI::Option* ex : line.option->get_excludes()) overridden |= given.count(ex) > 0;
+    if (overridden) continue;
+    try {
+      line.option->add_result(line.value);
+      line.option->run_callback();  // converts and checks, as parsing would
+    } catch (const CLI::ParseError& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ":", line.number, ": ", ErrorMessage(e)));
+    }
+    set_.push_back(std::move(line));
+  }
+  return absl::OkStatus();
+}
+
+std::string ConfigFile::Locate(const std::string& message) const {
+  // The first flag the message names decides.
+  size_t first = std::string::npos;
+  const Line* from = nullptr;
+  for (const Line& line : set_) {
+    for (const std::string& name : line.option->get_lnames()) {
+      const std::string flag = "--" + name;
+      for (size_t at = message.find(flag); at != std::string::npos;
+           at = message.find(flag, at + 1)) {
+        const size_t end = at + flag.size();
+        const bool whole = end == message.size() ||
+                           !(absl::ascii_isalnum(message[end]) || message[end] == '-' ||
+                             message[end] == '_');
+        if (whole && at < first) {
+          first = at;
+          from = &line;
+        }
+      }
+    }
+  }
+  if (from == nullptr) return message;
+  return absl::StrCat(path_, ":", from->number, ": ", message);
 }
 
 }  // namespace elastrun::flags

@@ -84,6 +84,47 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
 // The binary and subcommand names of `app` ("elastrun run").
 std::string FullName(const CLI::App& app);
 
+// --config FILE for a binary's flags, as systemd units and Kubernetes
+// manifests pass them: one `name = value` per line, the names those of the
+// long flags without "--" (`token-file = /etc/elastrun/token`), a flag
+// without a value (--standby) set with `true` or `false`. Blank lines and
+// lines starting with '#' or ';' are skipped; a value in double quotes keeps
+// its spaces (and may be empty). Precedence: the command line, then the
+// file, then the caller's own fallbacks (environment, defaults); a flag on
+// the command line also wins over a file key it excludes (--token over
+// `token-file`). Not thread-safe; one per app.
+class ConfigFile {
+ public:
+  // Adds --config FILE to `app`, which must outlive this object.
+  explicit ConfigFile(CLI::App* app);
+
+  // Call after Parse() succeeded: reads the file named by --config (none
+  // given: nothing to do) and sets each of its flags that the command line
+  // did not. InvalidArgument, starting "FILE:LINE: " and naming the key: a
+  // line that is not `name = value`, an unknown key (the known ones are
+  // listed), a key given twice, a bad value, two keys that exclude each
+  // other; starting "--config FILE: " when the file cannot be read or is
+  // over 1 MiB.
+  absl::Status Apply();
+
+  // For an error found after Apply() that names a flag ("--lease-timeout:
+  // ..."): the message prefixed with "FILE:LINE: " when that flag's value
+  // came from the file, else unchanged.
+  std::string Locate(const std::string& message) const;
+
+ private:
+  struct Line {
+    int number = 0;
+    std::string key, value;
+    CLI::Option* option = nullptr;
+  };
+  absl::StatusOr<std::vector<Line>> Read() const;
+
+  CLI::App* app_;
+  std::string path_;      // --config
+  std::vector<Line> set_;  // the lines whose values were used
+};
+
 }  // namespace elastrun::flags
 
 #endif  // ELASTRUN_COMMON_FLAGS_H_

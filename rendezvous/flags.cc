@@ -34,6 +34,7 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                                      std::ostream& out, std::ostream& err,
                                      ServiceFlags* flags) {
   std::unique_ptr<CLI::App> app = flags::NewApp(kBinary, kIntro, kFooter);
+  flags::ConfigFile config(app.get());
   std::string heartbeat, lease, expiry;
   app->add_option("--listen", flags->listen,
                   "address to serve on (default 127.0.0.1:29400).\n"
@@ -97,10 +98,12 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
       ->type_name("FILE");
   if (std::optional<int> exit = flags::Parse(*app, args, out, err)) return exit;
 
+  // An error about a value from the config file names its file and line.
   auto usage = [&](const absl::Status& st) {
-    err << flags::UsageError(kBinary, std::string(st.message()));
+    err << flags::UsageError(kBinary, config.Locate(std::string(st.message())));
     return flags::kExitUsage;
   };
+  if (absl::Status st = config.Apply(); !st.ok()) return usage(st);
   if (!heartbeat.empty()) {
     absl::StatusOr<absl::Duration> d = ParseDuration(heartbeat, "--heartbeat-interval");
     if (!d.ok()) return usage(d.status());

@@ -1,6 +1,10 @@
 #include "rendezvous/flags.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include "common/version.h"
@@ -107,6 +111,95 @@ TEST(ServiceFlagsTest, TlsFlagsAndHalfAPairIsAUsageError) {
     EXPECT_THAT(bad.err, HasSubstr("elastrun-rendezvous: " + says)) << bad.err;
   }
   EXPECT_THAT(Parse({"--help"}).out, HasSubstr("--tls-cert FILE"));
+}
+
+// A config file in a fresh temp folder, removed with the object.
+class TempConfig {
+ public:
+  explicit TempConfig(const std::string& text) {
+    char templ[] = "/tmp/elastrun-rdzv-config-XXXXXX";
+    if (mkdtemp(templ) != nullptr) dir_ = templ;
+    path_ = dir_ + "/rendezvous.conf";
+    std::ofstream(path_) << text;
+  }
+  ~TempConfig() {
+    unlink(path_.c_str());
+    rmdir(dir_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_, path_;
+};
+
+TEST(ServiceFlagsTest, ConfigFileSetsFlagsAndTheCommandLineWins) {
+  TempConfig conf(
+      "# the service on this host\n"
+      "\n"
+      "listen = 0.0.0.0:29400\n"
+      "  state-dir=/var/lib/elastrun  \n"
+      "; durations as on the command line\n"
+      "lease-timeout = 500ms\n"
+      "max-nodes = 7\n"
+      "token = \" spaced \"\n");
+  Result r = Parse({"--config", conf.path(), "--listen", "127.0.0.1:0"});
+  ASSERT_EQ(r.code, std::nullopt) << r.err;
+  EXPECT_EQ(r.flags.listen, "127.0.0.1:0");  // the command line wins
+  EXPECT_EQ(r.flags.state_dir, "/var/lib/elastrun");
+  EXPECT_EQ(r.flags.lease_timeout, absl::Milliseconds(500));
+  EXPECT_EQ(r.flags.heartbeat_interval, absl::Seconds(1));  // not in the file
+  EXPECT_EQ(r.flags.max_nodes, 7);
+  EXPECT_EQ(r.flags.token, " spaced ");
+  // The order of --config among the flags does not matter.
+  r = Parse({"--lease-timeout", "2s", "--config=" + conf.path()});
+  ASSERT_EQ(r.code, std::nullopt) << r.err;
+  EXPECT_EQ(r.flags.listen, "0.0.0.0:29400");
+  EXPECT_EQ(r.flags.lease_timeout, absl::Seconds(2));
+  // --token-file on the command line wins over the file's token (they
+  // exclude each other, as flags).
+  r = Parse({"--config", conf.path(), "--token-file", "/etc/elastrun/token"});
+  ASSERT_EQ(r.code, std::nullopt) << r.err;
+  EXPECT_EQ(r.flags.token_file, "/etc/elastrun/token");
+  EXPECT_EQ(r.flags.token, "");
+  EXPECT_THAT(Parse({"--help"}).out, HasSubstr("--config FILE"));
+}
+
+TEST(ServiceFlagsTest, ConfigFileErrorsNameTheFileTheLineAndTheKey) {
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {"listen = 127.0.0.1:1\n\nlissen = x\n",
+            ":3: unknown key \"lissen\" (known: listen, state-dir, metrics-listen,"},
+           {"# ok\nmax-nodes = 0\n", ":2: --max-nodes"},
+           {"max-nodes = many\n", ":1: --max-nodes"},
+           {"lease-timeout = soon\n", ":1: --lease-timeout: "},
+           {"node-expiry = 1m\nlease-timeout = 2s\nheartbeat-interval = 1x\n",
+            ":3: --heartbeat-interval"},
+           {"listen\n", ":1: expected `name = value`, got \"listen\""},
+           {"= 1\n", ":1: unknown key \"\""},
+           {"--listen = 1\n", ":1: unknown key \"--listen\""},
+           {"help = true\n", ":1: unknown key \"help\""},
+           {"config = /etc/other.conf\n", ":1: unknown key \"config\""},
+           {"state-dir =\n", ":1: state-dir needs a value"},
+           {"listen = a:1\nlisten = b:2\n", ":2: listen is already set on line 1"},
+           {"token = t\ntoken-file = /f\n", ":2: token-file and token (line 1) exclude each other"},
+           {"tls-cert = s.crt\n", ":1: --tls-cert needs --tls-key"}}) {
+    TempConfig conf(text);
+    Result r = Parse({"--config", conf.path()});
+    EXPECT_EQ(r.code, 2) << text;
+    EXPECT_THAT(r.err, HasSubstr("elastrun-rendezvous: " + conf.path() + says)) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("Run 'elastrun-rendezvous --help' for usage.\n"));
+  }
+  // A value from the command line is not the file's: no line is named.
+  TempConfig conf("listen = 127.0.0.1:1\n");
+  Result r = Parse({"--config", conf.path(), "--lease-timeout", "soon"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("elastrun-rendezvous: --lease-timeout"));
+  Result missing = Parse({"--config", "/nonexistent/rendezvous.conf"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("elastrun-rendezvous: --config /nonexistent/rendezvous.conf: "
+                                     "cannot read: No such file or directory"));
+  Result folder = Parse({"--config", "/tmp"});
+  EXPECT_EQ(folder.code, 2);
+  EXPECT_THAT(folder.err, HasSubstr("--config /tmp: cannot read"));
 }
 
 }  // namespace

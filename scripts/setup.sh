@@ -24,7 +24,13 @@ PACKAGES=(
   elfutils
   # a real Prometheus scrapes the service's --metrics-listen in a test
   prometheus
+  # systemd-analyze verifies the units in deploy/systemd (deploy/systemd_test.py)
+  systemd
 )
+# kubectl checks the manifests in deploy/kubernetes (deploy/kubernetes_test.py):
+# Debian's kubernetes-client, unless another package's kubectl is installed
+# (both ship /usr/bin/kubectl).
+command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -243,9 +243,13 @@ std::optional<int> ParseDaemonFlags(const std::vector<std::string>& args,
                                     DaemonFlags* flags) {
   Raw raw;
   std::unique_ptr<CLI::App> app = NewDaemonApp(flags, &raw);
+  flags::ConfigFile config(app.get());
   if (std::optional<int> exit = flags::Parse(*app, args, out, err)) return exit;
-  if (absl::Status st = Finish(raw, env, hostname, is_root, flags); !st.ok()) {
-    err << flags::UsageError(kBinary, std::string(st.message()));
+  absl::Status st = config.Apply();
+  if (st.ok()) st = Finish(raw, env, hostname, is_root, flags);
+  if (!st.ok()) {
+    // An error about a value from the config file names its file and line.
+    err << flags::UsageError(kBinary, config.Locate(std::string(st.message())));
     return flags::kExitUsage;
   }
   return std::nullopt;

@@ -185,5 +185,65 @@ TEST(DaemonFlagsTest, TlsFromFlagsOrEnvironment) {
   EXPECT_THAT(Parse({"--help"}).out, HasSubstr("--tls-ca FILE"));
 }
 
+TEST(DaemonFlagsTest, ConfigFileSetsFlagsBeforeTheEnvironment) {
+  char templ[] = "/tmp/elastrun-daemon-config-XXXXXX";
+  ASSERT_NE(mkdtemp(templ), nullptr);
+  const std::string dir = templ;
+  const std::string token = dir + "/token";
+  std::ofstream(token) << "t0k\n";
+  chmod(token.c_str(), 0600);
+  const std::string conf = dir + "/elastrund.conf";
+  std::ofstream(conf) << "# this node\n"
+                         "rendezvous = 10.0.0.1:29400\n"
+                         "node-id = gpu-7\n"
+                         "slots = 8\n"
+                         "labels = gpu=a100,zone=b\n"
+                         "token-file = " << token << "\n"
+                         "cred-socket = none\n"
+                         "shutdown-timeout = 1m\n"
+                         "standby = true\n"
+                         "no-snapshots = false\n";
+  Result r = Parse({"--config", conf, "--slots", "2"},
+                   {{"ELASTRUN_RENDEZVOUS", "127.0.0.1:7"}, {"ELASTRUN_TOKEN", "env"}});
+  ASSERT_EQ(r.code, std::nullopt) << r.err;
+  EXPECT_EQ(r.flags.rendezvous_host, "10.0.0.1");  // the file wins over the environment
+  EXPECT_EQ(r.flags.node_id, "gpu-7");
+  EXPECT_EQ(r.flags.slots, 2);  // the command line wins over the file
+  EXPECT_EQ(r.flags.labels, (std::map<std::string, std::string>{{"gpu", "a100"}, {"zone", "b"}}));
+  EXPECT_EQ(r.flags.token, "t0k");
+  EXPECT_EQ(r.flags.cred_socket, "none");
+  EXPECT_EQ(r.flags.shutdown_timeout, absl::Minutes(1));
+  EXPECT_TRUE(r.flags.standby);
+  EXPECT_FALSE(r.flags.no_snapshots);
+  EXPECT_EQ(r.flags.state_dir, "/tmp/elastrund-gpu-7");
+  // --token on the command line wins over the file's token-file.
+  Result flag = Parse({"--config", conf, "--token", "cli"});
+  ASSERT_EQ(flag.code, std::nullopt) << flag.err;
+  EXPECT_EQ(flag.flags.token, "cli");
+
+  // Errors name the file, the line and the key, whoever finds them.
+  chmod(token.c_str(), 0644);
+  Result open = Parse({"--config", conf});
+  EXPECT_EQ(open.code, 2);
+  EXPECT_THAT(open.err, HasSubstr("elastrund: " + conf + ":6: --token-file: token file " +
+                                  token + " is open to group"));
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {"rendezvous = h:1\nslots = 0\n", ":2: --slots"},
+           {"rendezvous = h:1\nstandby = maybe\n", ":2: --standby: \"maybe\" is not a valid value"},
+           {"rendezvous = h\n", ":1: --rendezvous"},
+           {"rendezvous = h:1\nlabels = gpu\n", ":2: --labels: \"gpu\" is not key=value"},
+           {"rendezvous = h:1\nshutdown-timeout = long\n", ":2: --shutdown-timeout"},
+           {"rendezvous = h:1\nslot = 2\n", ":2: unknown key \"slot\" (known: rendezvous, node-id, "
+                                            "slots,"}}) {
+    std::ofstream(conf, std::ios::trunc) << text;
+    Result bad = Parse({"--config", conf});
+    EXPECT_EQ(bad.code, 2) << text;
+    EXPECT_THAT(bad.err, HasSubstr("elastrund: " + conf + says)) << bad.err;
+  }
+  unlink(conf.c_str());
+  unlink(token.c_str());
+  rmdir(templ);
+}
+
 }  // namespace
 }  // namespace elastrun::launcher

@@ -1,0 +1,149 @@
+"""What the deploy tests share: the real service and daemon started from a
+config file the way a unit or a manifest starts them (only what must differ
+on a test machine overridden on the command line, which wins over the file),
+waited for by the lines they print, and stopped by their PIDs."""
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SKIP = 77  # ctest's SKIP_RETURN_CODE for these tests
+
+# Generous: on a loaded 2-core machine a start can take seconds.
+DEADLINE_S = 60
+
+
+def fail(message):
+    print(f"FAIL: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def skip(message):
+    print(f"SKIP: {message}", file=sys.stderr)
+    sys.exit(SKIP)
+
+
+class Process:
+    """A started binary whose output lines are read by a thread into a queue,
+    so that a test waits on a line with a deadline instead of sleeping."""
+
+    def __init__(self, args, env=None):
+        self.args = args
+        self.lines = []
+        self._queue = queue.Queue()
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, text=True, env=env,
+                                     start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)  # end of output: the process exited
+
+    def wait_for(self, pattern):
+        """The first match of `pattern` in a line of output; fails the test
+        (with the output so far) when the process exits or the deadline
+        passes first."""
+        regex = re.compile(pattern)
+        for line in self.lines:
+            if m := regex.search(line):
+                return m
+        end = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                self.stop()
+                fail(f"no line matching {pattern!r} from {' '.join(self.args)}; "
+                     f"exit {self.proc.returncode}; output:\n" + "\n".join(self.lines))
+            self.lines.append(line)
+            if m := regex.search(line):
+                return m
+
+    def stop(self):
+        """SIGTERM to the process's own group, then SIGKILL after the grace."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def temp_dir(prefix):
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def write_token(path):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"deploy-test-token\n")
+    os.close(fd)
+
+
+def start_service(bin_dir, args, tmp):
+    """elastrun-rendezvous with `args` (its --config among them), on a free
+    loopback port, with state and token in `tmp`. Returns (process, port)."""
+    token = os.path.join(tmp, "token")
+    if not os.path.exists(token):
+        write_token(token)
+    p = Process([os.path.join(bin_dir, "elastrun-rendezvous"), *args,
+                 "--listen", "127.0.0.1:0", "--state-dir", os.path.join(tmp, "state"),
+                 "--token-file", token])
+    port = int(p.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
+    return p, port
+
+
+def start_daemon(bin_dir, args, tmp, port, node_id):
+    """elastrund with `args` (its --config among them) registered with the
+    service at `port` as `node_id`; its state in `tmp`, no credential
+    socket. Returns the process once the service accepted the node."""
+    p = Process([os.path.join(bin_dir, "elastrund"), *args,
+                 "--rendezvous", f"127.0.0.1:{port}", "--token-file", os.path.join(tmp, "token"),
+                 "--state-dir", os.path.join(tmp, "daemon-" + node_id), "--cred-socket", "none",
+                 "--node-id", node_id])
+    p.wait_for(r"registered as " + re.escape(node_id))
+    return p
+
+
+def flags_of_help(bin_dir, *command):
+    """The long flags `command --help` lists (both spellings)."""
+    out = subprocess.run([os.path.join(bin_dir, command[0]), *command[1:], "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*", out))
+
+
+def read_conf(path):
+    """A config file's `name = value` lines as a dict (as common/flags.cc
+    reads them)."""
+    conf = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line[0] in "#;":
+                continue
+            key, _, value = line.partition("=")
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            conf[key.strip()] = value
+    return conf
+
+
+def seconds(text):
+    """'30s', '1m', '500ms', '60' -> seconds."""
+    m = re.fullmatch(r"([0-9.]+)\s*(ms|s|min|m|h)?", text.strip())
+    if not m:
+        fail(f"not a duration: {text!r}")
+    scale = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+    return float(m.group(1)) * scale
