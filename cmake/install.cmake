@@ -1,4 +1,5 @@
-# What `cmake --install` puts where (GNUInstallDirs, relative to the prefix):
+# What `cmake --install` puts where (GNUInstallDirs, relative to the prefix),
+# and the .deb built from it (cmake/cpack.cmake):
 #
 #   bin/                      elastrun, elastrund, elastrun-rendezvous,
 #                             elastrun-train (torch builds)
@@ -109,3 +110,5 @@ endforeach()
 
 install(FILES ${PROJECT_SOURCE_DIR}/README.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+include(${PROJECT_SOURCE_DIR}/cmake/cpack.cmake)

@@ -24,6 +24,9 @@ PACKAGES=(
   elfutils
   # a real Prometheus scrapes the service's --metrics-listen in a test
   prometheus
+  # the .deb (cpack -G DEB): dpkg-shlibdeps computes its Depends; CPack finds
+  # the programs to give it with `file`
+  dpkg-dev file
 )
 
 missing=()
