@@ -26,6 +26,9 @@ PACKAGES=(
   prometheus
   # systemd-analyze verifies the units in deploy/systemd (deploy/systemd_test.py)
   systemd
+  # the .deb (cpack -G DEB): dpkg-shlibdeps computes its Depends; CPack finds
+  # the programs to give it with `file`
+  dpkg-dev file
 )
 # kubectl checks the manifests in deploy/kubernetes (deploy/kubernetes_test.py):
 # Debian's kubernetes-client, unless another package's kubectl is installed
