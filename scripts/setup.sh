@@ -24,6 +24,10 @@ PACKAGES=(
   elfutils
   # a real Prometheus scrapes the service's --metrics-listen in a test
   prometheus
+  # Slurm (slurmctld, slurmd, sbatch, srun): deploy/slurm/'s scripts run on a real one in a test
+  slurm-wlm
+  # munge: Slurm's authentication (that test starts its own munged, key and socket)
+  munge
 )
 
 missing=()
