@@ -277,6 +277,29 @@ TEST_F(SlurmE2eTest, RequeuedTrainerResumesFromCheckpoint) {
   ExpectNothingLeft();
 }
 
+// Script (a) starts torchrun's form on every node: the same `elastrun run`
+// command, the rendezvous at the first node's address, the Slurm job's id.
+// (ELASTRUN is a stand-in that prints its node's address and arguments.)
+TEST_F(SlurmE2eTest, TorchrunScriptRunsElastrunRunOnEveryNode) {
+  const std::string fake = dir_ + "/fake-elastrun";
+  std::ofstream(fake) << "#!/bin/sh\necho \"on $(hostname -I | tr -d ' '): $*\"\n";
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  const std::string job =
+      Sbatch(kNodes, "elastrun-torchrun.sbatch", {"train.py", "--lr", "0.1"},
+             {"ELASTRUN=" + fake, "ELASTRUN_NPROC_PER_NODE=4"});
+  ASSERT_FALSE(job.empty());
+  EXPECT_EQ(Finished(job), "COMPLETED") << Output(job) << cluster_->DaemonLogs();
+  for (int h = 0; h < kNodes; ++h) {
+    EXPECT_THAT(Output(job),
+                HasSubstr(absl::StrCat("on ", cluster_->NodeAddr(h), ": run --nnodes 2 ",
+                                       "--nproc-per-node 4 --max-restarts 3 ",
+                                       "--rdzv-backend c10d --rdzv-endpoint ",
+                                       cluster_->NodeAddr(0), ":29400 --rdzv-id ", job,
+                                       " train.py --lr 0.1\n")))
+        << Output(job);
+  }
+}
+
 // Script (a): torchrun's form, the same `elastrun run` on both nodes.
 TEST_F(SlurmE2eTest, TorchrunScriptRunsTwoNodeJob) {
   auto help = testing::Run({BinDir() + "/elastrun", "run", "--help"});
