@@ -122,6 +122,76 @@ class SlurmE2eTest : public ::testing::Test {
                         << "train: {epochs: " << epochs << ", log_period: 0, "
                         << "checkpoint_iters: 10, output_dir: " << output << "}\n";
   }
+  bool HasTrainer() const { return testing::FileExists(BinDir() + "/elastrun-train"); }
+
+  // Runs elastrun-train, 2 workers on `nodes` nodes, through
+  // deploy/slurm/SCRIPT (`script_args`, the trainer, its config, then
+  // `train_args`). Once the run's first checkpoint is on disk it freezes the
+  // workers (so the run cannot end first) and requeues the Slurm job, lets
+  // the requeued job start at once, and waits for its end: COMPLETED, after
+  // one restart, resumed at the checkpoint (not at the start). `out`: the
+  // job's whole output, both runs.
+  void RunRequeued(const std::string& script, int nodes, std::vector<std::string> script_args,
+                   const std::vector<std::string>& train_args, std::string* out) {
+    // Long enough (1000 epochs) that the first run is still in its first
+    // epoch when it is stopped; the requeued run is told to end after that
+    // epoch (train.epochs may change on resume: it is not part of the run).
+    const std::string config = dir_ + "/mlp.yaml", output = dir_ + "/run";
+    WriteTrainerConfig(config, 60000, 1000, output);
+    std::filesystem::create_directories(output + "/checkpoints");
+    script_args.insert(script_args.end(), {BinDir() + "/elastrun-train", "--config", config});
+    script_args.insert(script_args.end(), train_args.begin(), train_args.end());
+    const std::string job = Sbatch(
+        nodes, script, script_args,
+        {absl::StrCat("ELASTRUN_NPROC_PER_NODE=", 2 / nodes), "ELASTRUN_MAX_RESTARTS=0",
+         "OMP_NUM_THREADS=1", absl::StrCat("GLOO_SOCKET_IFNAME=", SlurmCluster::kInterface)});
+    ASSERT_FALSE(job.empty());
+    ASSERT_TRUE(testing::WaitForFiles(output + "/checkpoints", "last.ckpt", 1, kDeadline).ok())
+        << Output(job) << cluster_->DaemonLogs();
+    std::vector<pid_t> workers = Processes(marker_, "elastrun-train");
+    ASSERT_EQ(workers.size(), 2u);
+    for (pid_t pid : workers) kill(pid, SIGSTOP);  // the requeue's SIGCONT, SIGTERM stop them
+    WriteTrainerConfig(config, 60000, 1, output);
+
+    testing::RunResult r = cluster_->Command({"scontrol", "requeue", job});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    // A requeued job waits ~2 minutes (its BeginTime) before it may start
+    // again; let it start sooner, as an administrator would. Not at once:
+    // the nodes revoked the first run's credential, by the second, and
+    // refuse a start in that same second ("Job credential revoked"): wait
+    // 2 s past the first run's end (a later StartTime would wait for the
+    // backfill scheduler's next pass).
+    const absl::Time deadline = absl::Now() + kDeadline;
+    std::optional<absl::Time> pending_since;
+    bool released = false;
+    for (std::string state = cluster_->JobState(job);
+         cluster_->JobRestarts(job) < 1 || state.empty() || state == "PENDING" ||
+         state == "REQUEUED" || state == "COMPLETING" || state == "CONFIGURING";
+         state = cluster_->JobState(job)) {
+      ASSERT_LT(absl::Now(), deadline) << "the requeued job did not run again: " << state
+                                       << "\n" << Output(job);
+      if (state == "PENDING" && !pending_since) pending_since = absl::Now();
+      if (state == "PENDING" && !released && absl::Now() - *pending_since > absl::Seconds(2)) {
+        released = cluster_->Command({"scontrol", "update", "JobId=" + job, "StartTime=now"})
+                       .exit_code == 0;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    EXPECT_EQ(Finished(job), "COMPLETED") << Output(job) << cluster_->DaemonLogs();
+    EXPECT_EQ(cluster_->JobRestarts(job), 1);
+    *out = Output(job);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        *out, m, std::regex(R"(\[rank0\]:resumed at epoch (\d+), iteration (\d+))")))
+        << *out;
+    // Epochs count from 1: "epoch 1, iteration 0" would be the very start.
+    int epoch = 0, iteration = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(m[1].str(), &epoch) && absl::SimpleAtoi(m[2].str(), &iteration));
+    EXPECT_TRUE(epoch > 1 || iteration > 0) << m[0];
+    EXPECT_THAT(*out, ContainsRegex(R"(\[rank0\]:final:)"));
+    ExpectNothingLeft();
+  }
+
   // A line of a worker's output: its rank and the address of its node.
   static std::string ReportCommand() {
     return "echo \"rank $RANK of $WORLD_SIZE on $(hostname -I | tr -d ' ')\"";
@@ -191,10 +261,8 @@ TEST_F(SlurmE2eTest, ClusterScriptStopsEverythingOnScancel) {
 // The cluster script with elastrun-train on both nodes (DDP over Gloo
 // across the namespaces) to success.
 TEST_F(SlurmE2eTest, ClusterScriptRunsTrainerOnBothNodes) {
+  if (!HasTrainer()) GTEST_SKIP() << "elastrun-train is not built (ELASTRUN_WITH_TORCH=ON)";
   const std::string train = BinDir() + "/elastrun-train";
-  if (!testing::FileExists(train)) {
-    GTEST_SKIP() << train << " is not built (configure with ELASTRUN_WITH_TORCH=ON)";
-  }
   const std::string config = dir_ + "/mlp.yaml";
   WriteTrainerConfig(config, 2048, 2, dir_ + "/run");
   const std::string job =
@@ -210,71 +278,14 @@ TEST_F(SlurmE2eTest, ClusterScriptRunsTrainerOnBothNodes) {
 // A trainer job preempted by `scontrol requeue` runs again and resumes from
 // the checkpoint its first run wrote, then succeeds.
 TEST_F(SlurmE2eTest, RequeuedTrainerResumesFromCheckpoint) {
-  const std::string train = BinDir() + "/elastrun-train";
-  if (!testing::FileExists(train)) {
-    GTEST_SKIP() << train << " is not built (configure with ELASTRUN_WITH_TORCH=ON)";
-  }
-  // Long enough (1000 epochs) that the first run is still in its first
-  // epoch when it is stopped; the requeued run is told to end after that
-  // epoch (train.epochs may change on resume: it is not part of the run).
-  const std::string config = dir_ + "/mlp.yaml", output = dir_ + "/run";
-  WriteTrainerConfig(config, 60000, 1000, output);
-  std::filesystem::create_directories(output + "/checkpoints");
-  const std::string job =
-      Sbatch(1, "elastrun-cluster.sbatch",
-             {"--", train, "--config", config, "train.run_name=slurm-requeue"},
-             {"ELASTRUN_NPROC_PER_NODE=2", "ELASTRUN_MAX_RESTARTS=0", "OMP_NUM_THREADS=1"});
-  ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(testing::WaitForFiles(output + "/checkpoints", "last.ckpt", 1, kDeadline).ok())
-      << Output(job) << cluster_->DaemonLogs();
-  // Freeze the workers so the run cannot end before it is preempted (the
-  // requeue's SIGCONT, SIGTERM then stops them).
-  std::vector<pid_t> workers = Processes(marker_, "elastrun-train");
-  ASSERT_EQ(workers.size(), 2u);
-  for (pid_t pid : workers) kill(pid, SIGSTOP);
-  WriteTrainerConfig(config, 60000, 1, output);
-
-  testing::RunResult r = cluster_->Command({"scontrol", "requeue", job});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  // A requeued job waits ~2 minutes (its BeginTime) before it may start
-  // again; let it start sooner, as an administrator would. Not at once:
-  // the nodes revoked the first run's credential, by the second, and
-  // refuse a start in that same second ("Job credential revoked"): wait
-  // 2 s past the first run's end (a later StartTime would wait for the
-  // backfill scheduler's next pass).
-  const absl::Time deadline = absl::Now() + kDeadline;
-  std::optional<absl::Time> pending_since;
-  bool released = false;
-  for (std::string state = cluster_->JobState(job);
-       cluster_->JobRestarts(job) < 1 || state.empty() || state == "PENDING" ||
-       state == "REQUEUED" || state == "COMPLETING" || state == "CONFIGURING";
-       state = cluster_->JobState(job)) {
-    ASSERT_LT(absl::Now(), deadline) << "the requeued job did not run again: " << state
-                                     << "\n" << Output(job);
-    if (state == "PENDING" && !pending_since) pending_since = absl::Now();
-    if (state == "PENDING" && !released && absl::Now() - *pending_since > absl::Seconds(2)) {
-      released = cluster_->Command({"scontrol", "update", "JobId=" + job, "StartTime=now"})
-                     .exit_code == 0;
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  EXPECT_EQ(Finished(job), "COMPLETED") << Output(job) << cluster_->DaemonLogs();
-  EXPECT_EQ(cluster_->JobRestarts(job), 1);
-
-  // The first run was stopped by the requeue; the second resumed where the
-  // checkpoint left it (not at the start) and finished.
-  const std::string out = Output(job);
+  if (!HasTrainer()) GTEST_SKIP() << "elastrun-train is not built (ELASTRUN_WITH_TORCH=ON)";
+  // Each start of the script is a new service with new job ids: the run
+  // keeps its name.
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(RunRequeued("elastrun-cluster.sbatch", 1, {"--"},
+                                      {"train.run_name=slurm-requeue"}, &out));
   EXPECT_THAT(out, HasSubstr("signalled"));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\[rank0\]:resumed at epoch (\d+), iteration (\d+))")))
-      << out;
-  // Epochs count from 1: "epoch 1, iteration 0" would be the very start.
-  int epoch = 0, iteration = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(m[1].str(), &epoch) && absl::SimpleAtoi(m[2].str(), &iteration));
-  EXPECT_TRUE(epoch > 1 || iteration > 0) << m[0];
   EXPECT_THAT(out, HasSubstr("SUCCEEDED"));
-  EXPECT_THAT(out, ContainsRegex(R"(\[rank0\]:final:)"));
-  ExpectNothingLeft();
 }
 
 // Script (a) starts torchrun's form on every node: the same `elastrun run`
@@ -300,21 +311,27 @@ TEST_F(SlurmE2eTest, TorchrunScriptRunsElastrunRunOnEveryNode) {
   }
 }
 
-// Script (a): torchrun's form, the same `elastrun run` on both nodes.
-TEST_F(SlurmE2eTest, TorchrunScriptRunsTwoNodeJob) {
+// Why `elastrun run` cannot run torchrun's multi-node form ("" when it
+// can): its --help's --nnodes line shows no MIN:MAX.
+std::string NoMultiNodeForm() {
   auto help = testing::Run({BinDir() + "/elastrun", "run", "--help"});
-  ASSERT_TRUE(help.ok()) << help.status();
+  if (!help.ok()) return std::string(help.status().message());
   std::string nnodes_line;
   for (absl::string_view line : absl::StrSplit(help->output, '\n')) {
-    if (absl::StrContains(line, "--nnodes")) {
+    // The flag's own line, not an example that uses it.
+    if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), "--nnodes ")) {
       nnodes_line = std::string(absl::StripAsciiWhitespace(line));
       break;
     }
   }
-  if (!absl::StrContains(nnodes_line, "MIN:MAX")) {
-    GTEST_SKIP() << "this elastrun run has no multi-node form (its --help: \"" << nnodes_line
-                 << "\"); the torchrun-form Slurm script is not tested";
-  }
+  if (absl::StrContains(nnodes_line, "MIN:MAX")) return "";
+  return absl::StrCat("this elastrun run has no multi-node form (its --help: \"", nnodes_line,
+                      "\"); the torchrun-form Slurm script is not run");
+}
+
+// Script (a): torchrun's form, the same `elastrun run` on both nodes.
+TEST_F(SlurmE2eTest, TorchrunScriptRunsTwoNodeJob) {
+  if (std::string why = NoMultiNodeForm(); !why.empty()) GTEST_SKIP() << why;
   const std::string job = Sbatch(kNodes, "elastrun-torchrun.sbatch",
                                  {"bash", "-c", ReportCommand()});
   ASSERT_FALSE(job.empty());
@@ -325,6 +342,15 @@ TEST_F(SlurmE2eTest, TorchrunScriptRunsTwoNodeJob) {
         << Output(job);
   }
   ExpectNothingLeft();
+}
+
+// Script (a) requeued: the run keeps its id (the Slurm job's), so the
+// trainer on both nodes resumes from its checkpoint with no run name given.
+TEST_F(SlurmE2eTest, TorchrunScriptRequeuedTrainerResumes) {
+  if (std::string why = NoMultiNodeForm(); !why.empty()) GTEST_SKIP() << why;
+  if (!HasTrainer()) GTEST_SKIP() << "elastrun-train is not built (ELASTRUN_WITH_TORCH=ON)";
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(RunRequeued("elastrun-torchrun.sbatch", kNodes, {}, {}, &out));
 }
 
 }  // namespace
