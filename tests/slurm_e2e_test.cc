@@ -1,11 +1,13 @@
 // deploy/slurm/'s sbatch scripts on a real Slurm: munged, slurmctld and two
 // slurmds (one per network namespace) started by the test (SlurmCluster).
-// The cluster script (elastrun-cluster.sbatch) runs shell-worker jobs on
-// both nodes, stops everything on scancel, and runs elastrun-train through a
-// `scontrol requeue` that resumes from the checkpoint; the torchrun-form
-// script (elastrun-torchrun.sbatch) runs a 2-node job where `elastrun run`
-// has the multi-node form. Skipped, saying what failed, where Slurm cannot
-// start (not installed, no network namespaces, daemons that do not come up).
+// The cluster script (elastrun-cluster.sbatch) runs shell-worker jobs and
+// elastrun-train on both nodes, stops everything on scancel, and survives a
+// `scontrol requeue`: the trainer resumes from its checkpoint. The
+// torchrun-form script (elastrun-torchrun.sbatch) starts the same
+// `elastrun run` on every node; where `elastrun run` has the multi-node
+// form it runs a 2-node job and a requeued trainer that resumes. Skipped,
+// saying what failed, where Slurm cannot start (not installed, no network
+// namespaces, daemons that do not come up).
 #include <signal.h>
 #include <unistd.h>
 
