@@ -29,6 +29,10 @@ PACKAGES=(
   # the .deb (cpack -G DEB): dpkg-shlibdeps computes its Depends; CPack finds
   # the programs to give it with `file`
   dpkg-dev file
+  # Slurm (slurmctld, slurmd, sbatch, srun): deploy/slurm/'s scripts run on a real one in a test
+  slurm-wlm
+  # munge: Slurm's authentication (that test starts its own munged, key and socket)
+  munge
 )
 # kubectl checks the manifests in deploy/kubernetes (deploy/kubernetes_test.py):
 # Debian's kubernetes-client, unless another package's kubectl is installed
