@@ -28,9 +28,10 @@ struct FlagDef {
 
 constexpr FlagDef kFlags[] = {
     {"--nproc-per-node", "N|cpu|gpu|auto", "workers on this node (default 1)"},
-    {"--nnodes", "1|1:1",
-     "nodes: only 1 here; more go through elastrund +\n"
-     "`elastrun submit --nnodes`"},
+    {"--nnodes", "N|MIN:MAX",
+     "nodes (default 1: this node alone). Above 1: run the\n"
+     "same command on every node, with --rdzv-endpoint;\n"
+     "MIN:MAX re-forms the group within that range"},
     {"--max-restarts", "K", "restarts after failures (default 0)"},
     {"--shutdown-timeout", "DUR", "grace between SIGTERM and SIGKILL (default 30s)"},
     {"--hang-timeout", "DUR|off",
@@ -58,31 +59,40 @@ constexpr FlagDef kFlags[] = {
     {"-t,--tee", "0|1|2|3|R:S,...", "show redirected streams on the console too"},
     {"--local-ranks-filter", "R,...", "only these local ranks reach the console"},
     {"--role", "NAME", "ROLE_NAME of the workers (default: default)"},
-    {"--master-addr", "ADDR", "MASTER_ADDR (default 127.0.0.1)"},
-    {"--master-port", "PORT", "MASTER_PORT (default: a free port per attempt)"},
+    {"--master-addr", "ADDR",
+     "MASTER_ADDR with one node (default 127.0.0.1); with\n"
+     "several, rank 0's node address"},
+    {"--master-port", "PORT",
+     "MASTER_PORT with one node (default: a free port per\n"
+     "attempt); with several, a free port on rank 0's node"},
     {"--no-python", "", "execute PROGRAM directly, even a .py"},
     {"-m,--module", "", "PROGRAM is a python module (python -m)"},
     {"--run-path", "", "run PROGRAM with python (runpy)"},
     {"--standalone", "",
-     "accepted: `elastrun run` is always standalone (one\n"
-     "node, the rendezvous in this process)"},
+     "this node alone, the rendezvous in this process (the\n"
+     "default with --nnodes 1)"},
     {"--rdzv-backend", "NAME",
-     "c10d or static: both mean the in-process\n"
-     "rendezvous here; others are refused"},
+     "c10d (default): with several nodes, the endpoint's\n"
+     "node hosts the rendezvous; static: one node only\n"
+     "here; others are refused"},
     {"--rdzv-endpoint", "HOST[:PORT]",
-     "must be this node (the rendezvous is in this process);\n"
-     "another host is refused: several nodes need elastrund\n"
-     "on each and `elastrun submit`"},
-    {"--node-rank", "0", "only 0: one node"},
+     "several nodes: the rendezvous, hosted by the node\n"
+     "whose address HOST is (the first to bind PORT; see\n"
+     "is_host), the same on every node (port 29400 if\n"
+     "not given). With one node it must be this node"},
+    {"--node-rank", "0", "only 0 (the static backend's node rank)"},
     {"--start-method", "spawn",
      "only spawn (every worker is a new process); fork\n"
      "and forkserver are refused"},
     {"--rdzv-conf", "K=V,...",
-     "warned about and ignored: nothing to configure in\n"
-     "a one-node, in-process rendezvous"},
+     "several nodes: join_timeout, last_call_timeout,\n"
+     "keep_alive_interval (DUR), keep_alive_max_attempt,\n"
+     "is_host (0|1), token_file (see below); ignored with\n"
+     "one node"},
     {"--local-addr", "ADDR",
-     "warned about and ignored: one node needs no\n"
-     "address for the rendezvous"},
+     "several nodes: this node's address as the others\n"
+     "reach it (default: the one on the route to the\n"
+     "endpoint); ignored with one node"},
     {"--monitor-interval", "DUR",
      "warned about and ignored: worker exits are seen at\n"
      "once (SIGCHLD), not polled"},
@@ -97,48 +107,98 @@ std::string Warning(const std::string& shown, const std::string& why) {
   return absl::StrCat(shown, " is ignored: ", why);
 }
 
-// --rdzv-endpoint: the rendezvous of `elastrun run` is in this process, so
-// an endpoint on another host would silently not be used: refuse it.
-absl::Status CheckEndpoint(const std::string& value, const std::string& shown,
-                           const HostCheck& is_this_host) {
+// --rdzv-endpoint HOST[:PORT]: kept as HOST:PORT (torchrun's default port
+// 29400), with whether HOST is this node.
+absl::Status ParseEndpoint(const std::string& value, const std::string& shown,
+                           const HostCheck& is_this_host, RunOptions& o) {
   std::string host = value;
+  int port = 29400;
   if (absl::StrContains(value, ':')) {
-    int port = 0;
     RETURN_IF_ERROR(SplitHostPort(value, shown, &host, &port));
   }
-  if (host.empty() || is_this_host(host)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      shown, " ", value, " names another host, but `elastrun run` runs on this node only ",
-      "with its rendezvous in-process. For several nodes start `elastrund --rendezvous ",
-      "HOST:PORT` on each node (with elastrun-rendezvous running) and submit with ",
-      "`elastrun submit`"));
+  if (host.empty()) return absl::OkStatus();
+  o.rdzv_endpoint = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", port)
+                                                 : absl::StrCat(host, ":", port);
+  o.endpoint_is_this_host = is_this_host(host);
+  return absl::OkStatus();
 }
+
+// One --rdzv-conf K=V; an unknown key is warned about.
+absl::Status ApplyConfKey(const std::string& key, const std::string& value,
+                          const std::string& shown, RunOptions& o) {
+  RendezvousConf& c = o.rdzv_conf;
+  const std::string what = absl::StrCat(shown, " ", key);
+  if (key == "is_host") {
+    ASSIGN_OR_RETURN(bool b, ParseBool(value, what));
+    c.is_host = b;
+  } else if (key == "join_timeout") {
+    ASSIGN_OR_RETURN(c.join_timeout, ParseDuration(value, what));
+  } else if (key == "last_call_timeout") {
+    ASSIGN_OR_RETURN(c.last_call_timeout, ParseDuration(value, what));
+  } else if (key == "keep_alive_interval") {
+    ASSIGN_OR_RETURN(c.keep_alive_interval, ParseDuration(value, what));
+    if (c.keep_alive_interval <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": must be above 0"));
+    }
+  } else if (key == "keep_alive_max_attempt") {
+    ASSIGN_OR_RETURN(int64_t n, ParseInt(value, what, 2, 1000));
+    c.keep_alive_max_attempt = static_cast<int>(n);
+  } else if (key == "token_file") {
+    if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty"));
+    c.token_file = value;
+  } else {
+    o.warnings.push_back(Warning(absl::StrCat(shown, " ", key), "elastrun does not use it"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseConf(const std::string& value, const std::string& shown, RunOptions& o) {
+  for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
+    const size_t eq = item.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(shown, ": '", item, "' is not KEY=VALUE"));
+    }
+    const std::string key(absl::StripAsciiWhitespace(item.substr(0, eq)));
+    const std::string v(absl::StripAsciiWhitespace(item.substr(eq + 1)));
+    RETURN_IF_ERROR(ApplyConfKey(key, v, shown, o));
+  }
+  return absl::OkStatus();
+}
+
+bool OneNode(const RunOptions& o) { return o.nnodes.max <= 1 && o.endpoint_is_this_host; }
 
 absl::Status ApplyRendezvous(const std::string& flag, const std::string& value,
                              const std::string& shown, const HostCheck& is_this_host,
                              RunOptions& o) {
-  if (flag == "rdzv-endpoint") return CheckEndpoint(value, shown, is_this_host);
+  if (flag == "rdzv-endpoint") return ParseEndpoint(value, shown, is_this_host, o);
   if (flag == "rdzv-backend") {
     if (value != "c10d" && value != "static") {
       return absl::InvalidArgumentError(absl::StrCat(
-          shown, " ", value, ": `elastrun run` has its rendezvous in-process; only c10d ",
-          "and static (which mean the same here) are accepted"));
+          shown, " ", value, ": only c10d (several nodes: the endpoint's node hosts ",
+          "the rendezvous) and static (one node) are accepted"));
     }
+    o.rdzv_backend = value;
   } else if (flag == "start-method") {
     if (value != "spawn") {
       return absl::InvalidArgumentError(absl::StrCat(
           shown, " ", value, ": only spawn is supported (every worker is a new process)"));
     }
   } else if (flag == "rdzv-conf") {
+    // --nnodes and --rdzv-endpoint come first (kFlags' order): whether
+    // this is one node is known.
+    if (!OneNode(o)) return ParseConf(value, shown, o);
     if (!value.empty()) {
-      o.warnings.push_back(Warning(shown, "a one-node, in-process rendezvous has nothing to "
-                                          "configure (for jobs on elastrund: elastrun submit "
-                                          "--join-timeout, --last-call-timeout)"));
+      o.warnings.push_back(Warning(shown, "one node has nothing to configure in its "
+                                          "in-process rendezvous"));
     }
   } else if (flag == "local-addr") {
-    o.warnings.push_back(
-        Warning(shown, "one node needs no address for the rendezvous (MASTER_ADDR is "
-                       "--master-addr)"));
+    if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(shown, ": empty"));
+    o.local_addr = value;
+    if (OneNode(o)) {
+      o.warnings.push_back(Warning(shown, "one node needs no address for the rendezvous "
+                                          "(MASTER_ADDR is --master-addr)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -147,12 +207,6 @@ absl::Status Apply(const std::string& flag, const std::string& value,
                    const std::string& shown, const HostCheck& is_this_host, RunOptions& o) {
   if (flag == "nnodes") {
     ASSIGN_OR_RETURN(o.nnodes, ParseRange(value, shown));
-    if (o.nnodes.max > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          shown, " ", value, ": `elastrun run` runs on this node only. For several ",
-          "nodes start `elastrund` on each node and submit with ",
-          "`elastrun submit --nnodes ", value, "`"));
-    }
   } else if (flag == "nproc-per-node") {
     o.nproc_per_node_text = value;
   } else if (flag == "max-restarts") {
@@ -191,12 +245,13 @@ absl::Status Apply(const std::string& flag, const std::string& value,
   } else if (flag == "master-addr") {
     if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(shown, ": empty"));
     o.master_addr = value;
+    o.master_addr_given = true;
   } else if (flag == "master-port") {
     ASSIGN_OR_RETURN(int64_t n, ParseInt(value, shown, 0, 65535));
     o.master_port = static_cast<int>(n);
   } else if (flag == "node-rank") {
-    ASSIGN_OR_RETURN(int64_t n, ParseInt(value, shown, 0, 0));
-    (void)n;
+    ASSIGN_OR_RETURN(int64_t n, ParseInt(value, shown, 0, 1 << 20));
+    o.node_rank = static_cast<int>(n);
   } else if (flag == "shutdown-timeout") {
     ASSIGN_OR_RETURN(o.shutdown_timeout, ParseDuration(value, shown));
   } else if (flag == "hang-timeout") {
@@ -232,6 +287,39 @@ absl::Status ApplyFlag(const CLI::Option& opt, const EnvLookup& env,
       return Apply(canonical, *v, var, is_this_host, o);
     }
   }
+  return absl::OkStatus();
+}
+
+// What one node and several nodes each accept of the rendezvous flags.
+absl::Status CheckForm(RunOptions& o) {
+  o.multinode = !OneNode(o);
+  if (!o.multinode) {
+    if (o.node_rank > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--node-rank ", o.node_rank, ": with one node the only node rank is 0"));
+    }
+    return absl::OkStatus();
+  }
+  const std::string nnodes =
+      o.nnodes.min == o.nnodes.max ? absl::StrCat(o.nnodes.max)
+                                   : absl::StrCat(o.nnodes.min, ":", o.nnodes.max);
+  if (o.rdzv_backend == "static") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rdzv-backend static with --nnodes ", nnodes, ": not supported; use the same ",
+        "command with --rdzv-backend c10d --rdzv-endpoint MASTER_ADDR:PORT on every node ",
+        "(group ranks are then given in joining order)"));
+  }
+  if (o.rdzv_endpoint.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes ", nnodes, " needs --rdzv-endpoint HOST:PORT, the same on every node: ",
+        "the node whose address HOST is hosts the rendezvous"));
+  }
+  if (o.standalone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--standalone runs this node alone; it cannot be used with --nnodes ", nnodes));
+  }
+  // torchrun's default run id: every node must name the same one.
+  if (o.run_id.empty()) o.run_id = "none";
   return absl::OkStatus();
 }
 
@@ -293,6 +381,7 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const CLI::App& app, const EnvLookup& 
     if (opt == app.get_help_ptr() || opt->get_lnames().empty()) continue;
     RETURN_IF_ERROR(ApplyFlag(*opt, env, is_this_host, o));
   }
+  RETURN_IF_ERROR(CheckForm(o));
   o.program = std::move(rest);
   if (o.program.empty()) {
     return absl::InvalidArgumentError(
@@ -308,10 +397,11 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const CLI::App& app, const EnvLookup& 
 absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
                                            const EnvLookup& env,
                                            const HostCheck& is_this_host) {
+  ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandRunAbbreviations(args));
   std::unique_ptr<CLI::App> app =
       flags::NewApp("elastrun run", kRunIntro, kRunFooter, /*version=*/false);
   AddRunFlags(app.get());
-  const flags::Outcome parsed = flags::TryParse(*app, args);
+  const flags::Outcome parsed = flags::TryParse(*app, expanded);
   if (parsed.kind == flags::Outcome::kHelp) {
     RunOptions o;
     o.help = true;
@@ -321,6 +411,93 @@ absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
     return absl::InvalidArgumentError(parsed.message);
   }
   return RunOptionsFrom(*app, env, is_this_host);
+}
+
+namespace {
+
+// A long flag name of `elastrun run` and whether it takes a value.
+struct LongName {
+  std::string name;  // with the leading "--"
+  std::string canonical;
+  bool takes_value = false;
+};
+
+std::vector<LongName> LongNames() {
+  std::vector<LongName> names = {{"--help", "--help", false}};
+  for (const FlagDef& f : kFlags) {
+    std::string canonical;
+    for (absl::string_view n : absl::StrSplit(f.names, ',')) {
+      if (!absl::StartsWith(n, "--")) continue;
+      if (canonical.empty()) canonical = std::string(n);
+      const std::string dashed(n);
+      const std::string underscored = absl::StrCat(
+          "--", absl::StrReplaceAll(dashed.substr(2), {{"-", "_"}}));
+      names.push_back({dashed, canonical, f.value[0] != '\0'});
+      if (underscored != dashed) names.push_back({underscored, canonical, f.value[0] != '\0'});
+    }
+  }
+  return names;
+}
+
+// The flag `word` (the part before '=') names: itself, or the only flag it
+// is a prefix of. Null when it names none (CLI11 then reports it).
+absl::StatusOr<const LongName*> Resolve(const std::string& word,
+                                        const std::vector<LongName>& names) {
+  std::vector<const LongName*> matches;
+  std::set<std::string> canonicals;
+  for (const LongName& n : names) {
+    if (n.name == word) return &n;
+    if (absl::StartsWith(n.name, word)) {
+      matches.push_back(&n);
+      canonicals.insert(n.canonical);
+    }
+  }
+  if (matches.empty()) return nullptr;
+  if (canonicals.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ambiguous flag ", word, ": could be ", absl::StrJoin(canonicals, ", ")));
+  }
+  return matches[0];
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ExpandRunAbbreviations(
+    const std::vector<std::string>& args) {
+  static const std::vector<LongName>* const kNames = new std::vector<LongName>(LongNames());
+  std::vector<std::string> out = args;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::string& word = out[i];
+    if (word == "--" || word.empty() || word[0] != '-') break;  // the program
+    if (!absl::StartsWith(word, "--")) {
+      // -r/-t take a value (unless attached: -r3); -m does not.
+      if ((word == "-r" || word == "-t") && i + 1 < out.size()) ++i;
+      continue;
+    }
+    const size_t eq = word.find('=');
+    const std::string name = word.substr(0, eq);
+    ASSIGN_OR_RETURN(const LongName* n, Resolve(name, *kNames));
+    if (n == nullptr) continue;
+    if (eq == std::string::npos) {
+      out[i] = n->name;
+      if (n->takes_value && i + 1 < out.size()) ++i;
+    } else {
+      out[i] = n->name + word.substr(eq);
+    }
+  }
+  return out;
+}
+
+int VisibleGpuCount(const std::optional<std::string>& cuda_visible_devices,
+                    int device_count) {
+  if (!cuda_visible_devices.has_value()) return device_count;
+  int n = 0;
+  for (absl::string_view d : absl::StrSplit(*cuda_visible_devices, ',', absl::SkipWhitespace())) {
+    // torch stops at the first entry that is not a device ("-1" hides all).
+    if (absl::StartsWith(absl::StripAsciiWhitespace(d), "-")) break;
+    ++n;
+  }
+  return n;
 }
 
 absl::StatusOr<int> ResolveNprocPerNode(const std::string& text, int cpu_count,
@@ -402,14 +579,38 @@ A .py PROGRAM (or -m MODULE) runs with `python3 -u` ($ELASTRUN_PYTHON
 overrides the interpreter); anything else is executed directly. Flags stop
 at PROGRAM: the words after it are PROGRAM's.
 
+Several nodes (torchrun's multi-node form): run the same command on every
+node, e.g.
+  elastrun run --nnodes 2:4 --nproc-per-node 8 --rdzv-backend c10d \
+      --rdzv-endpoint node1:29400 --rdzv-id job7 train.py
+The node whose address the endpoint names (the first to bind its port;
+--rdzv-conf is_host=1|0 decides instead) hosts the rendezvous in its own
+process; every node joins it. Ranks are given in joining order; a node
+that leaves or dies (noticed within keep_alive_interval x
+keep_alive_max_attempt, 3 s by default) makes the others re-form with the
+nodes left while at least MIN remain, a node that joins makes them
+re-form too (up to MAX); a failed worker restarts every node's workers,
+--max-restarts times for the whole run. If the host is lost, the other
+nodes stop their workers and exit 1 naming the endpoint: start the run
+again. The rendezvous token comes from --rdzv-conf token_file=FILE,
+$ELASTRUN_TOKEN_FILE or $ELASTRUN_TOKEN; without one it is derived from
+the run id, and then, as with torchrun, whoever reaches the endpoint and
+knows the id may join: keep that network private.
+
 Flags are torchrun's: each is also spelled with underscores
-(--nproc_per_node) and falls back to $PET_<NAME> (PET_NPROC_PER_NODE).
+(--nproc_per_node), may be shortened to an unambiguous prefix
+(--nproc_per), and falls back to $PET_<NAME> (PET_NPROC_PER_NODE).
 )";
 
 const char kRunFooter[] = R"(DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
+--rdzv-conf (several nodes): join_timeout=DUR (a round still short of MIN
+nodes this long fails the run; 600s), last_call_timeout=DUR (how long a
+round with MIN nodes waits for more; 1s), keep_alive_interval=DUR (1s),
+keep_alive_max_attempt=N (3), is_host=0|1, token_file=FILE.
+--nproc-per-node gpu (and auto) counts $CUDA_VISIBLE_DEVICES when set.
 Console lines are prefixed [rankN]:. On failure elastrun prints the root
 cause (rank, exit code or signal, the worker's error file) and exits with the
-failing worker's code (128+signal when killed). SIGINT, SIGTERM, SIGHUP and
+failing worker's code (128+signal when killed), on every node. SIGINT, SIGTERM, SIGHUP and
 SIGQUIT are forwarded to the workers; after the grace period they are
 killed, and elastrun exits with 128+signal.
 Each attempt runs in a cgroup v2 of its own where the machine allows it
