@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -17,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -144,11 +146,33 @@ class LocalAttemptRunner : public AttemptRunner {
       out.stderr_to_console = shown && (!(redirected & kStdErr) || (teed & kStdErr));
     }
     if (!spec.standby_argv.empty()) spec.standby_argv = argv_;
+    if (!spec.workers.empty()) Say(Describe(spec.workers[0].process.env));
     inner_->Start(id, std::move(spec), std::move(done));
   }
   void Stop(uint64_t id, int sig) override { inner_->Stop(id, sig); }
 
  private:
+  // "round 2: group rank 1 of 2 nodes, ranks 2..3 of world size 4,
+  // restart 1 of 3": where this node stands, from its first worker's
+  // environment (the round's assignment).
+  std::string Describe(const std::vector<std::string>& env) const {
+    auto get = [&env](const char* name) {
+      const std::string prefix = absl::StrCat(name, "=");
+      for (const std::string& e : env) {
+        if (absl::StartsWith(e, prefix)) return e.substr(prefix.size());
+      }
+      return std::string("?");
+    };
+    int first = 0, local = 0;
+    const bool counted = absl::SimpleAtoi(get(env::kRank), &first) &&
+                         absl::SimpleAtoi(get(env::kLocalWorldSize), &local);
+    return absl::StrCat("round ", get(env::kRound), ": group rank ", get(env::kGroupRank),
+                        " of ", get(env::kGroupWorldSize), " node(s), ranks ",
+                        counted ? absl::StrCat(first, "..", first + local - 1) : "?",
+                        " of world size ", get(env::kWorldSize), ", restart ",
+                        get(env::kRestartCount), " of ", o_.max_restarts);
+  }
+
   static std::string Python() {
     const char* py = getenv("ELASTRUN_PYTHON");
     return py && *py ? py : "python3";
@@ -226,7 +250,7 @@ int Finished(const RunOptions& o, const v1::JobStatus& s) {
 }
 
 // Watches the run's job at the rendezvous until it ends, this node is
-// stopped, or the host is lost, and says each new round.
+// stopped, or the host is lost.
 class Monitor {
  public:
   Monitor(const RunOptions& o, JobsClient* jobs, StopSignal* stop, std::string job_id)
@@ -238,7 +262,6 @@ class Monitor {
     const absl::Duration host_timeout =
         o_.rdzv_conf.keep_alive_interval * o_.rdzv_conf.keep_alive_max_attempt;
     absl::Time last_answer = absl::Now();
-    int64_t shown_round = -1;
     *finished = false;
     for (;;) {
       if (int sig = stop_->WaitFor(kPoll); sig != 0) {
@@ -267,12 +290,6 @@ class Monitor {
           s->state() == v1::JOB_STATE_CANCELLED) {
         *finished = true;
         return Finished(o_, *s);
-      }
-      if (s->phase() == v1::ROUND_PHASE_RUNNING && s->round() != shown_round) {
-        shown_round = s->round();
-        Say(absl::StrCat("round ", s->round(), ": ", s->nodes_size(), " node(s), world size ",
-                         s->world_size(), ", restarts ", s->restarts(), " of ",
-                         o_.max_restarts));
       }
     }
   }
@@ -472,6 +489,11 @@ int RunMultinode(const RunOptions& o) {
   GrpcClientOptions client_options;
   client_options.target = o.rdzv_endpoint;
   client_options.token = n.token;
+  // A call to a lost host must not outlast the host's own timeout: this
+  // node's shutdown waits for the session's call in flight.
+  client_options.deadline = std::clamp(
+      o.rdzv_conf.keep_alive_interval * o.rdzv_conf.keep_alive_max_attempt, absl::Seconds(1),
+      absl::Seconds(5));
   std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
   SessionOptions session_options;
   session_options.node_id = n.node_id;
