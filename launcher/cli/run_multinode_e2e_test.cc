@@ -264,7 +264,7 @@ TEST_P(MultinodeRunTest, FailurePastMaxRestartsNamesTheRootCauseOnEveryNode) {
 }
 
 TEST_P(MultinodeRunTest, LostHostEndsTheOthersWithAnError) {
-  StartThree("2:3", ",keep_alive_interval=0.5,keep_alive_max_attempt=3");
+  StartThree("2:3");  // the default keep-alive: lost after 3 s
   WaitFiles("w6-", 6);
   nodes_[0]->Signal(SIGKILL);
   for (int h = 1; h < kNodes; ++h) {
