@@ -50,21 +50,25 @@ constexpr FlagDef kFlags[] = {
     {"--no-snapshots", "",
      "give workers no ELASTRUN_SNAPSHOT folder (in-memory\n"
      "training snapshots that survive a worker's restart)"},
-    {"--rdzv-id,--run-id", "ID", "run id (default: random)"},
+    {"--rdzv-id,--run-id", "ID",
+     "run id (default: random; with several nodes \"none\",\n"
+     "as torchrun: give each run its own)"},
     {"--log-dir", "DIR",
      "logs: DIR/ID/attempt_N/LOCAL_RANK/{stdout,stderr}.log\n"
-     "and error.json (default: a new temporary folder)"},
+     "and error.json (several nodes: DIR/ID/ID-1/attempt_N/..)\n"
+     "(default: a new temporary folder)"},
     {"-r,--redirects", "0|1|2|3|R:S,...",
      "keep streams out of the console (1 stdout, 2 stderr,\n3 both)"},
     {"-t,--tee", "0|1|2|3|R:S,...", "show redirected streams on the console too"},
     {"--local-ranks-filter", "R,...", "only these local ranks reach the console"},
     {"--role", "NAME", "ROLE_NAME of the workers (default: default)"},
     {"--master-addr", "ADDR",
-     "MASTER_ADDR with one node (default 127.0.0.1); with\n"
-     "several, rank 0's node address"},
+     "MASTER_ADDR with one node (default 127.0.0.1); ignored\n"
+     "with several: rank 0's node address (--local-addr)"},
     {"--master-port", "PORT",
      "MASTER_PORT with one node (default: a free port per\n"
-     "attempt); with several, a free port on rank 0's node"},
+     "attempt); ignored with several: a free port of rank\n"
+     "0's node"},
     {"--no-python", "", "execute PROGRAM directly, even a .py"},
     {"-m,--module", "", "PROGRAM is a python module (python -m)"},
     {"--run-path", "", "run PROGRAM with python (runpy)"},
@@ -79,7 +83,8 @@ constexpr FlagDef kFlags[] = {
      "several nodes: the rendezvous, hosted by the node\n"
      "whose address HOST is (the first to bind PORT; see\n"
      "is_host), the same on every node (port 29400 if\n"
-     "not given). With one node it must be this node"},
+     "not given). Naming this node with --nnodes 1: this\n"
+     "node alone"},
     {"--node-rank", "0", "only 0 (the static backend's node rank)"},
     {"--start-method", "spawn",
      "only spawn (every worker is a new process); fork\n"
@@ -320,6 +325,11 @@ absl::Status CheckForm(RunOptions& o) {
   }
   // torchrun's default run id: every node must name the same one.
   if (o.run_id.empty()) o.run_id = "none";
+  if (o.master_addr_given || o.master_port != 0) {
+    o.warnings.push_back(Warning("--master-addr/--master-port",
+                                 "with several nodes MASTER_ADDR is rank 0's node address "
+                                 "(--local-addr there) and MASTER_PORT a free port of it"));
+  }
   return absl::OkStatus();
 }
 

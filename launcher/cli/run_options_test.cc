@@ -192,6 +192,10 @@ TEST(RunOptionsTest, MultinodeForm) {
               HasSubstr("--rdzv-backend static with --nnodes 3: not supported"));
   EXPECT_THAT(Error(Parse({"--nnodes", "2", "--standalone", "--rdzv-endpoint", "me", "w"})),
               HasSubstr("--standalone"));
+  auto master = Parse({"--nnodes", "2", "--rdzv-endpoint", "me", "--master-port", "29500", "w"});
+  ASSERT_TRUE(master.ok()) << master.status();
+  ASSERT_EQ(master->warnings.size(), 1u);
+  EXPECT_THAT(master->warnings[0], HasSubstr("--master-addr/--master-port is ignored"));
 }
 
 TEST(RunOptionsTest, ArgparsePrefixAbbreviations) {
