@@ -620,16 +620,17 @@ keep_alive_max_attempt=N (3), is_host=0|1, token_file=FILE.
 --nproc-per-node gpu (and auto) counts $CUDA_VISIBLE_DEVICES when set.
 Console lines are prefixed [rankN]:. On failure elastrun prints the root
 cause (rank, exit code or signal, the worker's error file) and exits with the
-failing worker's code (128+signal when killed), on every node. SIGINT, SIGTERM, SIGHUP and
-SIGQUIT are forwarded to the workers; after the grace period they are
-killed, and elastrun exits with 128+signal.
+failing worker's code (128+signal when killed), on every node. SIGINT,
+SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers; after the grace
+period they are killed, and elastrun exits with 128+signal.
 Each attempt runs in a cgroup v2 of its own where the machine allows it
 (a writable cgroup2: root, or a delegated cgroup), killed as a whole when
 the attempt ends, and by a small watchdog process if elastrun itself is
 killed: nothing a worker started outlives the run. Elsewhere one line says
 why, and workers are stopped by process group only.
 Snapshots live in BASE/elastrun-UID/ID/ (BASE: $ELASTRUN_SNAPSHOT_BASE, else
-/dev/shm, else $XDG_RUNTIME_DIR, else $TMPDIR), removed when the run ends.
+/dev/shm, else $XDG_RUNTIME_DIR, else $TMPDIR), removed when the run ends
+(several nodes: BASE/elastrun-UID/ID-1@NODE/).
 )";
 
 std::string RunUsage() {
