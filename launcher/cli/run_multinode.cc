@@ -341,6 +341,7 @@ DaemonOptions MakeDaemonOptions(const RunOptions& o, const NodeSetup& n,
   d.log_dir = n.run_dir;
   d.agent_socket = agent_socket;
   d.slots = n.nproc;
+  if (o.rdzv_backend == "static") d.group_rank = o.node_rank;
   for (char** e = environ; *e != nullptr; ++e) {
     // The rendezvous token is elastrun's, not the workers'.
     const std::string_view var = *e;

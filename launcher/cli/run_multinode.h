@@ -5,7 +5,8 @@
 // own pieces in-process (Daemon, DaemonSession, AgentRunner): rounds,
 // elastic re-forming within MIN:MAX, restarts counted per run, the root
 // cause. Workers run this node's own command line and print here with
-// [rankN]: prefixes.
+// [rankN]: prefixes. With the static backend each node asks for its
+// --node-rank as its group rank.
 //
 // When the host is lost, the other nodes stop their workers and exit
 // non-zero naming the endpoint: the rendezvous state lived there.

@@ -276,6 +276,27 @@ TEST_P(MultinodeRunTest, LostHostEndsTheOthersWithAnError) {
   EXPECT_TRUE(testing::ProcessesWithEnv("MARK=" + mark_).empty());
 }
 
+TEST_P(MultinodeRunTest, StaticBackendGivesNodeRankAsGroupRank) {
+  Go();
+  const std::string addr = GetParam() == Net::kLoopback ? "127.0.0.1" : Addr(0);
+  const std::string port = endpoint_.substr(endpoint_.rfind(':') + 1);
+  // Started last rank first: the ranks follow --node-rank, not the order.
+  for (int h : {2, 0, 1}) {
+    StartNode(h, {"--nnodes", "3", "--nproc-per-node", "2", "--rdzv-backend", "static",
+                  "--node-rank", std::to_string(h), "--master-addr", addr, "--master-port",
+                  port, "--rdzv-id", "st1", "--rdzv-conf", "token_file=" + token_file_});
+  }
+  // nodes_ is in start order: node rank 2, 0, 1.
+  const int node_rank[] = {2, 0, 1};
+  for (int i = 0; i < kNodes; ++i) {
+    EXPECT_EQ(ExitOf(i), 0) << AllOutput();
+    const int r = node_rank[i];
+    EXPECT_EQ(RanksIn(nodes_[i]->Output()), (std::set<int>{2 * r, 2 * r + 1})) << AllOutput();
+    EXPECT_THAT(nodes_[i]->Output(), HasSubstr(absl::StrCat("group rank ", r, " of 3")));
+  }
+  EXPECT_THAT(nodes_[1]->Output(), HasSubstr("rendezvous hosted here"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Nets, MultinodeRunTest,
                          ::testing::Values(Net::kLoopback, Net::kNamespaces),
                          [](const ::testing::TestParamInfo<Net>& info) {

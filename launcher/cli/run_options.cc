@@ -63,12 +63,15 @@ constexpr FlagDef kFlags[] = {
     {"--local-ranks-filter", "R,...", "only these local ranks reach the console"},
     {"--role", "NAME", "ROLE_NAME of the workers (default: default)"},
     {"--master-addr", "ADDR",
-     "MASTER_ADDR with one node (default 127.0.0.1); ignored\n"
-     "with several: rank 0's node address (--local-addr)"},
+     "MASTER_ADDR with one node (default 127.0.0.1); with\n"
+     "several, node rank 0's address for the static\n"
+     "backend, else ignored (MASTER_ADDR is rank 0's node\n"
+     "address, --local-addr there)"},
     {"--master-port", "PORT",
      "MASTER_PORT with one node (default: a free port per\n"
-     "attempt); ignored with several: a free port of rank\n"
-     "0's node"},
+     "attempt); with several, the static backend's\n"
+     "rendezvous port, else ignored (workers get a free\n"
+     "port of rank 0's node)"},
     {"--no-python", "", "execute PROGRAM directly, even a .py"},
     {"-m,--module", "", "PROGRAM is a python module (python -m)"},
     {"--run-path", "", "run PROGRAM with python (runpy)"},
@@ -77,15 +80,19 @@ constexpr FlagDef kFlags[] = {
      "default with --nnodes 1)"},
     {"--rdzv-backend", "NAME",
      "c10d (default): with several nodes, the endpoint's\n"
-     "node hosts the rendezvous; static: one node only\n"
-     "here; others are refused"},
+     "node hosts the rendezvous, ranks in joining order;\n"
+     "static: a fixed --nnodes N, node --node-rank R is\n"
+     "group rank R, the rendezvous at --master-addr:\n"
+     "--master-port (29500) on node rank 0; others refused"},
     {"--rdzv-endpoint", "HOST[:PORT]",
      "several nodes: the rendezvous, hosted by the node\n"
      "whose address HOST is (the first to bind PORT; see\n"
      "is_host), the same on every node (port 29400 if\n"
      "not given). Naming this node with --nnodes 1: this\n"
      "node alone"},
-    {"--node-rank", "0", "only 0 (the static backend's node rank)"},
+    {"--node-rank", "R",
+     "the static backend's node rank: this node's group\n"
+     "rank (0 <= R < N); with one node only 0"},
     {"--start-method", "spawn",
      "only spawn (every worker is a new process); fork\n"
      "and forkserver are refused"},
@@ -296,7 +303,34 @@ absl::Status ApplyFlag(const CLI::Option& opt, const EnvLookup& env,
 }
 
 // What one node and several nodes each accept of the rendezvous flags.
-absl::Status CheckForm(RunOptions& o) {
+// The static backend (torchrun's): a fixed node count, node R is group rank
+// R, and the rendezvous is at --master-addr:--master-port (unless
+// --rdzv-endpoint says otherwise), hosted by node rank 0.
+absl::Status CheckStatic(RunOptions& o, const HostCheck& is_this_host) {
+  const int n = o.nnodes.max;
+  if (o.nnodes.min != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rdzv-backend static needs a fixed --nnodes N, not ", o.nnodes.min, ":", n,
+        " (use --rdzv-backend c10d to re-form within MIN:MAX)"));
+  }
+  if (o.node_rank < 0 || o.node_rank >= n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rdzv-backend static with --nnodes ", n, " needs --node-rank R (0 <= R < ", n,
+        "): this node's group rank",
+        o.node_rank >= n ? absl::StrCat(", not ", o.node_rank) : ""));
+  }
+  if (o.rdzv_endpoint.empty()) {
+    const int port = o.master_port != 0 ? o.master_port : 29500;  // torchrun's default
+    o.rdzv_endpoint = absl::StrContains(o.master_addr, ':')
+                          ? absl::StrCat("[", o.master_addr, "]:", port)
+                          : absl::StrCat(o.master_addr, ":", port);
+    o.endpoint_is_this_host = is_this_host(o.master_addr);
+  }
+  if (!o.rdzv_conf.is_host) o.rdzv_conf.is_host = o.node_rank == 0;
+  return absl::OkStatus();
+}
+
+absl::Status CheckForm(RunOptions& o, const HostCheck& is_this_host) {
   o.multinode = !OneNode(o);
   if (!o.multinode) {
     if (o.node_rank > 0) {
@@ -308,12 +342,7 @@ absl::Status CheckForm(RunOptions& o) {
   const std::string nnodes =
       o.nnodes.min == o.nnodes.max ? absl::StrCat(o.nnodes.max)
                                    : absl::StrCat(o.nnodes.min, ":", o.nnodes.max);
-  if (o.rdzv_backend == "static") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rdzv-backend static with --nnodes ", nnodes, ": not supported; use the same ",
-        "command with --rdzv-backend c10d --rdzv-endpoint MASTER_ADDR:PORT on every node ",
-        "(group ranks are then given in joining order)"));
-  }
+  if (o.rdzv_backend == "static") RETURN_IF_ERROR(CheckStatic(o, is_this_host));
   if (o.rdzv_endpoint.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--nnodes ", nnodes, " needs --rdzv-endpoint HOST:PORT, the same on every node: ",
@@ -325,7 +354,7 @@ absl::Status CheckForm(RunOptions& o) {
   }
   // torchrun's default run id: every node must name the same one.
   if (o.run_id.empty()) o.run_id = "none";
-  if (o.master_addr_given || o.master_port != 0) {
+  if (o.rdzv_backend != "static" && (o.master_addr_given || o.master_port != 0)) {
     o.warnings.push_back(Warning("--master-addr/--master-port",
                                  "with several nodes MASTER_ADDR is rank 0's node address "
                                  "(--local-addr there) and MASTER_PORT a free port of it"));
@@ -391,7 +420,7 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const CLI::App& app, const EnvLookup& 
     if (opt == app.get_help_ptr() || opt->get_lnames().empty()) continue;
     RETURN_IF_ERROR(ApplyFlag(*opt, env, is_this_host, o));
   }
-  RETURN_IF_ERROR(CheckForm(o));
+  RETURN_IF_ERROR(CheckForm(o, is_this_host));
   o.program = std::move(rest);
   if (o.program.empty()) {
     return absl::InvalidArgumentError(
@@ -595,7 +624,9 @@ node, e.g.
       --rdzv-endpoint node1:29400 --rdzv-id job7 train.py
 The node whose address the endpoint names (the first to bind its port;
 --rdzv-conf is_host=1|0 decides instead) hosts the rendezvous in its own
-process; every node joins it. Ranks are given in joining order; a node
+process; every node joins it. Group ranks follow the joining order
+(--rdzv-backend static: --node-rank, with a fixed --nnodes N and the
+rendezvous at --master-addr:--master-port on node rank 0); a node
 that leaves or dies (noticed within keep_alive_interval x
 keep_alive_max_attempt, 3 s by default) makes the others re-form with the
 nodes left while at least MIN remain, a node that joins makes them

@@ -90,7 +90,8 @@ struct RunOptions {
   bool endpoint_is_this_host = true;
   // --rdzv-conf.
   RendezvousConf rdzv_conf;
-  // --node-rank; -1: not given.
+  // --node-rank; -1: not given. The static backend's group rank of this
+  // node.
   int node_rank = -1;
   // --local-addr: this node's address as the others reach it (MASTER_ADDR
   // when it holds rank 0); empty: the address on the route to the endpoint.

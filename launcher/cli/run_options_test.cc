@@ -189,13 +189,38 @@ TEST(RunOptionsTest, MultinodeForm) {
               HasSubstr("keep_alive_max_attempt"));
   EXPECT_THAT(Error(Parse({"--nnodes", "3", "--rdzv-backend", "static", "--rdzv-endpoint",
                            "me", "w"})),
-              HasSubstr("--rdzv-backend static with --nnodes 3: not supported"));
+              HasSubstr("--rdzv-backend static with --nnodes 3 needs --node-rank R"));
   EXPECT_THAT(Error(Parse({"--nnodes", "2", "--standalone", "--rdzv-endpoint", "me", "w"})),
               HasSubstr("--standalone"));
   auto master = Parse({"--nnodes", "2", "--rdzv-endpoint", "me", "--master-port", "29500", "w"});
   ASSERT_TRUE(master.ok()) << master.status();
   ASSERT_EQ(master->warnings.size(), 1u);
   EXPECT_THAT(master->warnings[0], HasSubstr("--master-addr/--master-port is ignored"));
+}
+
+TEST(RunOptionsTest, StaticBackend) {
+  // torchrun's static form: the rendezvous at the master address, hosted by
+  // node rank 0; node R is group rank R.
+  auto o = Parse({"--nnodes", "3", "--node-rank", "1", "--rdzv-backend", "static",
+                  "--master-addr", "node7", "--master-port", "29601", "w"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->multinode);
+  EXPECT_EQ(o->node_rank, 1);
+  EXPECT_EQ(o->rdzv_endpoint, "node7:29601");
+  EXPECT_FALSE(o->endpoint_is_this_host);
+  EXPECT_EQ(o->rdzv_conf.is_host, false);
+  EXPECT_TRUE(o->warnings.empty());
+  auto zero = Parse({"--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "static",
+                     "--master-addr", "me", "w"});
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(zero->rdzv_endpoint, "me:29500");  // torchrun's default master port
+  EXPECT_EQ(zero->rdzv_conf.is_host, true);
+  EXPECT_THAT(Error(Parse({"--nnodes", "2:3", "--node-rank", "0", "--rdzv-backend", "static",
+                           "w"})),
+              HasSubstr("needs a fixed --nnodes N"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--node-rank", "2", "--rdzv-backend", "static",
+                           "w"})),
+              HasSubstr("(0 <= R < 2): this node's group rank, not 2"));
 }
 
 TEST(RunOptionsTest, ArgparsePrefixAbbreviations) {
