@@ -35,6 +35,7 @@
 #include "launcher/cli/format.h"
 #include "launcher/cli/run.h"
 #include "launcher/cli/run_host.h"
+#include "launcher/cli/run_local_runner.h"
 #include "launcher/daemon/barrier.h"
 #include "launcher/daemon/client.h"
 #include "launcher/daemon/daemon.h"
@@ -118,70 +119,6 @@ void QuietLogs() {
   // gRPC's own log: a port another node bound first is expected here.
   gpr_set_log_function([](gpr_log_func_args*) {});
 }
-
-// Makes each attempt the Daemon builds (from the job spec, the host's) run
-// this node's own command line, console settings and run id, as torchrun
-// runs each node's own arguments.
-class LocalAttemptRunner : public AttemptRunner {
- public:
-  LocalAttemptRunner(const RunOptions& o, AttemptRunner* inner)
-      : o_(o), inner_(inner), argv_(WorkerArgv(o, Python())) {}
-
-  void Start(uint64_t id, AttemptSpec spec,
-             std::function<void(const AttemptOutcome&)> done) override {
-    for (size_t i = 0; i < spec.workers.size(); ++i) {
-      WorkerSpec& w = spec.workers[i];
-      w.process.argv = argv_;
-      for (std::string& e : w.process.env) {
-        if (absl::StartsWith(e, absl::StrCat(env::kRunId, "="))) {
-          e = absl::StrCat(env::kRunId, "=", o_.run_id);
-        }
-      }
-      WorkerOutput& out = spec.outputs[i];
-      const int redirected = o_.redirects.For(w.local_rank);
-      const int teed = o_.tee.For(w.local_rank);
-      const bool shown =
-          !o_.local_ranks_filter || o_.local_ranks_filter->count(w.local_rank) > 0;
-      out.stdout_to_console = shown && (!(redirected & kStdOut) || (teed & kStdOut));
-      out.stderr_to_console = shown && (!(redirected & kStdErr) || (teed & kStdErr));
-    }
-    if (!spec.standby_argv.empty()) spec.standby_argv = argv_;
-    if (!spec.workers.empty()) Say(Describe(spec.workers[0].process.env));
-    inner_->Start(id, std::move(spec), std::move(done));
-  }
-  void Stop(uint64_t id, int sig) override { inner_->Stop(id, sig); }
-
- private:
-  // "round 2: group rank 1 of 2 nodes, ranks 2..3 of world size 4,
-  // restart 1 of 3": where this node stands, from its first worker's
-  // environment (the round's assignment).
-  std::string Describe(const std::vector<std::string>& env) const {
-    auto get = [&env](const char* name) {
-      const std::string prefix = absl::StrCat(name, "=");
-      for (const std::string& e : env) {
-        if (absl::StartsWith(e, prefix)) return e.substr(prefix.size());
-      }
-      return std::string("?");
-    };
-    int first = 0, local = 0;
-    const bool counted = absl::SimpleAtoi(get(env::kRank), &first) &&
-                         absl::SimpleAtoi(get(env::kLocalWorldSize), &local);
-    return absl::StrCat("round ", get(env::kRound), ": group rank ", get(env::kGroupRank),
-                        " of ", get(env::kGroupWorldSize), " node(s), ranks ",
-                        counted ? absl::StrCat(first, "..", first + local - 1) : "?",
-                        " of world size ", get(env::kWorldSize), ", restart ",
-                        get(env::kRestartCount), " of ", o_.max_restarts);
-  }
-
-  static std::string Python() {
-    const char* py = getenv("ELASTRUN_PYTHON");
-    return py && *py ? py : "python3";
-  }
-
-  const RunOptions& o_;
-  AttemptRunner* const inner_;
-  const std::vector<std::string> argv_;
-};
 
 // What this node is, settled before anything starts.
 struct NodeSetup {
