@@ -66,6 +66,7 @@ class MultinodeRunTest : public ::testing::TestWithParam<Net> {
       return;
     }
     MakeNamespaces();
+    if (IsSkipped() || HasFatalFailure()) return;
     endpoint_ = absl::StrCat(Addr(0), ":", port);
   }
 
