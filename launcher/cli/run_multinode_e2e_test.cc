@@ -3,7 +3,8 @@
 // (skipped with a message where namespaces cannot be made: needs root and
 // iproute2). Shell workers leave one file per (world size, rank) and per
 // (restart count, rank) in the test's folder; the test waits on those files
-// (inotify, generous deadlines), never on sleeps.
+// (inotify, generous deadlines), never on sleeps. One test runs an unchanged
+// torchrun script with torch's gloo (skipped without python3-torch).
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -108,16 +109,18 @@ class MultinodeRunTest : public ::testing::TestWithParam<Net> {
   std::string Inner(int h) const { return absl::StrCat("elm", id_, "i", h); }
   std::string Addr(int h) const { return absl::StrCat(subnet_, ".", 10 + h); }
 
-  // Starts node `h`: `elastrun run FLAGS... --no-python /bin/sh -c WORKER`,
-  // in its namespace for kNamespaces. `flags` come after the common ones.
-  void StartNode(int h, std::vector<std::string> flags,
-                 std::vector<std::string> env = {}) {
+  // Starts node `h`: `elastrun run FLAGS... PROGRAM` (default: --no-python
+  // /bin/sh -c WORKER), in its namespace for kNamespaces. `flags` come after
+  // the common ones.
+  void StartNode(int h, std::vector<std::string> flags, std::vector<std::string> env = {},
+                 std::vector<std::string> program = {"--no-python", "/bin/sh", "-c",
+                                                     kWorker}) {
     std::vector<std::string> argv;
     if (GetParam() == Net::kNamespaces) argv = {"ip", "netns", "exec", Ns(h)};
     argv.insert(argv.end(), {BinDir() + "/elastrun", "run", "--log-dir",
                              absl::StrCat(dir_, "/logs-", h), "--shutdown-timeout", "2"});
     argv.insert(argv.end(), flags.begin(), flags.end());
-    argv.insert(argv.end(), {"--no-python", "/bin/sh", "-c", kWorker});
+    argv.insert(argv.end(), program.begin(), program.end());
     env.insert(env.end(), {marker_, "MARK=" + mark_});
     auto node = Subprocess::Start(argv, env);
     ASSERT_TRUE(node.ok()) << node.status();
@@ -296,6 +299,31 @@ TEST_P(MultinodeRunTest, StaticBackendGivesNodeRankAsGroupRank) {
     EXPECT_THAT(nodes_[i]->Output(), HasSubstr(absl::StrCat("group rank ", r, " of 3")));
   }
   EXPECT_THAT(nodes_[1]->Output(), HasSubstr("rendezvous hosted here"));
+}
+
+// An unchanged torchrun script: c10d's store at MASTER_ADDR:MASTER_PORT on
+// rank 0's node, gloo across the nodes. Skipped without Debian's torch.
+TEST_P(MultinodeRunTest, TorchScriptAllReducesAcrossNodes) {
+  const std::string python = testing::TorchPython();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch (python3-torch): skipped";
+  const std::string script = dir_ + "/allreduce.py";
+  std::ofstream(script) << "import torch, torch.distributed as dist\n"
+                           "dist.init_process_group('gloo')\n"
+                           "t = torch.tensor([float(dist.get_rank() + 1)])\n"
+                           "dist.all_reduce(t)\n"
+                           "print(f'rank {dist.get_rank()} of {dist.get_world_size()} sum "
+                           "{t.item()}', flush=True)\n"
+                           "dist.destroy_process_group()\n";
+  for (int h = 0; h < kNodes; ++h) {
+    std::vector<std::string> env = {"ELASTRUN_PYTHON=" + python};
+    if (GetParam() == Net::kNamespaces) env.push_back("GLOO_SOCKET_IFNAME=" + Inner(h));
+    StartNode(h, Flags("3", h == 0 ? "is_host=1" : "is_host=0"), env, {script});
+  }
+  for (int h = 0; h < kNodes; ++h) {
+    EXPECT_EQ(ExitOf(h), 0) << AllOutput();
+    const std::string out = nodes_[h]->Output();
+    EXPECT_THAT(out, HasSubstr("of 6 sum 21.0"));  // 1+2+...+6 over every rank
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Nets, MultinodeRunTest,
