@@ -1,5 +1,6 @@
 #include "launcher/cli/run_host.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/auth.h"
@@ -35,11 +36,18 @@ absl::StatusOr<std::string> RendezvousToken(const RunOptions& o, const EnvLookup
 
 rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& o, const std::string& token) {
   rendezvous::ServerOptions so;
-  so.listen = o.rdzv_endpoint;
-  if (!o.endpoint_is_this_host) {
-    // is_host=1 on a node the endpoint does not name (an alias, a
-    // forwarded address): whatever reaches this node on the port.
-    so.listen = absl::StrCat("0.0.0.0:", o.rdzv_endpoint.substr(o.rdzv_endpoint.rfind(':') + 1));
+  // A loopback endpoint stays on loopback (one machine). Any other is
+  // served on every address, as torchrun's store is: the host's own name
+  // may resolve to a loopback address there (Debian maps it to 127.0.1.1)
+  // while the other nodes reach it by another, and is_host=1 may be given
+  // on a node the endpoint does not name (an alias, a forwarded address).
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(o.rdzv_endpoint, "--rdzv-endpoint", &host, &port).ok() ||
+      (o.endpoint_is_this_host && IsLoopbackHost(host))) {
+    so.listen = o.rdzv_endpoint;
+  } else {
+    so.listen = absl::StrCat(absl::StrContains(host, ':') ? "[::]:" : "0.0.0.0:", port);
   }
   so.token = token;
   rendezvous::LeaseOptions& lease = so.coordinator.lease;

@@ -26,8 +26,8 @@ namespace elastrun::launcher {
 absl::StatusOr<std::string> RendezvousToken(const RunOptions& options, const EnvLookup& env,
                                             bool* derived);
 
-// The embedded service's settings: listening on the endpoint (on every
-// address when is_host=1 names a host that is not this node's), state in
+// The embedded service's settings: listening on a loopback endpoint, else
+// on every address of the endpoint's port, state in
 // memory, leases of keep_alive_interval x keep_alive_max_attempt, lost
 // nodes forgotten after a minute.
 rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& options,

@@ -85,6 +85,13 @@ TEST(RunHostTest, JobSpecAndServerOptionsFollowTheFlags) {
   EXPECT_TRUE(so.coordinator.state_path.empty());  // in memory
   o.endpoint_is_this_host = false;  // is_host=1 on a node the endpoint does not name
   EXPECT_EQ(EmbeddedServerOptions(o, "tok").listen, "0.0.0.0:29999");
+  // This node's name or address: every address (its name may resolve to a
+  // loopback address here while the others reach it by another).
+  o.rdzv_endpoint = "node1:29999";
+  o.endpoint_is_this_host = true;
+  EXPECT_EQ(EmbeddedServerOptions(o, "tok").listen, "0.0.0.0:29999");
+  o.rdzv_endpoint = "[fd00::1]:29999";
+  EXPECT_EQ(EmbeddedServerOptions(o, "tok").listen, "[::]:29999");
 }
 
 TEST(RunHostTest, TheFirstToBindTheEndpointHosts) {
