@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -175,8 +176,8 @@ int Finished(const RunOptions& o, const v1::JobStatus& s) {
     Say(absl::StrCat("run ", o.run_id, " succeeded", after));
     return 0;
   }
-  Say(absl::StrCat("run ", o.run_id, " ", JobStateName(s.state()), after, ": ",
-                   s.finish_reason()));
+  Say(absl::StrCat("run ", o.run_id, " ", absl::AsciiStrToLower(JobStateName(s.state())),
+                   after, ": ", s.finish_reason()));
   if (!s.has_root_cause()) return 1;
   const v1::WorkerFailure& f = s.root_cause();
   Say(absl::StrCat("root cause: ", FormatFailure(f)));

@@ -262,6 +262,7 @@ TEST_P(MultinodeRunTest, FailurePastMaxRestartsNamesTheRootCauseOnEveryNode) {
   for (int h = 0; h < kNodes; ++h) {
     EXPECT_EQ(ExitOf(h), 7) << AllOutput();
     const std::string out = nodes_[h]->Output();
+    EXPECT_THAT(out, HasSubstr("run mn1 failed: "));
     EXPECT_THAT(out, HasSubstr("root cause:"));
     EXPECT_THAT(out, HasSubstr("rank 3 (local 1), round 0: exit code 7"));
   }
