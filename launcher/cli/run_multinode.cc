@@ -235,23 +235,51 @@ class Monitor {
  private:
   static constexpr absl::Duration kPoll = absl::Milliseconds(200);
 
-  // The job's status; a node other than the host learns its id first (the
-  // embedded service holds this run's job only).
-  absl::StatusOr<v1::JobStatus> Status() {
-    if (job_id_.empty()) {
-      absl::StatusOr<v1::ListJobsResponse> list = jobs_->List({});
-      if (!list.ok()) return list.status();
-      if (list->jobs_size() == 0) return absl::UnavailableError("no job yet");
-      job_id_ = list->jobs(0).job_id();
-    }
-    return jobs_->Get(job_id_);
-  }
+  absl::StatusOr<v1::JobStatus> Status() { return jobs_->Get(job_id_); }
 
   const RunOptions& o_;
   JobsClient* const jobs_;
   StopSignal* const stop_;
-  std::string job_id_;
+  const std::string job_id_;
 };
+
+// The run's job at the rendezvous (the embedded service holds one job),
+// checked against this node's flags: another run on the same endpoint, or
+// a node whose --nproc-per-node or --nnodes differ from the host's, must
+// not join it. Waits for the host's job up to the keep-alive time. An
+// error is said and ends this node (exit 1).
+absl::StatusOr<std::string> FindRunJob(const RunOptions& o, const NodeSetup& n,
+                                       JobsClient* jobs, StopSignal* stop) {
+  const absl::Time deadline =
+      absl::Now() + o.rdzv_conf.keep_alive_interval * o.rdzv_conf.keep_alive_max_attempt;
+  absl::StatusOr<v1::ListJobsResponse> list = jobs->List({});
+  while ((!list.ok() || list->jobs_size() == 0) && absl::Now() < deadline &&
+         stop->WaitFor(absl::Milliseconds(20)) == 0) {
+    list = jobs->List({});
+  }
+  if (!list.ok() || list->jobs_size() == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "the rendezvous at ", o.rdzv_endpoint, " holds no run",
+        list.ok() ? "" : absl::StrCat(" (", list.status().message(), ")")));
+  }
+  const v1::JobStatus& job = list->jobs(0);
+  const v1::JobSpec& spec = job.spec();
+  const v1::JobSpec mine = MultinodeJobSpec(o, n.nproc, {});
+  if (spec.name() != mine.name()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the rendezvous at ", o.rdzv_endpoint, " hosts run ", spec.name(),
+                     ", not ", o.run_id, ": is another run using this endpoint?"));
+  }
+  if (spec.nproc_per_node() != n.nproc || spec.min_nodes() != mine.min_nodes() ||
+      spec.max_nodes() != mine.max_nodes()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run ", o.run_id, " has --nnodes ", spec.min_nodes(), ":", spec.max_nodes(),
+        " --nproc-per-node ", spec.nproc_per_node(), " at its host, this node ",
+        mine.min_nodes(), ":", mine.max_nodes(), " and ", n.nproc,
+        ": every node must give the same"));
+  }
+  return job.job_id();
+}
 
 // After the job ended, the host serves until every other node has seen
 // the end and left (their streams closed), or `timeout`: leaving first
@@ -296,12 +324,38 @@ DaemonOptions MakeDaemonOptions(const RunOptions& o, const NodeSetup& n,
   return d;
 }
 
+// The client that watches the run's job: short calls, no retries of its
+// own (the monitor decides when the host is lost).
+std::unique_ptr<JobsClient> NewRunJobsClient(const RunOptions& o, const NodeSetup& n) {
+  ServiceOptions service;
+  service.address = o.rdzv_endpoint;
+  service.token = n.token;
+  service.rpc_timeout = absl::Seconds(2);
+  service.retry_for = absl::ZeroDuration();
+  return NewGrpcJobsClient(service);
+}
+
+// FindRunJob for a node other than the host: sets *job_id, or returns the
+// exit code (said why) when this node must not go on.
+std::optional<int> JoinRunJob(const RunOptions& o, const NodeSetup& n, JobsClient* jobs,
+                              StopSignal* stop, std::string* job_id) {
+  absl::StatusOr<std::string> found = FindRunJob(o, n, jobs, stop);
+  if (found.ok()) {
+    *job_id = *found;
+    return std::nullopt;
+  }
+  if (int sig = stop->WaitFor(absl::ZeroDuration()); sig > 0) return 128 + sig;
+  Say(std::string(found.status().message()));
+  return 1;
+}
+
 // This node's part once registered: the daemon and its session until the
 // monitor decides; then its workers are stopped (when the job did not end)
 // and waited for.
 int ServeNode(const RunOptions& o, const NodeSetup& n, const SessionOptions& session_options,
-              RendezvousClient* client, Agent* agent, std::atomic<Daemon*>* router,
-              StopSignal* stop, const std::string& job_id, bool* finished) {
+              RendezvousClient* client, JobsClient* jobs, Agent* agent,
+              std::atomic<Daemon*>* router, StopSignal* stop, const std::string& job_id,
+              bool* finished) {
   AgentRunner agent_runner(agent);
   LocalAttemptRunner runner(o, &agent_runner);
   BarrierRelay barriers(client, n.node_id);
@@ -314,13 +368,7 @@ int ServeNode(const RunOptions& o, const NodeSetup& n, const SessionOptions& ses
     session_status = session.Run();
     if (!session_status.ok()) stop->Request(-1);
   });
-  ServiceOptions service;
-  service.address = o.rdzv_endpoint;
-  service.token = n.token;
-  service.rpc_timeout = absl::Seconds(2);
-  service.retry_for = absl::ZeroDuration();
-  std::unique_ptr<JobsClient> jobs = NewGrpcJobsClient(service);
-  int exit_code = Monitor(o, jobs.get(), stop, job_id).Run(finished);
+  int exit_code = Monitor(o, jobs, stop, job_id).Run(finished);
   if (exit_code < 0) {
     Say(absl::StrCat("the rendezvous refused this node: ", session_status.message()));
     exit_code = 1;
@@ -443,6 +491,10 @@ int RunMultinode(const RunOptions& o) {
   session_options.initial_backoff = absl::Milliseconds(20);
   session_options.max_backoff = absl::Milliseconds(250);
   if (std::optional<int> exit = Register(o, session_options, client.get(), &stop)) return *exit;
+  std::unique_ptr<JobsClient> jobs = NewRunJobsClient(o, n);
+  if (job_id.empty()) {
+    if (std::optional<int> exit = JoinRunJob(o, n, jobs.get(), &stop, &job_id)) return *exit;
+  }
 
   std::atomic<Daemon*> router{nullptr};
   absl::StatusOr<std::unique_ptr<Agent>> agent =
@@ -452,8 +504,8 @@ int RunMultinode(const RunOptions& o) {
     return 1;
   }
   bool finished = false;
-  const int exit_code = ServeNode(o, n, session_options, client.get(), agent->get(), &router,
-                                  &stop, job_id, &finished);
+  const int exit_code = ServeNode(o, n, session_options, client.get(), jobs.get(),
+                                  agent->get(), &router, &stop, job_id, &finished);
   if (*hosted != nullptr && finished) {
     WaitForOthers((*hosted)->coordinator(), n.node_id, &stop,
                   std::max(absl::Seconds(5), 2 * o.rdzv_conf.keep_alive_interval *

@@ -302,6 +302,23 @@ TEST_P(MultinodeRunTest, StaticBackendGivesNodeRankAsGroupRank) {
   EXPECT_THAT(nodes_[1]->Output(), HasSubstr("rendezvous hosted here"));
 }
 
+TEST_P(MultinodeRunTest, NodesOfAnotherRunOrShapeAreRefused) {
+  StartNode(0, Flags("2", "is_host=1"));
+  // Another run id on the same endpoint (and token).
+  std::vector<std::string> other = Flags("2", "is_host=0");
+  other[9] = "mn2";  // --rdzv-id's value
+  StartNode(1, other);
+  EXPECT_EQ(ExitOf(1), 1) << AllOutput();
+  EXPECT_THAT(nodes_[1]->Output(), HasSubstr("hosts run mn1, not mn2"));
+  // The same run, but another --nproc-per-node.
+  std::vector<std::string> shape = Flags("2", "is_host=0");
+  shape[3] = "1";  // --nproc-per-node's value
+  StartNode(2, shape);
+  EXPECT_EQ(ExitOf(2), 1) << AllOutput();
+  EXPECT_THAT(nodes_[2]->Output(), HasSubstr("--nproc-per-node 2 at its host, this node 2:2 "
+                                             "and 1: every node must give the same"));
+}
+
 // An unchanged torchrun script: c10d's store at MASTER_ADDR:MASTER_PORT on
 // rank 0's node, gloo across the nodes. Skipped without Debian's torch.
 TEST_P(MultinodeRunTest, TorchScriptAllReducesAcrossNodes) {
