@@ -37,6 +37,7 @@
 #include "launcher/cli/run.h"
 #include "launcher/cli/run_host.h"
 #include "launcher/cli/run_local_runner.h"
+#include "launcher/cli/run_monitor.h"
 #include "launcher/daemon/barrier.h"
 #include "launcher/daemon/client.h"
 #include "launcher/daemon/daemon.h"
@@ -66,26 +67,6 @@ std::string Hostname() {
   return buf;
 }
 
-// The first stop signal. Thread-safe: the signal thread, the agent's
-// signalfd and the main thread meet here.
-class StopSignal {
- public:
-  void Request(int sig) {
-    absl::MutexLock lock(&mu_);
-    if (signal_ == 0) signal_ = sig;
-  }
-  // Waits `timeout` or until a stop is requested; returns its signal, or 0.
-  int WaitFor(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto requested = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return signal_ != 0; };
-    mu_.AwaitWithTimeout(absl::Condition(&requested), timeout);
-    return signal_;
-  }
-
- private:
-  absl::Mutex mu_;
-  int signal_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // Blocks the stop signals and SIGCHLD in this thread, and so in every
 // thread made after (gRPC's must never take SIGTERM's default action), and
@@ -168,118 +149,6 @@ std::string RandomIncarnation() {
   return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
-// How the job ended, as the exit code and lines every node prints.
-int Finished(const RunOptions& o, const v1::JobStatus& s) {
-  const std::string after =
-      s.restarts() > 0 ? absl::StrCat(" after ", s.restarts(), " restart(s)") : "";
-  if (s.state() == v1::JOB_STATE_SUCCEEDED) {
-    Say(absl::StrCat("run ", o.run_id, " succeeded", after));
-    return 0;
-  }
-  Say(absl::StrCat("run ", o.run_id, " ", absl::AsciiStrToLower(JobStateName(s.state())),
-                   after, ": ", s.finish_reason()));
-  if (!s.has_root_cause()) return 1;
-  const v1::WorkerFailure& f = s.root_cause();
-  Say(absl::StrCat("root cause: ", FormatFailure(f)));
-  if (!f.traceback().empty()) WriteAll(STDERR_FILENO, absl::StrCat(f.traceback(), "\n"));
-  if (f.signal() > 0) return 128 + f.signal();
-  if (f.cannot_start()) return 127;
-  return f.exit_code() > 0 && f.exit_code() < 256 ? f.exit_code() : 1;
-}
-
-// Watches the run's job at the rendezvous until it ends, this node is
-// stopped, or the host is lost.
-class Monitor {
- public:
-  Monitor(const RunOptions& o, JobsClient* jobs, StopSignal* stop, std::string job_id)
-      : o_(o), jobs_(jobs), stop_(stop), job_id_(std::move(job_id)) {}
-
-  // The exit code (-1: the session ended, refused); `*finished` tells
-  // whether the job ended.
-  int Run(bool* finished) {
-    const absl::Duration host_timeout =
-        o_.rdzv_conf.keep_alive_interval * o_.rdzv_conf.keep_alive_max_attempt;
-    absl::Time last_answer = absl::Now();
-    *finished = false;
-    for (;;) {
-      if (int sig = stop_->WaitFor(kPoll); sig != 0) {
-        if (sig < 0) return -1;
-        Say(absl::StrCat("stopped by SIG", sigabbrev_np(sig), "; stopping this node's workers"));
-        return 128 + sig;
-      }
-      absl::StatusOr<v1::JobStatus> s = Status();
-      if (!s.ok()) {
-        if (absl::IsUnauthenticated(s.status()) || absl::IsPermissionDenied(s.status())) {
-          Say(absl::StrCat("the rendezvous at ", o_.rdzv_endpoint,
-                           " refused this node: ", s.status().message()));
-          return 1;
-        }
-        if (absl::Now() - last_answer < host_timeout) continue;
-        LOG(ERROR) << "the rendezvous host is unreachable: " << s.status();
-        Say(absl::StrCat("lost the rendezvous host ", o_.rdzv_endpoint, " (no answer for ",
-                         absl::FormatDuration(absl::Trunc(absl::Now() - last_answer,
-                                                          absl::Milliseconds(100))),
-                         "): the run cannot go on without it; this node's workers are ",
-                         "stopped. Start the run again on the nodes left"));
-        return 1;
-      }
-      last_answer = absl::Now();
-      if (s->state() == v1::JOB_STATE_SUCCEEDED || s->state() == v1::JOB_STATE_FAILED ||
-          s->state() == v1::JOB_STATE_CANCELLED) {
-        *finished = true;
-        return Finished(o_, *s);
-      }
-    }
-  }
-
- private:
-  static constexpr absl::Duration kPoll = absl::Milliseconds(200);
-
-  absl::StatusOr<v1::JobStatus> Status() { return jobs_->Get(job_id_); }
-
-  const RunOptions& o_;
-  JobsClient* const jobs_;
-  StopSignal* const stop_;
-  const std::string job_id_;
-};
-
-// The run's job at the rendezvous (the embedded service holds one job),
-// checked against this node's flags: another run on the same endpoint, or
-// a node whose --nproc-per-node or --nnodes differ from the host's, must
-// not join it. Waits for the host's job up to the keep-alive time. An
-// error is said and ends this node (exit 1).
-absl::StatusOr<std::string> FindRunJob(const RunOptions& o, const NodeSetup& n,
-                                       JobsClient* jobs, StopSignal* stop) {
-  const absl::Time deadline =
-      absl::Now() + o.rdzv_conf.keep_alive_interval * o.rdzv_conf.keep_alive_max_attempt;
-  absl::StatusOr<v1::ListJobsResponse> list = jobs->List({});
-  while ((!list.ok() || list->jobs_size() == 0) && absl::Now() < deadline &&
-         stop->WaitFor(absl::Milliseconds(20)) == 0) {
-    list = jobs->List({});
-  }
-  if (!list.ok() || list->jobs_size() == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "the rendezvous at ", o.rdzv_endpoint, " holds no run",
-        list.ok() ? "" : absl::StrCat(" (", list.status().message(), ")")));
-  }
-  const v1::JobStatus& job = list->jobs(0);
-  const v1::JobSpec& spec = job.spec();
-  const v1::JobSpec mine = MultinodeJobSpec(o, n.nproc, {});
-  if (spec.name() != mine.name()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the rendezvous at ", o.rdzv_endpoint, " hosts run ", spec.name(),
-                     ", not ", o.run_id, ": is another run using this endpoint?"));
-  }
-  if (spec.nproc_per_node() != n.nproc || spec.min_nodes() != mine.min_nodes() ||
-      spec.max_nodes() != mine.max_nodes()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "run ", o.run_id, " has --nnodes ", spec.min_nodes(), ":", spec.max_nodes(),
-        " --nproc-per-node ", spec.nproc_per_node(), " at its host, this node ",
-        mine.min_nodes(), ":", mine.max_nodes(), " and ", n.nproc,
-        ": every node must give the same"));
-  }
-  return job.job_id();
-}
 
 // After the job ended, the host serves until every other node has seen
 // the end and left (their streams closed), or `timeout`: leaving first
@@ -339,7 +208,7 @@ std::unique_ptr<JobsClient> NewRunJobsClient(const RunOptions& o, const NodeSetu
 // exit code (said why) when this node must not go on.
 std::optional<int> JoinRunJob(const RunOptions& o, const NodeSetup& n, JobsClient* jobs,
                               StopSignal* stop, std::string* job_id) {
-  absl::StatusOr<std::string> found = FindRunJob(o, n, jobs, stop);
+  absl::StatusOr<std::string> found = FindRunJob(o, n.nproc, jobs, stop);
   if (found.ok()) {
     *job_id = *found;
     return std::nullopt;
@@ -368,7 +237,7 @@ int ServeNode(const RunOptions& o, const NodeSetup& n, const SessionOptions& ses
     session_status = session.Run();
     if (!session_status.ok()) stop->Request(-1);
   });
-  int exit_code = Monitor(o, jobs, stop, job_id).Run(finished);
+  int exit_code = RunMonitor(o, jobs, stop, job_id).Run(finished);
   if (exit_code < 0) {
     Say(absl::StrCat("the rendezvous refused this node: ", session_status.message()));
     exit_code = 1;
