@@ -23,7 +23,8 @@ absl::StatusOr<std::string> RendezvousToken(const RunOptions& o, const EnvLookup
   if (!file.empty()) {
     absl::StatusOr<std::string> token = auth::ReadTokenFile(file);
     if (!token.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", token.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", token.status().message()));
     }
     return token;
   }
@@ -34,7 +35,8 @@ absl::StatusOr<std::string> RendezvousToken(const RunOptions& o, const EnvLookup
   return absl::StrCat("elastrun-run-", o.run_id);
 }
 
-rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& o, const std::string& token) {
+rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& o,
+                                                const std::string& token) {
   rendezvous::ServerOptions so;
   // A loopback endpoint stays on loopback (one machine). Any other is
   // served on every address, as torchrun's store is: the host's own name
@@ -52,7 +54,8 @@ rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& o, const std::
   so.token = token;
   rendezvous::LeaseOptions& lease = so.coordinator.lease;
   lease.heartbeat_interval = o.rdzv_conf.keep_alive_interval;
-  lease.lease_timeout = o.rdzv_conf.keep_alive_interval * o.rdzv_conf.keep_alive_max_attempt;
+  lease.lease_timeout =
+      o.rdzv_conf.keep_alive_interval * o.rdzv_conf.keep_alive_max_attempt;
   // Nodes of this one run only: a lost one is not coming back as itself
   // (a restarted `elastrun run` is a new node).
   lease.node_expiry = absl::Minutes(1);
@@ -91,8 +94,8 @@ absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>> MaybeHostRendezvou
   }
   if (!server.ok()) {
     return absl::Status(server.status().code(),
-                        absl::StrCat("cannot host the rendezvous at ", o.rdzv_endpoint, ": ",
-                                     server.status().message()));
+                        absl::StrCat("cannot host the rendezvous at ", o.rdzv_endpoint,
+                                     ": ", server.status().message()));
   }
   return server;
 }

@@ -23,8 +23,8 @@ namespace elastrun::launcher {
 // run id (`*derived` set): then whoever reaches the endpoint and knows the
 // id may join, as with torchrun. InvalidArgument naming the file or
 // variable when it cannot be read or is empty.
-absl::StatusOr<std::string> RendezvousToken(const RunOptions& options, const EnvLookup& env,
-                                            bool* derived);
+absl::StatusOr<std::string> RendezvousToken(const RunOptions& options,
+                                            const EnvLookup& env, bool* derived);
 
 // The embedded service's settings: listening on a loopback endpoint, else
 // on every address of the endpoint's port, state in

@@ -25,7 +25,8 @@ EnvLookup Env(std::map<std::string, std::string> vars) {
 }
 
 RunOptions Options(const std::vector<std::string>& args) {
-  auto o = ParseRunOptions(args, Env({}), [](const std::string& h) { return h == "127.0.0.1"; });
+  auto o = ParseRunOptions(args, Env({}),
+                           [](const std::string& h) { return h == "127.0.0.1"; });
   EXPECT_TRUE(o.ok()) << o.status();
   return o.ok() ? *o : RunOptions{};
 }
@@ -42,7 +43,8 @@ TEST(RunHostTest, TokenFromConfFileVariableOrDerived) {
   EXPECT_FALSE(derived);
 
   o.rdzv_conf.token_file.clear();
-  EXPECT_EQ(*RendezvousToken(o, Env({{"ELASTRUN_TOKEN_FILE", file}}), &derived), "from-file");
+  EXPECT_EQ(*RendezvousToken(o, Env({{"ELASTRUN_TOKEN_FILE", file}}), &derived),
+            "from-file");
   EXPECT_EQ(*RendezvousToken(o, Env({{"ELASTRUN_TOKEN", " var\n"}}), &derived), "var");
   EXPECT_FALSE(derived);
   auto own = RendezvousToken(o, Env({}), &derived);
@@ -52,7 +54,8 @@ TEST(RunHostTest, TokenFromConfFileVariableOrDerived) {
   o.rdzv_conf.token_file = dir + "/missing";
   auto missing = RendezvousToken(o, Env({}), &derived);
   ASSERT_FALSE(missing.ok());
-  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("--rdzv-conf token_file"));
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("--rdzv-conf token_file"));
 }
 
 TEST(RunHostTest, JobSpecAndServerOptionsFollowTheFlags) {
@@ -98,7 +101,8 @@ TEST(RunHostTest, TheFirstToBindTheEndpointHosts) {
   const int port = testing::FreeLoopbackPort();
   ASSERT_GT(port, 0);
   const std::string endpoint = absl::StrCat("127.0.0.1:", port);
-  RunOptions o = Options({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id", "h", "w"});
+  RunOptions o =
+      Options({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id", "h", "w"});
   auto first = MaybeHostRendezvous(o, "tok");
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_NE(*first, nullptr);

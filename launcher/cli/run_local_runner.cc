@@ -45,8 +45,8 @@ void LocalAttemptRunner::Start(uint64_t id, AttemptSpec spec,
   if (!spec.standby_argv.empty()) spec.standby_argv = argv_;
   if (!spec.workers.empty()) {
     WriteAll(STDERR_FILENO,
-             absl::StrCat("elastrun: ", Describe(spec.workers[0].process.env, o_.max_restarts),
-                          "\n"));
+             absl::StrCat("elastrun: ",
+                          Describe(spec.workers[0].process.env, o_.max_restarts), "\n"));
   }
   inner_->Start(id, std::move(spec), std::move(done));
 }

@@ -46,7 +46,8 @@ int RunMonitor::Run(bool* finished) {
   for (;;) {
     if (int sig = stop_->WaitFor(absl::Milliseconds(200)); sig != 0) {
       if (sig < 0) return -1;
-      Say(absl::StrCat("stopped by SIG", sigabbrev_np(sig), "; stopping this node's workers"));
+      Say(absl::StrCat("stopped by SIG", sigabbrev_np(sig),
+                       "; stopping this node's workers"));
       return 128 + sig;
     }
     absl::StatusOr<v1::JobStatus> s = jobs_->Get(job_id_);
@@ -84,9 +85,9 @@ absl::StatusOr<std::string> FindRunJob(const RunOptions& o, int nproc, JobsClien
     list = jobs->List({});
   }
   if (!list.ok() || list->jobs_size() == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "the rendezvous at ", o.rdzv_endpoint, " holds no run",
-        list.ok() ? "" : absl::StrCat(" (", list.status().message(), ")")));
+    return absl::UnavailableError(
+        absl::StrCat("the rendezvous at ", o.rdzv_endpoint, " holds no run",
+                     list.ok() ? "" : absl::StrCat(" (", list.status().message(), ")")));
   }
   const v1::JobStatus& job = list->jobs(0);
   const v1::JobSpec& spec = job.spec();
@@ -98,11 +99,11 @@ absl::StatusOr<std::string> FindRunJob(const RunOptions& o, int nproc, JobsClien
   }
   if (spec.nproc_per_node() != nproc || spec.min_nodes() != mine.min_nodes() ||
       spec.max_nodes() != mine.max_nodes()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "run ", o.run_id, " has --nnodes ", spec.min_nodes(), ":", spec.max_nodes(),
-        " --nproc-per-node ", spec.nproc_per_node(), " at its host, this node ",
-        mine.min_nodes(), ":", mine.max_nodes(), " and ", nproc,
-        ": every node must give the same"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", o.run_id, " has --nnodes ", spec.min_nodes(), ":",
+                     spec.max_nodes(), " --nproc-per-node ", spec.nproc_per_node(),
+                     " at its host, this node ", mine.min_nodes(), ":", mine.max_nodes(),
+                     " and ", nproc, ": every node must give the same"));
   }
   return job.job_id();
 }

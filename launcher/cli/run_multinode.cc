@@ -67,7 +67,6 @@ std::string Hostname() {
   return buf;
 }
 
-
 // Blocks the stop signals and SIGCHLD in this thread, and so in every
 // thread made after (gRPC's must never take SIGTERM's default action), and
 // passes the stop signals to `stop` from a thread of its own (the agent's
@@ -149,7 +148,6 @@ std::string RandomIncarnation() {
   return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
-
 // After the job ended, the host serves until every other node has seen
 // the end and left (their streams closed), or `timeout`: leaving first
 // would make them report the host lost.
@@ -180,10 +178,12 @@ DaemonOptions MakeDaemonOptions(const RunOptions& o, const NodeSetup& n,
   for (char** e = environ; *e != nullptr; ++e) {
     // The rendezvous token is elastrun's, not the workers'.
     const std::string_view var = *e;
-    if (!env::IsLauncherSetting(var.substr(0, var.find('=')))) d.base_env.emplace_back(*e);
+    if (!env::IsLauncherSetting(var.substr(0, var.find('='))))
+      d.base_env.emplace_back(*e);
   }
   d.snapshot_base = o.no_snapshots ? "" : DefaultSnapshotBase();
-  d.on_barrier = [barriers](const std::string& job, int64_t round, const BarrierArrival& a,
+  d.on_barrier = [barriers](const std::string& job, int64_t round,
+                            const BarrierArrival& a,
                             std::function<void(const absl::Status&)> reply) {
     barriers->OnArrival(job, round, a, std::move(reply));
   };
@@ -221,15 +221,16 @@ std::optional<int> JoinRunJob(const RunOptions& o, const NodeSetup& n, JobsClien
 // This node's part once registered: the daemon and its session until the
 // monitor decides; then its workers are stopped (when the job did not end)
 // and waited for.
-int ServeNode(const RunOptions& o, const NodeSetup& n, const SessionOptions& session_options,
-              RendezvousClient* client, JobsClient* jobs, Agent* agent,
-              std::atomic<Daemon*>* router, StopSignal* stop, const std::string& job_id,
-              bool* finished) {
+int ServeNode(const RunOptions& o, const NodeSetup& n,
+              const SessionOptions& session_options, RendezvousClient* client,
+              JobsClient* jobs, Agent* agent, std::atomic<Daemon*>* router,
+              StopSignal* stop, const std::string& job_id, bool* finished) {
   AgentRunner agent_runner(agent);
   LocalAttemptRunner runner(o, &agent_runner);
   BarrierRelay barriers(client, n.node_id);
-  Daemon daemon(MakeDaemonOptions(o, n, absl::StrCat(n.run_dir, "/agent.sock"), &barriers),
-                client, &runner);
+  Daemon daemon(
+      MakeDaemonOptions(o, n, absl::StrCat(n.run_dir, "/agent.sock"), &barriers), client,
+      &runner);
   router->store(&daemon);
   DaemonSession session(session_options, client, &daemon);
   absl::Status session_status;
@@ -254,8 +255,9 @@ int ServeNode(const RunOptions& o, const NodeSetup& n, const SessionOptions& ses
 }
 
 // The agent's options, its hooks routed to the Daemon once it exists.
-AgentOptions MakeAgentOptions(const RunOptions& o, const NodeSetup& n, const RunCgroup& cg,
-                              std::atomic<Daemon*>* router, StopSignal* stop) {
+AgentOptions MakeAgentOptions(const RunOptions& o, const NodeSetup& n,
+                              const RunCgroup& cg, std::atomic<Daemon*>* router,
+                              StopSignal* stop) {
   AgentOptions a;
   a.grace = o.shutdown_timeout;
   a.standby = o.standby;
@@ -336,20 +338,21 @@ int RunMultinode(const RunOptions& o) {
     }
     job_id = r->job_id();
   }
-  Say(absl::StrCat("run ", o.run_id, ": node ", n.node_id, " (", n.advertise, "), ", n.nproc,
-                   " worker(s), nnodes ", o.nnodes.min, ":", o.nnodes.max, ", rendezvous ",
-                   *hosted != nullptr ? "hosted here at " : "at ", o.rdzv_endpoint,
-                   n.derived_token ? " (token derived from the run id)" : "", ", logs in ",
-                   n.run_dir));
+  Say(absl::StrCat("run ", o.run_id, ": node ", n.node_id, " (", n.advertise, "), ",
+                   n.nproc, " worker(s), nnodes ", o.nnodes.min, ":", o.nnodes.max,
+                   ", rendezvous ", *hosted != nullptr ? "hosted here at " : "at ",
+                   o.rdzv_endpoint,
+                   n.derived_token ? " (token derived from the run id)" : "",
+                   ", logs in ", n.run_dir));
 
   GrpcClientOptions client_options;
   client_options.target = o.rdzv_endpoint;
   client_options.token = n.token;
   // A call to a lost host must not outlast the host's own timeout: this
   // node's shutdown waits for the session's call in flight.
-  client_options.deadline = std::clamp(
-      o.rdzv_conf.keep_alive_interval * o.rdzv_conf.keep_alive_max_attempt, absl::Seconds(1),
-      absl::Seconds(5));
+  client_options.deadline =
+      std::clamp(o.rdzv_conf.keep_alive_interval * o.rdzv_conf.keep_alive_max_attempt,
+                 absl::Seconds(1), absl::Seconds(5));
   std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
   SessionOptions session_options;
   session_options.node_id = n.node_id;
@@ -359,10 +362,12 @@ int RunMultinode(const RunOptions& o) {
   // The host may start after this node: look for it often.
   session_options.initial_backoff = absl::Milliseconds(20);
   session_options.max_backoff = absl::Milliseconds(250);
-  if (std::optional<int> exit = Register(o, session_options, client.get(), &stop)) return *exit;
+  if (std::optional<int> exit = Register(o, session_options, client.get(), &stop))
+    return *exit;
   std::unique_ptr<JobsClient> jobs = NewRunJobsClient(o, n);
   if (job_id.empty()) {
-    if (std::optional<int> exit = JoinRunJob(o, n, jobs.get(), &stop, &job_id)) return *exit;
+    if (std::optional<int> exit = JoinRunJob(o, n, jobs.get(), &stop, &job_id))
+      return *exit;
   }
 
   std::atomic<Daemon*> router{nullptr};

@@ -25,8 +25,8 @@
 namespace elastrun {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::BinDir;
+using ::testing::HasSubstr;
 using testing::Subprocess;
 
 constexpr absl::Duration kDeadline = absl::Seconds(60);
@@ -87,12 +87,13 @@ class MultinodeRunTest : public ::testing::TestWithParam<Net> {
                         inner = Inner(h);
       ASSERT_TRUE(Sh({"ip", "netns", "add", ns}));
       namespaces_.push_back(ns);
-      ASSERT_TRUE(Sh({"ip", "link", "add", outer, "type", "veth", "peer", "name", inner}));
+      ASSERT_TRUE(
+          Sh({"ip", "link", "add", outer, "type", "veth", "peer", "name", inner}));
       ASSERT_TRUE(Sh({"ip", "link", "set", inner, "netns", ns}));
       ASSERT_TRUE(Sh({"ip", "link", "set", outer, "master", bridge_}));
       ASSERT_TRUE(Sh({"ip", "link", "set", outer, "up"}));
-      ASSERT_TRUE(Sh({"ip", "netns", "exec", ns, "ip", "addr", "add", Addr(h) + "/24", "dev",
-                      inner}));
+      ASSERT_TRUE(Sh({"ip", "netns", "exec", ns, "ip", "addr", "add", Addr(h) + "/24",
+                      "dev", inner}));
       ASSERT_TRUE(Sh({"ip", "netns", "exec", ns, "ip", "link", "set", inner, "up"}));
       ASSERT_TRUE(Sh({"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"}));
     }
@@ -130,8 +131,17 @@ class MultinodeRunTest : public ::testing::TestWithParam<Net> {
   // The flags of the multi-node form: nnodes, 2 workers, the endpoint, the
   // run id and the rendezvous settings `conf` (the token file's added).
   std::vector<std::string> Flags(const std::string& nnodes, const std::string& conf) {
-    return {"--nnodes", nnodes, "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", endpoint_, "--rdzv-id", "mn1", "--rdzv-conf",
+    return {"--nnodes",
+            nnodes,
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            endpoint_,
+            "--rdzv-id",
+            "mn1",
+            "--rdzv-conf",
             absl::StrCat("token_file=", token_file_, conf.empty() ? "" : ",", conf)};
   }
 
@@ -174,7 +184,8 @@ class MultinodeRunTest : public ::testing::TestWithParam<Net> {
   static std::set<int> RanksIn(const std::string& output) {
     std::set<int> ranks;
     static const std::regex line(R"(\[rank(\d+)\]:RANK=(\d+) )");
-    for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end;
+         ++it) {
       EXPECT_EQ((*it)[1], (*it)[2]);  // the prefix names the worker's own rank
       ranks.insert(std::stoi((*it)[2]));
     }
@@ -194,14 +205,17 @@ TEST_P(MultinodeRunTest, ThreeNodesSucceedWithDistinctRanks) {
   // The token from $ELASTRUN_TOKEN_FILE; one node spells its flags with
   // argparse's abbreviations.
   const std::vector<std::string> env = {"ELASTRUN_TOKEN_FILE=" + token_file_};
-  StartNode(0, {"--nnodes", "3", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", endpoint_, "--rdzv-id", "mn1"},
+  StartNode(0,
+            {"--nnodes", "3", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", endpoint_, "--rdzv-id", "mn1"},
             env);
-  StartNode(1, {"--nn", "3", "--nproc_per", "2", "--rdzv_b", "c10d", "--rdzv_e", endpoint_,
-                "--rdzv-i", "mn1"},
+  StartNode(1,
+            {"--nn", "3", "--nproc_per", "2", "--rdzv_b", "c10d", "--rdzv_e", endpoint_,
+             "--rdzv-i", "mn1"},
             env);
-  StartNode(2, {"--nnodes=3", "--nproc_per_node=2", "--rdzv_endpoint=" + endpoint_,
-                "--rdzv_id=mn1"},
+  StartNode(2,
+            {"--nnodes=3", "--nproc_per_node=2", "--rdzv_endpoint=" + endpoint_,
+             "--rdzv_id=mn1"},
             env);
   std::set<int> ranks;
   int hosts = 0;
@@ -287,16 +301,18 @@ TEST_P(MultinodeRunTest, StaticBackendGivesNodeRankAsGroupRank) {
   const std::string port = endpoint_.substr(endpoint_.rfind(':') + 1);
   // Started last rank first: the ranks follow --node-rank, not the order.
   for (int h : {2, 0, 1}) {
-    StartNode(h, {"--nnodes", "3", "--nproc-per-node", "2", "--rdzv-backend", "static",
-                  "--node-rank", std::to_string(h), "--master-addr", addr, "--master-port",
-                  port, "--rdzv-id", "st1", "--rdzv-conf", "token_file=" + token_file_});
+    StartNode(h,
+              {"--nnodes", "3", "--nproc-per-node", "2", "--rdzv-backend", "static",
+               "--node-rank", std::to_string(h), "--master-addr", addr, "--master-port",
+               port, "--rdzv-id", "st1", "--rdzv-conf", "token_file=" + token_file_});
   }
   // nodes_ is in start order: node rank 2, 0, 1.
   const int node_rank[] = {2, 0, 1};
   for (int i = 0; i < kNodes; ++i) {
     EXPECT_EQ(ExitOf(i), 0) << AllOutput();
     const int r = node_rank[i];
-    EXPECT_EQ(RanksIn(nodes_[i]->Output()), (std::set<int>{2 * r, 2 * r + 1})) << AllOutput();
+    EXPECT_EQ(RanksIn(nodes_[i]->Output()), (std::set<int>{2 * r, 2 * r + 1}))
+        << AllOutput();
     EXPECT_THAT(nodes_[i]->Output(), HasSubstr(absl::StrCat("group rank ", r, " of 3")));
   }
   EXPECT_THAT(nodes_[1]->Output(), HasSubstr("rendezvous hosted here"));
@@ -315,8 +331,9 @@ TEST_P(MultinodeRunTest, NodesOfAnotherRunOrShapeAreRefused) {
   shape[3] = "1";  // --nproc-per-node's value
   StartNode(2, shape);
   EXPECT_EQ(ExitOf(2), 1) << AllOutput();
-  EXPECT_THAT(nodes_[2]->Output(), HasSubstr("--nproc-per-node 2 at its host, this node 2:2 "
-                                             "and 1: every node must give the same"));
+  EXPECT_THAT(nodes_[2]->Output(),
+              HasSubstr("--nproc-per-node 2 at its host, this node 2:2 "
+                        "and 1: every node must give the same"));
 }
 
 // An unchanged torchrun script: c10d's store at MASTER_ADDR:MASTER_PORT on
@@ -325,13 +342,14 @@ TEST_P(MultinodeRunTest, TorchScriptAllReducesAcrossNodes) {
   const std::string python = testing::TorchPython();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (python3-torch): skipped";
   const std::string script = dir_ + "/allreduce.py";
-  std::ofstream(script) << "import torch, torch.distributed as dist\n"
-                           "dist.init_process_group('gloo')\n"
-                           "t = torch.tensor([float(dist.get_rank() + 1)])\n"
-                           "dist.all_reduce(t)\n"
-                           "print(f'rank {dist.get_rank()} of {dist.get_world_size()} sum "
-                           "{t.item()}', flush=True)\n"
-                           "dist.destroy_process_group()\n";
+  std::ofstream(script)
+      << "import torch, torch.distributed as dist\n"
+         "dist.init_process_group('gloo')\n"
+         "t = torch.tensor([float(dist.get_rank() + 1)])\n"
+         "dist.all_reduce(t)\n"
+         "print(f'rank {dist.get_rank()} of {dist.get_world_size()} sum "
+         "{t.item()}', flush=True)\n"
+         "dist.destroy_process_group()\n";
   for (int h = 0; h < kNodes; ++h) {
     std::vector<std::string> env = {"ELASTRUN_PYTHON=" + python};
     if (GetParam() == Net::kNamespaces) env.push_back("GLOO_SOCKET_IFNAME=" + Inner(h));
@@ -347,7 +365,8 @@ TEST_P(MultinodeRunTest, TorchScriptAllReducesAcrossNodes) {
 INSTANTIATE_TEST_SUITE_P(Nets, MultinodeRunTest,
                          ::testing::Values(Net::kLoopback, Net::kNamespaces),
                          [](const ::testing::TestParamInfo<Net>& info) {
-                           return info.param == Net::kLoopback ? "Loopback" : "Namespaces";
+                           return info.param == Net::kLoopback ? "Loopback"
+                                                               : "Namespaces";
                          });
 
 }  // namespace

@@ -34,7 +34,8 @@ absl::Status ApplyConfKey(const std::string& key, const std::string& value,
     if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty"));
     c.token_file = value;
   } else {
-    o.warnings.push_back(IgnoredWarning(absl::StrCat(shown, " ", key), "elastrun does not use it"));
+    o.warnings.push_back(
+        IgnoredWarning(absl::StrCat(shown, " ", key), "elastrun does not use it"));
   }
   return absl::OkStatus();
 }
@@ -45,15 +46,15 @@ absl::Status ApplyConfKey(const std::string& key, const std::string& value,
 absl::Status CheckStatic(RunOptions& o, const HostCheck& is_this_host) {
   const int n = o.nnodes.max;
   if (o.nnodes.min != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rdzv-backend static needs a fixed --nnodes N, not ", o.nnodes.min, ":", n,
-        " (use --rdzv-backend c10d to re-form within MIN:MAX)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-backend static needs a fixed --nnodes N, not ", o.nnodes.min,
+                     ":", n, " (use --rdzv-backend c10d to re-form within MIN:MAX)"));
   }
   if (o.node_rank < 0 || o.node_rank >= n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rdzv-backend static with --nnodes ", n, " needs --node-rank R (0 <= R < ", n,
-        "): this node's group rank",
-        o.node_rank >= n ? absl::StrCat(", not ", o.node_rank) : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-backend static with --nnodes ", n,
+                     " needs --node-rank R (0 <= R < ", n, "): this node's group rank",
+                     o.node_rank >= n ? absl::StrCat(", not ", o.node_rank) : ""));
   }
   if (o.rdzv_endpoint.empty()) {
     const int port = o.master_port != 0 ? o.master_port : 29500;  // torchrun's default
@@ -75,7 +76,7 @@ std::string IgnoredWarning(const std::string& shown, const std::string& why) {
 // --rdzv-endpoint HOST[:PORT]: kept as HOST:PORT (torchrun's default port
 // 29400), with whether HOST is this node.
 absl::Status ParseRdzvEndpoint(const std::string& value, const std::string& shown,
-                           const HostCheck& is_this_host, RunOptions& o) {
+                               const HostCheck& is_this_host, RunOptions& o) {
   std::string host = value;
   int port = 29400;
   if (absl::StrContains(value, ':')) {
@@ -88,7 +89,8 @@ absl::Status ParseRdzvEndpoint(const std::string& value, const std::string& show
   return absl::OkStatus();
 }
 
-absl::Status ParseRdzvConf(const std::string& value, const std::string& shown, RunOptions& o) {
+absl::Status ParseRdzvConf(const std::string& value, const std::string& shown,
+                           RunOptions& o) {
   for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
     const size_t eq = item.find('=');
     if (eq == absl::string_view::npos) {
@@ -102,7 +104,9 @@ absl::Status ParseRdzvConf(const std::string& value, const std::string& shown, R
   return absl::OkStatus();
 }
 
-bool IsOneNode(const RunOptions& o) { return o.nnodes.max <= 1 && o.endpoint_is_this_host; }
+bool IsOneNode(const RunOptions& o) {
+  return o.nnodes.max <= 1 && o.endpoint_is_this_host;
+}
 
 absl::Status CheckNodesForm(RunOptions& o, const HostCheck& is_this_host) {
   o.multinode = !IsOneNode(o);
@@ -113,9 +117,9 @@ absl::Status CheckNodesForm(RunOptions& o, const HostCheck& is_this_host) {
     }
     return absl::OkStatus();
   }
-  const std::string nnodes =
-      o.nnodes.min == o.nnodes.max ? absl::StrCat(o.nnodes.max)
-                                   : absl::StrCat(o.nnodes.min, ":", o.nnodes.max);
+  const std::string nnodes = o.nnodes.min == o.nnodes.max
+                                 ? absl::StrCat(o.nnodes.max)
+                                 : absl::StrCat(o.nnodes.min, ":", o.nnodes.max);
   if (o.rdzv_backend == "static") RETURN_IF_ERROR(CheckStatic(o, is_this_host));
   if (o.rdzv_endpoint.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -129,9 +133,10 @@ absl::Status CheckNodesForm(RunOptions& o, const HostCheck& is_this_host) {
   // torchrun's default run id: every node must name the same one.
   if (o.run_id.empty()) o.run_id = "none";
   if (o.rdzv_backend != "static" && (o.master_addr_given || o.master_port != 0)) {
-    o.warnings.push_back(IgnoredWarning("--master-addr/--master-port",
-                                 "with several nodes MASTER_ADDR is rank 0's node address "
-                                 "(--local-addr there) and MASTER_PORT a free port of it"));
+    o.warnings.push_back(
+        IgnoredWarning("--master-addr/--master-port",
+                       "with several nodes MASTER_ADDR is rank 0's node address "
+                       "(--local-addr there) and MASTER_PORT a free port of it"));
   }
   return absl::OkStatus();
 }

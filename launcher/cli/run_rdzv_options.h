@@ -24,7 +24,8 @@ absl::Status ParseRdzvEndpoint(const std::string& value, const std::string& show
 // --rdzv-conf K=V,... into rdzv_conf (run_options.h's RendezvousConf).
 // InvalidArgument naming the key for a bad value or an item without '=';
 // an unknown key adds a warning.
-absl::Status ParseRdzvConf(const std::string& value, const std::string& shown, RunOptions& o);
+absl::Status ParseRdzvConf(const std::string& value, const std::string& shown,
+                           RunOptions& o);
 
 // Whether the flags parsed so far make this node run alone: --nnodes 1 and
 // no endpoint on another host.

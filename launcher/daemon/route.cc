@@ -27,8 +27,8 @@ absl::StatusOr<std::string> RouteAddress(const std::string& host, int port,
     char text[NI_MAXHOST] = {0};
     if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
         getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        getnameinfo(reinterpret_cast<sockaddr*>(&local), len, text, sizeof text, nullptr, 0,
-                    NI_NUMERICHOST) == 0) {
+        getnameinfo(reinterpret_cast<sockaddr*>(&local), len, text, sizeof text, nullptr,
+                    0, NI_NUMERICHOST) == 0) {
       out = text;
     }
     close(fd);
