@@ -154,6 +154,7 @@ v1::StoredWaitingNode WaitingToProto(int64_t seq, const WaitingNode& w) {
   r->set_addr(w.request.addr);
   r->set_master_port(w.request.master_port);
   r->set_local_world_size(w.request.local_world_size);
+  if (w.request.wanted_group_rank >= 0) r->set_group_rank(w.request.wanted_group_rank);
   *p.mutable_joined_time() = ToProto(w.joined_time);
   return p;
 }
@@ -164,6 +165,7 @@ WaitingNode WaitingFromProto(const v1::StoredWaitingNode& p) {
   w.request.addr = p.request().addr();
   w.request.master_port = p.request().master_port();
   w.request.local_world_size = p.request().local_world_size();
+  w.request.wanted_group_rank = p.request().has_group_rank() ? p.request().group_rank() : -1;
   w.joined_time = FromProto(p.joined_time());
   return w;
 }

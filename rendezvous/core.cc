@@ -145,21 +145,47 @@ void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
   a.restart_count = s_.restart_count;
   a.group_world_size = n;
   a.nodes.resize(n);
-  // Stable ranks: a node keeps its rank of the latest closed round while it
-  // is < n; the others fill the free ranks in join order. rank_index_ still
-  // describes that previous round here. O(n).
+  // A rank asked for (the static backend's node rank) comes first: to the
+  // node that held it in the latest closed round, else to the earliest node
+  // that asked for it. Then stable ranks: a node keeps its rank of the
+  // latest closed round while it is < n; the others fill the free ranks in
+  // join order. rank_index_ still describes that previous round here. O(n).
   std::vector<bool> taken(n, false);
   std::vector<const JoinRequest*> movers;
+  auto place = [&a, &taken](int rank, const JoinRequest& r) {
+    taken[rank] = true;
+    NodeAssignment& slot = a.nodes[rank];
+    slot.node_id = r.node_id;
+    slot.addr = r.addr;
+    slot.local_world_size = r.local_world_size;
+  };
+  auto held = [this](const JoinRequest& r) {
+    auto prev = rank_index_.find(r.node_id);
+    return prev != rank_index_.end() && prev->second == r.wanted_group_rank;
+  };
   for (const auto& [seq, w] : s_.joined) {
-    auto prev = rank_index_.find(w.request.node_id);
-    if (prev != rank_index_.end() && prev->second < n && !taken[prev->second]) {
-      taken[prev->second] = true;
-      NodeAssignment& slot = a.nodes[prev->second];
-      slot.node_id = w.request.node_id;
-      slot.addr = w.request.addr;
-      slot.local_world_size = w.request.local_world_size;
+    const int wanted = w.request.wanted_group_rank;
+    if (wanted >= 0 && wanted < n && held(w.request)) place(wanted, w.request);
+  }
+  std::vector<const JoinRequest*> unplaced;
+  for (const auto& [seq, w] : s_.joined) {
+    const int wanted = w.request.wanted_group_rank;
+    if (wanted >= 0 && wanted < n && taken[wanted] &&
+        a.nodes[wanted].node_id == w.request.node_id) {
+      continue;  // placed above
+    }
+    if (wanted >= 0 && wanted < n && !taken[wanted]) {
+      place(wanted, w.request);
     } else {
-      movers.push_back(&w.request);
+      unplaced.push_back(&w.request);
+    }
+  }
+  for (const JoinRequest* r : unplaced) {
+    auto prev = rank_index_.find(r->node_id);
+    if (prev != rank_index_.end() && prev->second < n && !taken[prev->second]) {
+      place(prev->second, *r);
+    } else {
+      movers.push_back(r);
     }
   }
   int free_rank = 0;

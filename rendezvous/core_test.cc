@@ -316,6 +316,30 @@ TEST(RanksTest, NewcomersFillFreeRanksWithoutDisplacingSurvivors) {
   EXPECT_THAT(RankOrder(*ev[0].assignment), ElementsAre("a", "d", "c"));
 }
 
+TEST(RanksTest, AskedForRanksComeFirst) {
+  RendezvousCore core("job", Config(3, 3, /*max_restarts=*/1), T0());
+  JoinRequest c = Req("c"), b = Req("b"), x = Req("x");
+  c.wanted_group_rank = 0;
+  b.wanted_group_rank = 2;
+  x.wanted_group_rank = 2;  // taken by b, who asked first: x gets a free rank
+  MustJoin(core, b, T0());
+  MustJoin(core, x, T0());
+  std::vector<Event> ev = MustJoin(core, c, T0());
+  ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundClosed));
+  EXPECT_THAT(RankOrder(*ev[0].assignment), ElementsAre("c", "x", "b"));
+  EXPECT_EQ(ev[0].assignment->master_addr, "c.cluster");
+  // The next round keeps them, whatever the order of joining.
+  ASSERT_TRUE(core.ReportFailure(Fail("b", 0, T0(), 1), T0()).ok());
+  MustJoin(core, x, T0());
+  MustJoin(core, b, T0());
+  ev = MustJoin(core, c, T0());
+  ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundClosed));
+  EXPECT_THAT(RankOrder(*ev[0].assignment), ElementsAre("c", "x", "b"));
+  JoinRequest bad = Req("z");
+  bad.wanted_group_rank = -2;
+  EXPECT_FALSE(RendezvousCore("j", Config(1, 1), T0()).Join(bad, T0()).ok());
+}
+
 TEST(ScaleTest, ThousandNodesJoinOneRound) {
   constexpr int kN = 1000;
   RendezvousCore core("big", Config(1, kN), T0());

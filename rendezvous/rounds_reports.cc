@@ -69,6 +69,7 @@ absl::StatusOr<v1::JoinRoundResponse> Rounds::Join(Outbox& out,
   join.addr = node->stored.addr();
   join.master_port = r.master_port();
   join.local_world_size = r.local_world_size();
+  join.wanted_group_rank = r.has_group_rank() ? r.group_rank() : -1;
   ASSIGN_OR_RETURN(std::vector<Event> events, job->core->Join(join, now));
   resp.set_spare(InWaiting(job->core->state_snapshot().spares, r.node_id()));
   HandleEvents(out, *job, events);

@@ -520,6 +520,11 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
   builder.RegisterService(s->rendezvous_service_.get());
   builder.RegisterService(s->jobs_service_.get());
   // Daemons ping every few seconds to find a dead connection early; allow it.
+  // gRPC sets SO_REUSEPORT by default: a second service on the same port
+  // would bind beside the first and take half of its connections. The port
+  // is this service's alone (and `elastrun run` learns that another node
+  // hosts the rendezvous from the bind failing).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

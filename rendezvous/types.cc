@@ -47,6 +47,11 @@ absl::Status ValidateJoinRequest(const JoinRequest& r) {
                         "(got %d)",
                         r.node_id, kMaxIdLength, r.addr.size()));
   }
+  if (r.wanted_group_rank < -1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "join request of node \"%s\": group_rank must be >= 0 (got %d)", r.node_id,
+        r.wanted_group_rank));
+  }
   if (r.master_port < 1 || r.master_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrFormat("join request of node \"%s\": master_port is %d; it must be in "

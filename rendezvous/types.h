@@ -45,6 +45,8 @@ struct JoinRequest {
   std::string addr;          // advertised address; MASTER_ADDR if group rank 0
   int master_port = 0;       // reserved on this node, 1..65535; MASTER_PORT if rank 0
   int local_world_size = 1;  // workers on this node, 1..kMaxLocalWorldSize
+  // The group rank asked for (the static backend's node rank); -1: any.
+  int wanted_group_rank = -1;
 };
 
 // OK, or InvalidArgument naming the field (node_id, addr, master_port,

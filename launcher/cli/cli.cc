@@ -22,6 +22,7 @@
 #include "launcher/cli/commands.h"
 #include "launcher/cli/identity.h"
 #include "launcher/cli/run.h"
+#include "launcher/cli/run_multinode.h"
 
 extern char** environ;
 
@@ -501,7 +502,9 @@ int Run(const std::vector<std::string>& args, const CliContext& ctx) {
   std::unique_ptr<CLI::App> app =
       flags::NewApp("elastrun run", kRunIntro, kRunFooter, /*version=*/false);
   AddRunFlags(app.get());
-  const flags::Outcome parsed = flags::TryParse(*app, args);
+  absl::StatusOr<std::vector<std::string>> expanded = ExpandRunAbbreviations(args);
+  if (!expanded.ok()) return Usage(ctx, "elastrun run", std::string(expanded.status().message()));
+  const flags::Outcome parsed = flags::TryParse(*app, *expanded);
   if (parsed.kind == flags::Outcome::kHelp) {
     *ctx.out << app->help();
     return kExitOk;
@@ -573,7 +576,7 @@ CliContext RealCliContext() {
   ctx.sleep = [](absl::Duration d) { absl::SleepFor(d); };
   ctx.out = &std::cout;
   ctx.err = &std::cerr;
-  ctx.run = [](const RunOptions& o) { return RunStandalone(o); };
+  ctx.run = [](const RunOptions& o) { return o.multinode ? RunMultinode(o) : RunStandalone(o); };
   return ctx;
 }
 

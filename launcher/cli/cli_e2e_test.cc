@@ -442,12 +442,19 @@ TEST(CliBinariesE2eTest, VersionAndUsageErrorsOfEveryBinary) {
     EXPECT_EQ(bad->output, absl::StrCat(binary, ": unknown flag --no-such-flag\nRun '", binary,
                                         " --help' for usage.\n"));
   }
-  absl::StatusOr<RunResult> run = testing::Run(
-      {BinDir() + "/elastrun", "run", "--rdzv-endpoint", "192.0.2.1:29400", "/bin/true"});
+  // Several nodes need an endpoint (a usage error), and one that nobody
+  // hosts ends the run after join_timeout, naming it.
+  absl::StatusOr<RunResult> run =
+      testing::Run({BinDir() + "/elastrun", "run", "--nnodes", "2", "/bin/true"});
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->exit_code, 2);
-  EXPECT_THAT(run->output, HasSubstr("elastrun run: --rdzv-endpoint 192.0.2.1:29400 names "
-                                     "another host"));
+  EXPECT_THAT(run->output, HasSubstr("elastrun run: --nnodes 2 needs --rdzv-endpoint"));
+  run = testing::Run({BinDir() + "/elastrun", "run", "--rdzv-endpoint", "192.0.2.1:29400",
+                      "--local-addr", "127.0.0.1", "--rdzv-conf", "join_timeout=1",
+                      "/bin/true"});
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->exit_code, 1) << run->output;
+  EXPECT_THAT(run->output, HasSubstr("no rendezvous at 192.0.2.1:29400 within join_timeout"));
 }
 
 TEST(CliTokenE2eTest, TokenIsSentAndRequired) {

@@ -536,12 +536,18 @@ TEST_F(CliTest, RunPassesTheProgramItsWordsAndWarns) {
   EXPECT_EQ(Run("run", {"--help"}), 0);
   EXPECT_EQ(out_.str(), RunUsage());
 
+  // An endpoint on another host: the multi-node form.
+  EXPECT_EQ(Run("run", {"--rdzv-endpoint", "other:29400", "train.py"}), 7);
+  ASSERT_EQ(runs_.size(), 3u);
+  EXPECT_TRUE(runs_[2].multinode);
+  // argparse's abbreviations; an ambiguous one is a usage error.
+  EXPECT_EQ(Run("run", {"--nproc_per", "3", "train.py"}), 7);
+  ASSERT_EQ(runs_.size(), 4u);
+  EXPECT_EQ(runs_[3].nproc_per_node_text, "3");
   err_.str("");
-  EXPECT_EQ(Run("run", {"--rdzv-endpoint", "other:29400", "train.py"}), kExitUsage);
-  EXPECT_THAT(err_.str(), HasSubstr("elastrun run: --rdzv-endpoint other:29400 names another "
-                                    "host"));
-  EXPECT_THAT(err_.str(), HasSubstr("elastrun submit"));
-  EXPECT_EQ(runs_.size(), 2u);
+  EXPECT_EQ(Run("run", {"--ma", "1", "train.py"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("elastrun run: ambiguous flag --ma: could be"));
+  EXPECT_EQ(runs_.size(), 4u);
 }
 
 }  // namespace

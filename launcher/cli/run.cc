@@ -71,9 +71,8 @@ int CountGpus() {
   return n;
 }
 
-// The run's log folder: <log_dir>/<run_id>, or a new temporary folder. An
-// existing non-empty folder of an earlier run with the same id is never
-// overwritten: "-1", "-2", ... is appended instead.
+}  // namespace
+
 absl::StatusOr<std::string> RunDir(const RunOptions& o, const std::string& run_id) {
   std::string base = o.log_dir;
   if (base.empty()) {
@@ -92,6 +91,16 @@ absl::StatusOr<std::string> RunDir(const RunOptions& o, const std::string& run_i
   if (auto s = MakeDirs(dir); !s.ok()) return s;
   return dir;
 }
+
+absl::StatusOr<int> ResolveNproc(const RunOptions& o) {
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  const char* visible = getenv("CUDA_VISIBLE_DEVICES");
+  const int gpus = VisibleGpuCount(
+      visible ? std::optional<std::string>(visible) : std::nullopt, CountGpus());
+  return ResolveNprocPerNode(o.nproc_per_node_text, cpus, gpus);
+}
+
+namespace {
 
 std::string Hostname() {
   char buf[256] = {0};
@@ -113,8 +122,7 @@ struct RunSetup {
 // user is told.
 absl::StatusOr<RunSetup> PrepareRun(const RunOptions& o) {
   RunSetup setup;
-  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
-  auto nproc = ResolveNprocPerNode(o.nproc_per_node_text, cpus, CountGpus());
+  auto nproc = ResolveNproc(o);
   if (!nproc.ok()) return nproc.status();
   setup.nproc = *nproc;
   setup.run_id = o.run_id.empty() ? RandomId() : o.run_id;
@@ -322,17 +330,8 @@ RunSnapshots MakeSnapshotDir(const RunOptions& o, const std::string& run_id) {
   return {*dir, *lock};
 }
 
-// The run's cgroup (each attempt in a folder of it) and its watchdog, which
-// kills it if elastrun itself dies (SIGKILL leaves no time to stop anything).
-// Destroyed after the agent: the watchdog's pipe closes, it kills and
-// removes what is left, and is waited for.
-struct RunCgroup {
-  std::unique_ptr<LauncherCgroup> cgroup;  // null: process groups only
-  std::unique_ptr<CgroupReaper> reaper;
-};
+}  // namespace
 
-// Where the machine does not allow cgroups, one line says why and the run
-// goes on with process groups. Forks the watchdog: call before any thread.
 RunCgroup MakeRunCgroup() {
   RunCgroup run;
   // Leftovers of dead runs are their watchdogs' to kill.
@@ -352,8 +351,6 @@ RunCgroup MakeRunCgroup() {
   }
   return run;
 }
-
-}  // namespace
 
 int RunStandalone(const RunOptions& o) {
   absl::StatusOr<RunSetup> setup = PrepareRun(o);

@@ -13,6 +13,7 @@
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "launcher/agent/liveness.h"
+#include "launcher/cli/run_rdzv_options.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -28,9 +29,10 @@ struct FlagDef {
 
 constexpr FlagDef kFlags[] = {
     {"--nproc-per-node", "N|cpu|gpu|auto", "workers on this node (default 1)"},
-    {"--nnodes", "1|1:1",
-     "nodes: only 1 here; more go through elastrund +\n"
-     "`elastrun submit --nnodes`"},
+    {"--nnodes", "N|MIN:MAX",
+     "nodes (default 1: this node alone). Above 1: run the\n"
+     "same command on every node, with --rdzv-endpoint;\n"
+     "MIN:MAX re-forms the group within that range"},
     {"--max-restarts", "K", "restarts after failures (default 0)"},
     {"--shutdown-timeout", "DUR", "grace between SIGTERM and SIGKILL (default 30s)"},
     {"--hang-timeout", "DUR|off",
@@ -49,40 +51,61 @@ constexpr FlagDef kFlags[] = {
     {"--no-snapshots", "",
      "give workers no ELASTRUN_SNAPSHOT folder (in-memory\n"
      "training snapshots that survive a worker's restart)"},
-    {"--rdzv-id,--run-id", "ID", "run id (default: random)"},
+    {"--rdzv-id,--run-id", "ID",
+     "run id (default: random; with several nodes \"none\",\n"
+     "as torchrun: give each run its own)"},
     {"--log-dir", "DIR",
      "logs: DIR/ID/attempt_N/LOCAL_RANK/{stdout,stderr}.log\n"
-     "and error.json (default: a new temporary folder)"},
+     "and error.json (several nodes: DIR/ID/ID-1/attempt_N/..)\n"
+     "(default: a new temporary folder)"},
     {"-r,--redirects", "0|1|2|3|R:S,...",
      "keep streams out of the console (1 stdout, 2 stderr,\n3 both)"},
     {"-t,--tee", "0|1|2|3|R:S,...", "show redirected streams on the console too"},
     {"--local-ranks-filter", "R,...", "only these local ranks reach the console"},
     {"--role", "NAME", "ROLE_NAME of the workers (default: default)"},
-    {"--master-addr", "ADDR", "MASTER_ADDR (default 127.0.0.1)"},
-    {"--master-port", "PORT", "MASTER_PORT (default: a free port per attempt)"},
+    {"--master-addr", "ADDR",
+     "MASTER_ADDR with one node (default 127.0.0.1); with\n"
+     "several, node rank 0's address for the static\n"
+     "backend, else ignored (MASTER_ADDR is rank 0's node\n"
+     "address, --local-addr there)"},
+    {"--master-port", "PORT",
+     "MASTER_PORT with one node (default: a free port per\n"
+     "attempt); with several, the static backend's\n"
+     "rendezvous port, else ignored (workers get a free\n"
+     "port of rank 0's node)"},
     {"--no-python", "", "execute PROGRAM directly, even a .py"},
     {"-m,--module", "", "PROGRAM is a python module (python -m)"},
     {"--run-path", "", "run PROGRAM with python (runpy)"},
     {"--standalone", "",
-     "accepted: `elastrun run` is always standalone (one\n"
-     "node, the rendezvous in this process)"},
+     "this node alone, the rendezvous in this process (the\n"
+     "default with --nnodes 1)"},
     {"--rdzv-backend", "NAME",
-     "c10d or static: both mean the in-process\n"
-     "rendezvous here; others are refused"},
+     "c10d (default): with several nodes, the endpoint's\n"
+     "node hosts the rendezvous, ranks in joining order;\n"
+     "static: a fixed --nnodes N, node --node-rank R is\n"
+     "group rank R, the rendezvous at --master-addr:\n"
+     "--master-port (29500) on node rank 0; others refused"},
     {"--rdzv-endpoint", "HOST[:PORT]",
-     "must be this node (the rendezvous is in this process);\n"
-     "another host is refused: several nodes need elastrund\n"
-     "on each and `elastrun submit`"},
-    {"--node-rank", "0", "only 0: one node"},
+     "several nodes: the rendezvous, hosted by the node\n"
+     "whose address HOST is (the first to bind PORT; see\n"
+     "is_host), the same on every node (port 29400 if\n"
+     "not given). Naming this node with --nnodes 1: this\n"
+     "node alone"},
+    {"--node-rank", "R",
+     "the static backend's node rank: this node's group\n"
+     "rank (0 <= R < N); with one node only 0"},
     {"--start-method", "spawn",
      "only spawn (every worker is a new process); fork\n"
      "and forkserver are refused"},
     {"--rdzv-conf", "K=V,...",
-     "warned about and ignored: nothing to configure in\n"
-     "a one-node, in-process rendezvous"},
+     "several nodes: join_timeout, last_call_timeout,\n"
+     "keep_alive_interval (DUR), keep_alive_max_attempt,\n"
+     "is_host (0|1), token_file (see below); ignored with\n"
+     "one node"},
     {"--local-addr", "ADDR",
-     "warned about and ignored: one node needs no\n"
-     "address for the rendezvous"},
+     "several nodes: this node's address as the others\n"
+     "reach it (default: the one on the route to the\n"
+     "endpoint); ignored with one node"},
     {"--monitor-interval", "DUR",
      "warned about and ignored: worker exits are seen at\n"
      "once (SIGCHLD), not polled"},
@@ -93,52 +116,38 @@ std::string PetName(const std::string& flag) {
   return absl::StrCat("PET_", absl::AsciiStrToUpper(absl::StrReplaceAll(flag, {{"-", "_"}})));
 }
 
-std::string Warning(const std::string& shown, const std::string& why) {
-  return absl::StrCat(shown, " is ignored: ", why);
-}
-
-// --rdzv-endpoint: the rendezvous of `elastrun run` is in this process, so
-// an endpoint on another host would silently not be used: refuse it.
-absl::Status CheckEndpoint(const std::string& value, const std::string& shown,
-                           const HostCheck& is_this_host) {
-  std::string host = value;
-  if (absl::StrContains(value, ':')) {
-    int port = 0;
-    RETURN_IF_ERROR(SplitHostPort(value, shown, &host, &port));
-  }
-  if (host.empty() || is_this_host(host)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      shown, " ", value, " names another host, but `elastrun run` runs on this node only ",
-      "with its rendezvous in-process. For several nodes start `elastrund --rendezvous ",
-      "HOST:PORT` on each node (with elastrun-rendezvous running) and submit with ",
-      "`elastrun submit`"));
-}
 
 absl::Status ApplyRendezvous(const std::string& flag, const std::string& value,
                              const std::string& shown, const HostCheck& is_this_host,
                              RunOptions& o) {
-  if (flag == "rdzv-endpoint") return CheckEndpoint(value, shown, is_this_host);
+  if (flag == "rdzv-endpoint") return ParseRdzvEndpoint(value, shown, is_this_host, o);
   if (flag == "rdzv-backend") {
     if (value != "c10d" && value != "static") {
       return absl::InvalidArgumentError(absl::StrCat(
-          shown, " ", value, ": `elastrun run` has its rendezvous in-process; only c10d ",
-          "and static (which mean the same here) are accepted"));
+          shown, " ", value, ": only c10d (several nodes: the endpoint's node hosts ",
+          "the rendezvous) and static (one node) are accepted"));
     }
+    o.rdzv_backend = value;
   } else if (flag == "start-method") {
     if (value != "spawn") {
       return absl::InvalidArgumentError(absl::StrCat(
           shown, " ", value, ": only spawn is supported (every worker is a new process)"));
     }
   } else if (flag == "rdzv-conf") {
+    // --nnodes and --rdzv-endpoint come first (kFlags' order): whether
+    // this is one node is known.
+    if (!IsOneNode(o)) return ParseRdzvConf(value, shown, o);
     if (!value.empty()) {
-      o.warnings.push_back(Warning(shown, "a one-node, in-process rendezvous has nothing to "
-                                          "configure (for jobs on elastrund: elastrun submit "
-                                          "--join-timeout, --last-call-timeout)"));
+      o.warnings.push_back(IgnoredWarning(shown, "one node has nothing to configure in its "
+                                          "in-process rendezvous"));
     }
   } else if (flag == "local-addr") {
-    o.warnings.push_back(
-        Warning(shown, "one node needs no address for the rendezvous (MASTER_ADDR is "
-                       "--master-addr)"));
+    if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(shown, ": empty"));
+    o.local_addr = value;
+    if (IsOneNode(o)) {
+      o.warnings.push_back(IgnoredWarning(shown, "one node needs no address for the rendezvous "
+                                          "(MASTER_ADDR is --master-addr)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -147,12 +156,6 @@ absl::Status Apply(const std::string& flag, const std::string& value,
                    const std::string& shown, const HostCheck& is_this_host, RunOptions& o) {
   if (flag == "nnodes") {
     ASSIGN_OR_RETURN(o.nnodes, ParseRange(value, shown));
-    if (o.nnodes.max > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          shown, " ", value, ": `elastrun run` runs on this node only. For several ",
-          "nodes start `elastrund` on each node and submit with ",
-          "`elastrun submit --nnodes ", value, "`"));
-    }
   } else if (flag == "nproc-per-node") {
     o.nproc_per_node_text = value;
   } else if (flag == "max-restarts") {
@@ -160,7 +163,7 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     o.max_restarts = static_cast<int>(n);
   } else if (flag == "monitor-interval") {
     ASSIGN_OR_RETURN(o.monitor_interval, ParseDuration(value, shown));
-    o.warnings.push_back(Warning(shown, "worker exits are seen at once (SIGCHLD), not polled"));
+    o.warnings.push_back(IgnoredWarning(shown, "worker exits are seen at once (SIGCHLD), not polled"));
   } else if (flag == "rdzv-id") {
     if (value.empty() || value.size() > 128 ||
         value.find_first_of("/\\\n\t ") != std::string::npos || value == "." ||
@@ -191,12 +194,13 @@ absl::Status Apply(const std::string& flag, const std::string& value,
   } else if (flag == "master-addr") {
     if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(shown, ": empty"));
     o.master_addr = value;
+    o.master_addr_given = true;
   } else if (flag == "master-port") {
     ASSIGN_OR_RETURN(int64_t n, ParseInt(value, shown, 0, 65535));
     o.master_port = static_cast<int>(n);
   } else if (flag == "node-rank") {
-    ASSIGN_OR_RETURN(int64_t n, ParseInt(value, shown, 0, 0));
-    (void)n;
+    ASSIGN_OR_RETURN(int64_t n, ParseInt(value, shown, 0, 1 << 20));
+    o.node_rank = static_cast<int>(n);
   } else if (flag == "shutdown-timeout") {
     ASSIGN_OR_RETURN(o.shutdown_timeout, ParseDuration(value, shown));
   } else if (flag == "hang-timeout") {
@@ -293,6 +297,7 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const CLI::App& app, const EnvLookup& 
     if (opt == app.get_help_ptr() || opt->get_lnames().empty()) continue;
     RETURN_IF_ERROR(ApplyFlag(*opt, env, is_this_host, o));
   }
+  RETURN_IF_ERROR(CheckNodesForm(o, is_this_host));
   o.program = std::move(rest);
   if (o.program.empty()) {
     return absl::InvalidArgumentError(
@@ -308,10 +313,11 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const CLI::App& app, const EnvLookup& 
 absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
                                            const EnvLookup& env,
                                            const HostCheck& is_this_host) {
+  ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandRunAbbreviations(args));
   std::unique_ptr<CLI::App> app =
       flags::NewApp("elastrun run", kRunIntro, kRunFooter, /*version=*/false);
   AddRunFlags(app.get());
-  const flags::Outcome parsed = flags::TryParse(*app, args);
+  const flags::Outcome parsed = flags::TryParse(*app, expanded);
   if (parsed.kind == flags::Outcome::kHelp) {
     RunOptions o;
     o.help = true;
@@ -321,6 +327,93 @@ absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
     return absl::InvalidArgumentError(parsed.message);
   }
   return RunOptionsFrom(*app, env, is_this_host);
+}
+
+namespace {
+
+// A long flag name of `elastrun run` and whether it takes a value.
+struct LongName {
+  std::string name;  // with the leading "--"
+  std::string canonical;
+  bool takes_value = false;
+};
+
+std::vector<LongName> LongNames() {
+  std::vector<LongName> names = {{"--help", "--help", false}};
+  for (const FlagDef& f : kFlags) {
+    std::string canonical;
+    for (absl::string_view n : absl::StrSplit(f.names, ',')) {
+      if (!absl::StartsWith(n, "--")) continue;
+      if (canonical.empty()) canonical = std::string(n);
+      const std::string dashed(n);
+      const std::string underscored = absl::StrCat(
+          "--", absl::StrReplaceAll(dashed.substr(2), {{"-", "_"}}));
+      names.push_back({dashed, canonical, f.value[0] != '\0'});
+      if (underscored != dashed) names.push_back({underscored, canonical, f.value[0] != '\0'});
+    }
+  }
+  return names;
+}
+
+// The flag `word` (the part before '=') names: itself, or the only flag it
+// is a prefix of. Null when it names none (CLI11 then reports it).
+absl::StatusOr<const LongName*> Resolve(const std::string& word,
+                                        const std::vector<LongName>& names) {
+  std::vector<const LongName*> matches;
+  std::set<std::string> canonicals;
+  for (const LongName& n : names) {
+    if (n.name == word) return &n;
+    if (absl::StartsWith(n.name, word)) {
+      matches.push_back(&n);
+      canonicals.insert(n.canonical);
+    }
+  }
+  if (matches.empty()) return nullptr;
+  if (canonicals.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ambiguous flag ", word, ": could be ", absl::StrJoin(canonicals, ", ")));
+  }
+  return matches[0];
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ExpandRunAbbreviations(
+    const std::vector<std::string>& args) {
+  static const std::vector<LongName>* const kNames = new std::vector<LongName>(LongNames());
+  std::vector<std::string> out = args;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::string& word = out[i];
+    if (word == "--" || word.empty() || word[0] != '-') break;  // the program
+    if (!absl::StartsWith(word, "--")) {
+      // -r/-t take a value (unless attached: -r3); -m does not.
+      if ((word == "-r" || word == "-t") && i + 1 < out.size()) ++i;
+      continue;
+    }
+    const size_t eq = word.find('=');
+    const std::string name = word.substr(0, eq);
+    ASSIGN_OR_RETURN(const LongName* n, Resolve(name, *kNames));
+    if (n == nullptr) continue;
+    if (eq == std::string::npos) {
+      out[i] = n->name;
+      if (n->takes_value && i + 1 < out.size()) ++i;
+    } else {
+      out[i] = n->name + word.substr(eq);
+    }
+  }
+  return out;
+}
+
+int VisibleGpuCount(const std::optional<std::string>& cuda_visible_devices,
+                    int device_count) {
+  if (!cuda_visible_devices.has_value()) return device_count;
+  int n = 0;
+  for (absl::string_view d : absl::StrSplit(*cuda_visible_devices, ',', absl::SkipWhitespace())) {
+    // torch stops at the first entry that is not a device ("-1" hides all).
+    if (absl::StartsWith(absl::StripAsciiWhitespace(d), "-")) break;
+    ++n;
+  }
+  return n;
 }
 
 absl::StatusOr<int> ResolveNprocPerNode(const std::string& text, int cpu_count,
@@ -402,23 +495,50 @@ A .py PROGRAM (or -m MODULE) runs with `python3 -u` ($ELASTRUN_PYTHON
 overrides the interpreter); anything else is executed directly. Flags stop
 at PROGRAM: the words after it are PROGRAM's.
 
+Several nodes (torchrun's multi-node form): run the same command on every
+node, e.g.
+  elastrun run --nnodes 2:4 --nproc-per-node 8 --rdzv-backend c10d \
+      --rdzv-endpoint node1:29400 --rdzv-id job7 train.py
+The node whose address the endpoint names (the first to bind its port;
+--rdzv-conf is_host=1|0 decides instead) hosts the rendezvous in its own
+process; every node joins it. Group ranks follow the joining order
+(--rdzv-backend static: --node-rank, with a fixed --nnodes N and the
+rendezvous at --master-addr:--master-port on node rank 0); a node
+that leaves or dies (noticed within keep_alive_interval x
+keep_alive_max_attempt, 3 s by default) makes the others re-form with the
+nodes left while at least MIN remain, a node that joins makes them
+re-form too (up to MAX); a failed worker restarts every node's workers,
+--max-restarts times for the whole run. If the host is lost, the other
+nodes stop their workers and exit 1 naming the endpoint: start the run
+again. The rendezvous token comes from --rdzv-conf token_file=FILE,
+$ELASTRUN_TOKEN_FILE or $ELASTRUN_TOKEN; without one it is derived from
+the run id, and then, as with torchrun, whoever reaches the endpoint and
+knows the id may join: keep that network private.
+
 Flags are torchrun's: each is also spelled with underscores
-(--nproc_per_node) and falls back to $PET_<NAME> (PET_NPROC_PER_NODE).
+(--nproc_per_node), may be shortened to an unambiguous prefix
+(--nproc_per), and falls back to $PET_<NAME> (PET_NPROC_PER_NODE).
 )";
 
 const char kRunFooter[] = R"(DUR is seconds ("3", "0.5") or with a unit ("250ms", "3s", "1m").
+--rdzv-conf (several nodes): join_timeout=DUR (a round still short of MIN
+nodes this long fails the run; 600s), last_call_timeout=DUR (how long a
+round with MIN nodes waits for more; 1s), keep_alive_interval=DUR (1s),
+keep_alive_max_attempt=N (3), is_host=0|1, token_file=FILE.
+--nproc-per-node gpu (and auto) counts $CUDA_VISIBLE_DEVICES when set.
 Console lines are prefixed [rankN]:. On failure elastrun prints the root
 cause (rank, exit code or signal, the worker's error file) and exits with the
-failing worker's code (128+signal when killed). SIGINT, SIGTERM, SIGHUP and
-SIGQUIT are forwarded to the workers; after the grace period they are
-killed, and elastrun exits with 128+signal.
+failing worker's code (128+signal when killed), on every node. SIGINT,
+SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers; after the grace
+period they are killed, and elastrun exits with 128+signal.
 Each attempt runs in a cgroup v2 of its own where the machine allows it
 (a writable cgroup2: root, or a delegated cgroup), killed as a whole when
 the attempt ends, and by a small watchdog process if elastrun itself is
 killed: nothing a worker started outlives the run. Elsewhere one line says
 why, and workers are stopped by process group only.
 Snapshots live in BASE/elastrun-UID/ID/ (BASE: $ELASTRUN_SNAPSHOT_BASE, else
-/dev/shm, else $XDG_RUNTIME_DIR, else $TMPDIR), removed when the run ends.
+/dev/shm, else $XDG_RUNTIME_DIR, else $TMPDIR), removed when the run ends
+(several nodes: BASE/elastrun-UID/ID-1@NODE/).
 )";
 
 std::string RunUsage() {

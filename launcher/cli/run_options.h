@@ -23,8 +23,34 @@ class App;
 
 namespace elastrun::launcher {
 
+// --rdzv-conf K=V,... of the multi-node form: torchrun's keys where it has
+// them (join_timeout, last_call_timeout, is_host, keep_alive_*), plus
+// token_file. Unknown keys are warned about and ignored, as torchrun's
+// backends ignore keys they do not read.
+struct RendezvousConf {
+  // is_host: true hosts the rendezvous on this node, false never; unset:
+  // the node whose address the endpoint names hosts it (the first of them
+  // to bind the port, when several share the address).
+  std::optional<bool> is_host;
+  // join_timeout: a round still short of MIN nodes this long fails the run.
+  absl::Duration join_timeout = absl::Seconds(600);
+  // last_call_timeout: once MIN nodes joined a round, how long it waits
+  // for more before it closes.
+  absl::Duration last_call_timeout = absl::Seconds(1);
+  // keep_alive_interval / keep_alive_max_attempt: how often each node
+  // heartbeats, and after how many missed heartbeats a silent node is
+  // lost (a node whose process died is lost at once: its stream breaks).
+  // The host is given up for lost after as long without an answer.
+  absl::Duration keep_alive_interval = absl::Seconds(1);
+  int keep_alive_max_attempt = 3;
+  // token_file: the file holding the rendezvous token; empty:
+  // $ELASTRUN_TOKEN_FILE, then $ELASTRUN_TOKEN, else one derived from the
+  // run id.
+  std::string token_file;
+};
+
 struct RunOptions {
-  // --nnodes: only 1 (or 1:1) here; several nodes go through elastrund.
+  // --nnodes N or MIN:MAX; above 1 is the multi-node form (run_multinode.h).
   IntRange nnodes;
   // --nproc-per-node as given (N, cpu, gpu, auto) and resolved to a count.
   std::string nproc_per_node_text = "1";
@@ -52,8 +78,26 @@ struct RunOptions {
   // --master-addr / --master-port; port 0 picks a free port per attempt.
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
-  // --standalone (implied: this launcher is single-node).
+  // Whether --master-addr was given.
+  bool master_addr_given = false;
+  // --standalone: this node alone (the default for --nnodes 1).
   bool standalone = false;
+  // --rdzv-backend: c10d (default) or static.
+  std::string rdzv_backend = "c10d";
+  // --rdzv-endpoint HOST:PORT (port 29400 when not given); empty: none.
+  std::string rdzv_endpoint;
+  // Whether the endpoint's host is this node (an address of it).
+  bool endpoint_is_this_host = true;
+  // --rdzv-conf.
+  RendezvousConf rdzv_conf;
+  // --node-rank; -1: not given. The static backend's group rank of this
+  // node.
+  int node_rank = -1;
+  // --local-addr: this node's address as the others reach it (MASTER_ADDR
+  // when it holds rank 0); empty: the address on the route to the endpoint.
+  std::string local_addr;
+  // The multi-node form: --nnodes above 1, or an endpoint on another host.
+  bool multinode = false;
   // --standby: pre-start the next attempt's workers (libelastrun_worker
   // programs), so a restart skips process start-up.
   bool standby = false;
@@ -69,8 +113,9 @@ struct RunOptions {
   std::vector<std::string> program;
   // --help was asked for.
   bool help = false;
-  // Flags that were accepted but change nothing here (--local-addr,
-  // --rdzv-conf, --monitor-interval): one line each, for stderr.
+  // Flags that were accepted but change nothing here (--monitor-interval;
+  // --local-addr and --rdzv-conf with one node; unknown --rdzv-conf keys):
+  // one line each, for stderr.
   std::vector<std::string> warnings;
 };
 
@@ -91,14 +136,28 @@ void AddRunFlags(CLI::App* app);
 // its flags, then PET_<NAME> for each flag not given, then the program
 // (what parsing left). InvalidArgument naming the flag (or the PET_
 // variable) for a bad value, an unknown flag before the program, no
-// program, or a flag that cannot be honoured: --nnodes above 1,
-// --rdzv-endpoint naming another host, --start-method other than spawn,
-// --rdzv-backend other than c10d or static.
+// program, or a flag that cannot be honoured: several nodes without
+// --rdzv-endpoint or with the static backend, --start-method other than
+// spawn, --rdzv-backend other than c10d or static, --node-rank other than
+// 0 on one node.
 absl::StatusOr<RunOptions> RunOptionsFrom(const CLI::App& app, const EnvLookup& env,
                                           const HostCheck& is_this_host = IsThisHost);
 
-// Parses `args` (the words after "run") with a fresh app: AddRunFlags, then
-// RunOptionsFrom. -h/--help sets `help` (nothing else is checked).
+// `args` (the words after "run") with each flag given as an unambiguous
+// prefix of a flag's name spelled out, as Python's argparse (and so
+// torchrun) accepts them: --nproc_per 2 is --nproc_per_node 2. Words from
+// the program on are left alone. InvalidArgument naming the candidates
+// for an ambiguous prefix (--r: --rdzv-backend, --redirects, ...).
+absl::StatusOr<std::vector<std::string>> ExpandRunAbbreviations(
+    const std::vector<std::string>& args);
+
+// The GPUs workers may use: the entries of $CUDA_VISIBLE_DEVICES when it is
+// set (as torch counts them), else `device_count` (/dev/nvidiaN files).
+int VisibleGpuCount(const std::optional<std::string>& cuda_visible_devices, int device_count);
+
+// Parses `args` (the words after "run") with a fresh app:
+// ExpandRunAbbreviations, AddRunFlags, then RunOptionsFrom. -h/--help sets
+// `help` (nothing else is checked).
 absl::StatusOr<RunOptions> ParseRunOptions(const std::vector<std::string>& args,
                                            const EnvLookup& env,
                                            const HostCheck& is_this_host = IsThisHost);

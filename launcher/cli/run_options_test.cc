@@ -67,7 +67,8 @@ TEST(RunOptionsTest, ErrorsNameTheFlag) {
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("needs a value"));
   auto multi = Parse({"--nnodes", "2:4", "w"});
   ASSERT_FALSE(multi.ok());
-  EXPECT_THAT(std::string(multi.status().message()), HasSubstr("elastrun submit"));
+  EXPECT_THAT(std::string(multi.status().message()),
+              HasSubstr("--nnodes 2:4 needs --rdzv-endpoint HOST:PORT"));
   auto noprog = Parse({"--nproc-per-node", "2"});
   ASSERT_FALSE(noprog.ok());
   EXPECT_THAT(std::string(noprog.status().message()), HasSubstr("no program"));
@@ -129,17 +130,130 @@ TEST(RunOptionsTest, PetFallbacksForEveryFlagAndSpelling) {
   EXPECT_THAT(Error(Parse({"w"}, {{"PET_STANDALONE", "maybe"}})), HasSubstr("PET_STANDALONE"));
 }
 
-TEST(RunOptionsTest, RdzvEndpointMustBeThisNode) {
-  EXPECT_TRUE(Parse({"--rdzv-endpoint", "127.0.0.1:29400", "w"}).ok());
-  EXPECT_TRUE(Parse({"--rdzv-endpoint", "me:29400", "w"}).ok());
-  EXPECT_TRUE(Parse({"--rdzv-endpoint", "me", "w"}).ok());
-  const std::string other = Error(Parse({"--rdzv-endpoint", "node7:29400", "w"}));
-  EXPECT_THAT(other, HasSubstr("--rdzv-endpoint node7:29400 names another host"));
-  EXPECT_THAT(other, HasSubstr("elastrund"));
-  EXPECT_THAT(other, HasSubstr("elastrun submit"));
-  EXPECT_THAT(Error(Parse({"w"}, {{"PET_RDZV_ENDPOINT", "10.1.2.3:29400"}})),
-              HasSubstr("PET_RDZV_ENDPOINT 10.1.2.3:29400 names another host"));
+TEST(RunOptionsTest, OneNodeUnlessSeveralOrAnotherHost) {
+  for (const char* endpoint : {"127.0.0.1:29400", "me:29400", "me"}) {
+    auto o = Parse({"--rdzv-endpoint", endpoint, "w"});
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_FALSE(o->multinode) << endpoint;
+  }
+  // An endpoint on another host is the multi-node form, even with --nnodes 1.
+  auto other = Parse({"--rdzv-endpoint", "node7", "w"});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_TRUE(other->multinode);
+  EXPECT_EQ(other->rdzv_endpoint, "node7:29400");  // torchrun's default port
+  EXPECT_FALSE(other->endpoint_is_this_host);
+  EXPECT_EQ(other->run_id, "none");  // torchrun's default: the same on every node
+  auto env = Parse({"w"}, {{"PET_RDZV_ENDPOINT", "10.1.2.3:29500"}, {"PET_NNODES", "2:3"}});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_TRUE(env->multinode);
+  EXPECT_EQ(env->rdzv_endpoint, "10.1.2.3:29500");
+  EXPECT_EQ(env->nnodes.min, 2);
+  EXPECT_EQ(env->nnodes.max, 3);
   EXPECT_THAT(Error(Parse({"--rdzv-endpoint", "[::1", "w"})), HasSubstr("--rdzv-endpoint"));
+}
+
+TEST(RunOptionsTest, MultinodeForm) {
+  auto o = Parse({"--nnodes", "2:3", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
+                  "--rdzv_endpoint", "me:29555", "--rdzv_id", "j1", "--rdzv_conf",
+                  "join_timeout=30, last_call_timeout=2,is_host=1,keep_alive_interval=250ms,"
+                  "keep_alive_max_attempt=4,token_file=/t,other=1",
+                  "--local_addr", "10.0.0.9", "w"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->multinode);
+  EXPECT_TRUE(o->endpoint_is_this_host);
+  EXPECT_EQ(o->rdzv_endpoint, "me:29555");
+  EXPECT_EQ(o->run_id, "j1");
+  EXPECT_EQ(o->local_addr, "10.0.0.9");
+  const RendezvousConf& c = o->rdzv_conf;
+  EXPECT_EQ(c.join_timeout, absl::Seconds(30));
+  EXPECT_EQ(c.last_call_timeout, absl::Seconds(2));
+  EXPECT_EQ(c.is_host, true);
+  EXPECT_EQ(c.keep_alive_interval, absl::Milliseconds(250));
+  EXPECT_EQ(c.keep_alive_max_attempt, 4);
+  EXPECT_EQ(c.token_file, "/t");
+  // An unknown key is warned about, as torchrun's backends ignore it.
+  ASSERT_EQ(o->warnings.size(), 1u);
+  EXPECT_THAT(o->warnings[0], HasSubstr("--rdzv-conf other is ignored"));
+  EXPECT_EQ(Parse({"--nnodes", "2", "--rdzv-endpoint", "me", "--rdzv-conf", "is_host=0", "w"})
+                ->rdzv_conf.is_host,
+            false);
+
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-endpoint", "me", "--rdzv-conf",
+                           "join_timeout=soon", "w"})),
+              HasSubstr("--rdzv-conf join_timeout"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-endpoint", "me", "--rdzv-conf",
+                           "is_host", "w"})),
+              HasSubstr("not KEY=VALUE"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-endpoint", "me", "--rdzv-conf",
+                           "keep_alive_max_attempt=1", "w"})),
+              HasSubstr("keep_alive_max_attempt"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "3", "--rdzv-backend", "static", "--rdzv-endpoint",
+                           "me", "w"})),
+              HasSubstr("--rdzv-backend static with --nnodes 3 needs --node-rank R"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--standalone", "--rdzv-endpoint", "me", "w"})),
+              HasSubstr("--standalone"));
+  auto master = Parse({"--nnodes", "2", "--rdzv-endpoint", "me", "--master-port", "29500", "w"});
+  ASSERT_TRUE(master.ok()) << master.status();
+  ASSERT_EQ(master->warnings.size(), 1u);
+  EXPECT_THAT(master->warnings[0], HasSubstr("--master-addr/--master-port is ignored"));
+}
+
+TEST(RunOptionsTest, StaticBackend) {
+  // torchrun's static form: the rendezvous at the master address, hosted by
+  // node rank 0; node R is group rank R.
+  auto o = Parse({"--nnodes", "3", "--node-rank", "1", "--rdzv-backend", "static",
+                  "--master-addr", "node7", "--master-port", "29601", "w"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->multinode);
+  EXPECT_EQ(o->node_rank, 1);
+  EXPECT_EQ(o->rdzv_endpoint, "node7:29601");
+  EXPECT_FALSE(o->endpoint_is_this_host);
+  EXPECT_EQ(o->rdzv_conf.is_host, false);
+  EXPECT_TRUE(o->warnings.empty());
+  auto zero = Parse({"--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "static",
+                     "--master-addr", "me", "w"});
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(zero->rdzv_endpoint, "me:29500");  // torchrun's default master port
+  EXPECT_EQ(zero->rdzv_conf.is_host, true);
+  EXPECT_THAT(Error(Parse({"--nnodes", "2:3", "--node-rank", "0", "--rdzv-backend", "static",
+                           "w"})),
+              HasSubstr("needs a fixed --nnodes N"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--node-rank", "2", "--rdzv-backend", "static",
+                           "w"})),
+              HasSubstr("(0 <= R < 2): this node's group rank, not 2"));
+}
+
+TEST(RunOptionsTest, ArgparsePrefixAbbreviations) {
+  auto o = Parse({"--nproc_per", "2", "--redirect", "3", "--max-r=4", "--nn", "1",
+                  "--no-p", "w", "--nproc_per", "x"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->nproc_per_node_text, "2");
+  EXPECT_EQ(o->redirects.For(0), kStdAll);
+  EXPECT_EQ(o->max_restarts, 4);
+  EXPECT_TRUE(o->no_python);
+  // The program's own words are never expanded.
+  EXPECT_THAT(o->program, ElementsAre("w", "--nproc_per", "x"));
+  // A value that looks like a flag is a value.
+  auto value = Parse({"--role", "--ma", "w"});
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(value->role, "--ma");
+  // Both spellings of one flag are not ambiguous; two flags are.
+  const std::string ambiguous = Error(Parse({"--ma", "1", "w"}));
+  EXPECT_THAT(ambiguous, HasSubstr("ambiguous flag --ma: could be"));
+  EXPECT_THAT(ambiguous, HasSubstr("--master-addr"));
+  EXPECT_THAT(ambiguous, HasSubstr("--max-restarts"));
+  EXPECT_THAT(ambiguous, HasSubstr("--master-port"));
+  EXPECT_THAT(Error(Parse({"--nproc-per-nodes", "2", "w"})), HasSubstr("unknown flag"));
+}
+
+TEST(RunOptionsTest, GpuCountHonoursCudaVisibleDevices) {
+  EXPECT_EQ(VisibleGpuCount(std::nullopt, 4), 4);
+  EXPECT_EQ(VisibleGpuCount("0,2", 4), 2);
+  EXPECT_EQ(VisibleGpuCount("GPU-5d1e,GPU-77aa,GPU-0b9c", 0), 3);
+  EXPECT_EQ(VisibleGpuCount("", 4), 0);
+  EXPECT_EQ(VisibleGpuCount("1,-1,2", 4), 1);
+  EXPECT_EQ(*ResolveNprocPerNode("gpu", 8, VisibleGpuCount("3", 4)), 1);
+  EXPECT_FALSE(ResolveNprocPerNode("gpu", 8, VisibleGpuCount("", 4)).ok());
 }
 
 TEST(RunOptionsTest, StartMethodAndBackendBeyondOneNodeAreRefused) {
@@ -183,7 +297,8 @@ TEST(RunOptionsTest, HelpListsExactlyTheFlagsThatParse) {
     }
   }
   EXPECT_GE(listed, 25);
-  EXPECT_THAT(Error(Parse({"--monitor", "1", "w"})), HasSubstr("unknown flag --monitor"));
+  // (--monitor is argparse's abbreviation of --monitor-interval.)
+  EXPECT_THAT(Error(Parse({"--monitoring", "1", "w"})), HasSubstr("unknown flag --monitoring"));
 }
 
 TEST(RunOptionsTest, HangTimeout) {

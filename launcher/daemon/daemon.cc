@@ -139,6 +139,7 @@ void Daemon::HandleJoin(const v1::JoinRoundCommand& join) {
   r.set_node_id(options_.node_id);
   r.set_master_port(port);
   r.set_local_world_size(join.spec().nproc_per_node());
+  if (options_.group_rank >= 0) r.set_group_rank(options_.group_rank);
   // A short retry for a slow or briefly unreachable service; when the
   // stream itself broke, the re-attached stream re-sends the command.
   absl::StatusOr<v1::JoinRoundResponse> resp = client_->JoinRound(r);

@@ -96,6 +96,9 @@ struct DaemonOptions {
   // Worker slots this node offers (--slots, as registered): the nproc of
   // the attempts running at once never adds up to more.
   int slots = 1;
+  // The group rank this node asks for in every round it joins (`elastrun
+  // run --rdzv-backend static --node-rank`); -1: any.
+  int group_rank = -1;
   // Called (outside any lock) just before an attempt is handed to the
   // runner, e.g. to abort barriers of the job's older rounds. May be empty.
   std::function<void(const std::string& job_id, int64_t round)> on_attempt_start;

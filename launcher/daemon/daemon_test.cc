@@ -55,6 +55,7 @@ TEST_F(DaemonTest, JoinReservesAPortAndJoins) {
   EXPECT_EQ(r.node_id(), "b");
   EXPECT_EQ(r.local_world_size(), 2);
   EXPECT_GT(r.master_port(), 0);
+  EXPECT_FALSE(r.has_group_rank());  // any (DaemonOptions::group_rank unset)
   daemon_->OnCommand(Join("j-1", 1));
   ASSERT_EQ(client_.joins.size(), 2u);
   EXPECT_NE(client_.joins[1].master_port(), r.master_port()) << "a recent port is reused";

@@ -46,6 +46,7 @@
 #include "launcher/daemon/job_snapshots.h"
 #include "launcher/daemon/logs.h"
 #include "launcher/daemon/metrics.h"
+#include "launcher/daemon/route.h"
 #include "launcher/daemon/runner.h"
 #include "launcher/daemon/session.h"
 
@@ -71,39 +72,6 @@ int DefaultSlots() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-// The local address of the route to host:port (a UDP connect sends nothing).
-absl::StatusOr<std::string> RouteAddress(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-      rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--rendezvous: cannot resolve \"%s\": %s", host, gai_strerror(rc)));
-  }
-  std::string out;
-  for (addrinfo* a = res; a != nullptr && out.empty(); a = a->ai_next) {
-    int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof local;
-    char text[INET6_ADDRSTRLEN] = {0};
-    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        getnameinfo(reinterpret_cast<sockaddr*>(&local), len, text, sizeof text, nullptr, 0,
-                    NI_NUMERICHOST) == 0) {
-      out = text;
-    }
-    close(fd);
-  }
-  freeaddrinfo(res);
-  if (out.empty()) {
-    return absl::UnavailableError(
-        absl::StrFormat("no route to the service at %s; give --advertise-addr", host));
-  }
-  return out;
-}
-
 std::string RandomIncarnation() {
   std::random_device rd;
   return absl::StrFormat("%08x%08x", rd(), rd());
@@ -122,7 +90,13 @@ std::optional<std::string> GetEnv(const std::string& name) {
 absl::StatusOr<std::string> AdvertiseAddress(const DaemonFlags& flags) {
   if (!flags.advertise_addr.empty()) return flags.advertise_addr;
   if (elastrun::IsLoopbackHost(flags.rendezvous_host)) return std::string("127.0.0.1");
-  return RouteAddress(flags.rendezvous_host, flags.rendezvous_port);
+  absl::StatusOr<std::string> route =
+      RouteAddress(flags.rendezvous_host, flags.rendezvous_port, "--rendezvous");
+  if (!route.ok() && absl::IsUnavailable(route.status())) {
+    return absl::UnavailableError(absl::StrCat(route.status().message(),
+                                               "; give --advertise-addr"));
+  }
+  return route;
 }
 
 // The cluster token when no flag or variable gave one: the default token

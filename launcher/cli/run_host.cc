@@ -1,0 +1,103 @@
+#include "launcher/cli/run_host.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/auth.h"
+#include "common/strings.h"
+#include "rendezvous/codec.h"
+
+namespace elastrun::launcher {
+
+absl::StatusOr<std::string> RendezvousToken(const RunOptions& o, const EnvLookup& env,
+                                            bool* derived) {
+  *derived = false;
+  std::string file = o.rdzv_conf.token_file;
+  std::string what = "--rdzv-conf token_file";
+  if (file.empty()) {
+    if (std::optional<std::string> f = env("ELASTRUN_TOKEN_FILE"); f && !f->empty()) {
+      file = *f;
+      what = "$ELASTRUN_TOKEN_FILE";
+    }
+  }
+  if (!file.empty()) {
+    absl::StatusOr<std::string> token = auth::ReadTokenFile(file);
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", token.status().message()));
+    }
+    return token;
+  }
+  if (std::optional<std::string> t = env("ELASTRUN_TOKEN"); t && !t->empty()) {
+    return std::string(absl::StripAsciiWhitespace(*t));
+  }
+  *derived = true;
+  return absl::StrCat("elastrun-run-", o.run_id);
+}
+
+rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& o,
+                                                const std::string& token) {
+  rendezvous::ServerOptions so;
+  // A loopback endpoint stays on loopback (one machine). Any other is
+  // served on every address, as torchrun's store is: the host's own name
+  // may resolve to a loopback address there (Debian maps it to 127.0.1.1)
+  // while the other nodes reach it by another, and is_host=1 may be given
+  // on a node the endpoint does not name (an alias, a forwarded address).
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(o.rdzv_endpoint, "--rdzv-endpoint", &host, &port).ok() ||
+      (o.endpoint_is_this_host && IsLoopbackHost(host))) {
+    so.listen = o.rdzv_endpoint;
+  } else {
+    so.listen = absl::StrCat(absl::StrContains(host, ':') ? "[::]:" : "0.0.0.0:", port);
+  }
+  so.token = token;
+  rendezvous::LeaseOptions& lease = so.coordinator.lease;
+  lease.heartbeat_interval = o.rdzv_conf.keep_alive_interval;
+  lease.lease_timeout =
+      o.rdzv_conf.keep_alive_interval * o.rdzv_conf.keep_alive_max_attempt;
+  // Nodes of this one run only: a lost one is not coming back as itself
+  // (a restarted `elastrun run` is a new node).
+  lease.node_expiry = absl::Minutes(1);
+  return so;
+}
+
+v1::JobSpec MultinodeJobSpec(const RunOptions& o, int nproc,
+                             const std::vector<std::string>& argv) {
+  v1::JobSpec spec;
+  // The job id is "<name>-<n>"; a run id the service refuses as a name
+  // (not [A-Za-z0-9._-]{1,64}) only changes that id, not the run's.
+  bool name_ok = !o.run_id.empty() && o.run_id.size() <= 64;
+  for (char c : o.run_id) {
+    name_ok = name_ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
+  }
+  spec.set_name(name_ok ? o.run_id : "run");
+  spec.set_min_nodes(o.nnodes.min);
+  spec.set_max_nodes(o.nnodes.max);
+  spec.set_nproc_per_node(nproc);
+  spec.set_max_restarts(o.max_restarts);
+  for (const std::string& a : argv) spec.add_argv(a);
+  *spec.mutable_last_call_timeout() = rendezvous::ToProto(o.rdzv_conf.last_call_timeout);
+  *spec.mutable_join_timeout() = rendezvous::ToProto(o.rdzv_conf.join_timeout);
+  *spec.mutable_hang_timeout() = rendezvous::ToProto(o.hang_timeout);
+  spec.set_wait_for_nodes(true);
+  return spec;
+}
+
+absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>> MaybeHostRendezvous(
+    const RunOptions& o, const std::string& token) {
+  const std::optional<bool> forced = o.rdzv_conf.is_host;
+  if (forced == false || (!forced && !o.endpoint_is_this_host)) return nullptr;
+  auto server = rendezvous::RendezvousServer::Create(EmbeddedServerOptions(o, token));
+  if (!server.ok() && !forced && absl::IsUnavailable(server.status())) {
+    return nullptr;  // another node of this host was first to bind the port
+  }
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("cannot host the rendezvous at ", o.rdzv_endpoint,
+                                     ": ", server.status().message()));
+  }
+  return server;
+}
+
+}  // namespace elastrun::launcher
