@@ -11,7 +11,7 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
     "elastic, fault-tolerant distributed PyTorch training from C++")
 set(CPACK_PACKAGE_DESCRIPTION
     "elastrun launches and keeps alive elastic distributed PyTorch training:\
- `elastrun run` (torchrun's replacement on one node), the rendezvous service\
+ `elastrun run` (torchrun's replacement, on one node or several), the rendezvous service\
  elastrun-rendezvous, the node daemon elastrund and the job commands of\
  elastrun, the LibTorch DDP trainer elastrun-train and the C++ worker library\
  (find_package(elastrun)).")

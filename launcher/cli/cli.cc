@@ -44,8 +44,9 @@ constexpr char kExitCodesHelp[] = R"(Exit codes of the job commands:
 constexpr char kIntro[] = R"(usage: elastrun COMMAND [ARGS...]
 
 elastrun runs elastic, fault-tolerant distributed PyTorch training: `run`
-on this node (torchrun's replacement), the job commands through the
-elastrun-rendezvous service and the node daemons (elastrund).
+(torchrun's replacement, on this node or the same command on several), the
+job commands through the elastrun-rendezvous service and the node daemons
+(elastrund).
 )";
 
 constexpr char kServiceNote[] = R"(Job commands find the service from --rendezvous HOST:PORT or
