@@ -76,7 +76,7 @@ int RunMonitor::Run(bool* finished) {
 }
 
 absl::StatusOr<std::string> FindRunJob(const RunOptions& o, int nproc, JobsClient* jobs,
-                                       StopSignal* stop) {
+                                       StopRequest* stop) {
   const absl::Time deadline =
       absl::Now() + o.rdzv_conf.keep_alive_interval * o.rdzv_conf.keep_alive_max_attempt;
   absl::StatusOr<v1::ListJobsResponse> list = jobs->List({});

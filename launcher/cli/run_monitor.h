@@ -1,41 +1,19 @@
 // How each node of `elastrun run`'s multi-node form (run_multinode.h)
-// follows its run: the stop signal, the run's job at the rendezvous, and
+// follows its run: the run's job at the rendezvous, and
 // the end every node reports the same way.
 #ifndef ELASTRUN_LAUNCHER_CLI_RUN_MONITOR_H_
 #define ELASTRUN_LAUNCHER_CLI_RUN_MONITOR_H_
 
 #include <string>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "elastrun/v1/jobs.pb.h"
 #include "launcher/cli/client.h"
 #include "launcher/cli/run_options.h"
+#include "launcher/daemon/hooks.h"
 
 namespace elastrun::launcher {
-
-// The first stop signal. Thread-safe: the signal thread, the agent's
-// signalfd and the main thread meet here.
-class StopSignal {
- public:
-  void Request(int sig) {
-    absl::MutexLock lock(&mu_);
-    if (signal_ == 0) signal_ = sig;
-  }
-  // Waits `timeout` or until a stop is requested; returns its signal, or 0.
-  int WaitFor(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto requested = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return signal_ != 0; };
-    mu_.AwaitWithTimeout(absl::Condition(&requested), timeout);
-    return signal_;
-  }
-
- private:
-  absl::Mutex mu_;
-  int signal_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // The run's job at the rendezvous (the embedded service holds one job),
 // checked against this node's flags: another run on the same endpoint, or
@@ -44,7 +22,7 @@ class StopSignal {
 // keep-alive time. Unavailable (no job), FailedPrecondition (another run,
 // another shape), each with the message to say.
 absl::StatusOr<std::string> FindRunJob(const RunOptions& o, int nproc, JobsClient* jobs,
-                                       StopSignal* stop);
+                                       StopRequest* stop);
 
 // Says how the job ended (success; or the state, why, and the root cause
 // with its traceback) and returns the exit code: 0, the root cause's exit
@@ -58,7 +36,7 @@ int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s);
 class RunMonitor {
  public:
   // Not owned; all must outlive the monitor.
-  RunMonitor(const RunOptions& o, JobsClient* jobs, StopSignal* stop, std::string job_id)
+  RunMonitor(const RunOptions& o, JobsClient* jobs, StopRequest* stop, std::string job_id)
       : o_(o), jobs_(jobs), stop_(stop), job_id_(std::move(job_id)) {}
 
   // The exit code (-1: a stop of -1 was requested: the session ended,
@@ -68,7 +46,7 @@ class RunMonitor {
  private:
   const RunOptions& o_;
   JobsClient* const jobs_;
-  StopSignal* const stop_;
+  StopRequest* const stop_;
   const std::string job_id_;
 };
 

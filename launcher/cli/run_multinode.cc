@@ -16,14 +16,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/files.h"
 #include "common/strings.h"
@@ -65,28 +63,6 @@ std::string Hostname() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
   return buf;
-}
-
-// Blocks the stop signals and SIGCHLD in this thread, and so in every
-// thread made after (gRPC's must never take SIGTERM's default action), and
-// passes the stop signals to `stop` from a thread of its own (the agent's
-// signalfd may read one first; it tells `stop` too). Detached: it lives
-// until the process exits.
-bool HandleStopSignals(StopSignal* stop) {
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&mask, s);
-  if (pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0) return false;
-  std::thread([stop] {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, s);
-    for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) == 0) stop->Request(sig);
-    }
-  }).detach();
-  return true;
 }
 
 // The service's and the daemon's pieces log through glog, and gRPC through
@@ -152,7 +128,7 @@ std::string RandomIncarnation() {
 // the end and left (their streams closed), or `timeout`: leaving first
 // would make them report the host lost.
 void WaitForOthers(rendezvous::Coordinator& coordinator, const std::string& self,
-                   StopSignal* stop, absl::Duration timeout) {
+                   StopRequest* stop, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     absl::StatusOr<v1::ListNodesResponse> nodes = coordinator.ListNodes();
@@ -207,7 +183,7 @@ std::unique_ptr<JobsClient> NewRunJobsClient(const RunOptions& o, const NodeSetu
 // FindRunJob for a node other than the host: sets *job_id, or returns the
 // exit code (said why) when this node must not go on.
 std::optional<int> JoinRunJob(const RunOptions& o, const NodeSetup& n, JobsClient* jobs,
-                              StopSignal* stop, std::string* job_id) {
+                              StopRequest* stop, std::string* job_id) {
   absl::StatusOr<std::string> found = FindRunJob(o, n.nproc, jobs, stop);
   if (found.ok()) {
     *job_id = *found;
@@ -224,7 +200,7 @@ std::optional<int> JoinRunJob(const RunOptions& o, const NodeSetup& n, JobsClien
 int ServeNode(const RunOptions& o, const NodeSetup& n,
               const SessionOptions& session_options, RendezvousClient* client,
               JobsClient* jobs, Agent* agent, std::atomic<Daemon*>* router,
-              StopSignal* stop, const std::string& job_id, bool* finished) {
+              StopRequest* stop, const std::string& job_id, bool* finished) {
   AgentRunner agent_runner(agent);
   LocalAttemptRunner runner(o, &agent_runner);
   BarrierRelay barriers(client, n.node_id);
@@ -257,32 +233,20 @@ int ServeNode(const RunOptions& o, const NodeSetup& n,
 // The agent's options, its hooks routed to the Daemon once it exists.
 AgentOptions MakeAgentOptions(const RunOptions& o, const NodeSetup& n,
                               const RunCgroup& cg, std::atomic<Daemon*>* router,
-                              StopSignal* stop) {
+                              StopRequest* stop) {
   AgentOptions a;
   a.grace = o.shutdown_timeout;
   a.standby = o.standby;
   a.progress_socket = absl::StrCat(n.run_dir, "/agent.sock");
   if (cg.cgroup != nullptr) a.cgroup = cg.cgroup->dir();
-  a.on_progress = [router](const ProgressReport& report) {
-    if (Daemon* d = router->load()) d->OnProgress(report);
-  };
-  a.on_barrier = [router](const BarrierArrival& arrival,
-                          std::function<void(const absl::Status&)> reply) {
-    Daemon* d = router->load();
-    if (d == nullptr) {
-      reply(absl::UnavailableError("the node is starting"));
-      return;
-    }
-    d->OnBarrier(arrival, std::move(reply));
-  };
-  a.on_signal = [stop](int sig) { stop->Request(sig); };
+  RouteAgentHooks(router, stop, "the node", &a);
   return a;
 }
 
 // Registers this node, waiting for the host up to join_timeout. The exit
 // code when it must not go on.
 std::optional<int> Register(const RunOptions& o, const SessionOptions& session_options,
-                            RendezvousClient* client, StopSignal* stop) {
+                            RendezvousClient* client, StopRequest* stop) {
   const absl::Time deadline = absl::Now() + o.rdzv_conf.join_timeout;
   int stopped_by = 0;
   const absl::Status claimed =
@@ -307,7 +271,7 @@ std::optional<int> Register(const RunOptions& o, const SessionOptions& session_o
 
 int RunMultinode(const RunOptions& o) {
   QuietLogs();
-  StopSignal stop;
+  StopRequest stop;
   if (!HandleStopSignals(&stop)) {
     Say(absl::StrCat("cannot block signals: ", strerror(errno)));
     return 1;

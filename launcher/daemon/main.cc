@@ -22,12 +22,10 @@
 #include <string_view>
 #include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "common/auth.h"
 #include "common/files.h"
 #include "common/flags.h"
@@ -43,6 +41,7 @@
 #include "launcher/daemon/cred_socket.h"
 #include "launcher/daemon/daemon.h"
 #include "launcher/daemon/flags.h"
+#include "launcher/daemon/hooks.h"
 #include "launcher/daemon/job_snapshots.h"
 #include "launcher/daemon/logs.h"
 #include "launcher/daemon/metrics.h"
@@ -137,40 +136,7 @@ std::unique_ptr<CredSocket> StartCredSocket(const DaemonFlags& flags) {
   return *std::move(socket);
 }
 
-// Why the daemon stops: the first stop signal, or -1 when the session ended
-// in error. Thread-safe; the signal thread, the agent's signalfd and the
-// session thread all report here and main waits.
-class StopRequest {
- public:
-  void Request(int sig) {
-    absl::MutexLock lock(&mu_);
-    if (signal_ == 0) signal_ = sig;
-  }
-
-  // Blocks until a stop is requested; returns its signal (or -1).
-  int Wait() {
-    absl::MutexLock lock(&mu_);
-    auto requested = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return signal_ != 0; };
-    mu_.Await(absl::Condition(&requested));
-    return signal_;
-  }
-
-  // Waits `timeout` or until a stop is requested; returns its signal, or 0
-  // when none came.
-  int WaitFor(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto requested = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return signal_ != 0; };
-    mu_.AwaitWithTimeout(absl::Condition(&requested), timeout);
-    return signal_;
-  }
-
- private:
-  absl::Mutex mu_;
-  int signal_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// The agent's options and its hooks into the Daemon. `router` is set once
-// the Daemon exists (atomic: the agent's thread may read it early); workers'
+// The agent's options and its hooks into the Daemon (hooks.h): workers'
 // progress reports and barrier arrivals name their job, and the Daemon
 // routes them to that job's attempt.
 AgentOptions MakeAgentOptions(const DaemonFlags& flags, std::atomic<Daemon*>* router,
@@ -180,22 +146,7 @@ AgentOptions MakeAgentOptions(const DaemonFlags& flags, std::atomic<Daemon*>* ro
   agent_options.grace = flags.shutdown_timeout;
   // Workers report progress on a socket in the state folder.
   agent_options.progress_socket = flags.state_dir + "/agent.sock";
-  agent_options.on_progress = [router](const elastrun::ProgressReport& report) {
-    if (Daemon* d = router->load()) d->OnProgress(report);
-  };
-  // Workers' named barriers meet here, then at the service.
-  agent_options.on_barrier = [router](const elastrun::BarrierArrival& arrival,
-                                      std::function<void(const absl::Status&)> reply) {
-    Daemon* d = router->load();
-    if (d == nullptr) {
-      reply(absl::UnavailableError("the node daemon is starting"));
-      return;
-    }
-    d->OnBarrier(arrival, std::move(reply));
-  };
-  // The agent's signalfd may read a stop signal before the signal thread's
-  // sigwait does: it tells main too (after passing it to the workers).
-  agent_options.on_signal = [stop](int sig) { stop->Request(sig); };
+  RouteAgentHooks(router, stop, "the node daemon", &agent_options);
   return agent_options;
 }
 
@@ -271,17 +222,6 @@ std::optional<int> PrepareFolders(const DaemonFlags& flags) {
   return std::nullopt;
 }
 
-// Blocks the stop signals and SIGCHLD in the calling thread, and so in
-// every thread it creates: the signal thread and the agent's signalfd read
-// them, and the gRPC client's threads, made before the agent, must not
-// take them. The agent blocks the same set again.
-bool BlockStopSignals() {
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&mask, s);
-  return pthread_sigmask(SIG_BLOCK, &mask, nullptr) == 0;
-}
-
 // Registers the node before anything starts (see ClaimNodeId). Returns the
 // exit code when the daemon must not go on: 1 when another daemon holds
 // the node id or the service refuses the node, 128+signal when stopped.
@@ -303,20 +243,6 @@ std::optional<int> Claim(const SessionOptions& options, RendezvousClient* client
                  options.node_id.c_str(), claimed.ToString().c_str());
   }
   return 1;
-}
-
-// Passes the stop signals, blocked in every thread, to `stop`. Detached: it
-// lives until the process exits.
-void StartSignalThread(StopRequest* stop) {
-  std::thread([stop] {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, s);
-    for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) == 0) stop->Request(sig);
-    }
-  }).detach();
 }
 
 // Runs the session until a stop, then stops the workers and leaves.
@@ -451,7 +377,8 @@ int main(int argc, char** argv) {
   // First, before anything may start a thread (gRPC's credentials do): a
   // thread with the stop signals unblocked would take SIGTERM's default
   // action and kill the daemon without stopping its workers.
-  if (!BlockStopSignals()) {
+  StopRequest stop;
+  if (!HandleStopSignals(&stop)) {
     std::fprintf(stderr, "elastrund: cannot block signals: %s\n", std::strerror(errno));
     return 1;
   }
@@ -479,8 +406,6 @@ int main(int argc, char** argv) {
   }
   if (std::optional<int> exit = PrepareFolders(flags)) return *exit;
 
-  StopRequest stop;
-  StartSignalThread(&stop);
   elastrun::launcher::GrpcClientOptions client_options;
   client_options.target = flags.rendezvous;
   client_options.token = flags.token;
