@@ -41,10 +41,6 @@ extern char** environ;
 namespace elastrun::launcher {
 namespace {
 
-void Say(const std::string& line) {
-  std::string s = absl::StrCat("elastrun: ", line, "\n");
-  WriteAll(STDERR_FILENO, s);
-}
 
 bool IsEmptyOrMissing(const std::string& path) {
   DIR* d = opendir(path.c_str());
@@ -350,6 +346,11 @@ RunCgroup MakeRunCgroup() {
     run.reaper = *std::move(reaper);
   }
   return run;
+}
+
+void Say(const std::string& line) {
+  std::string s = absl::StrCat("elastrun: ", line, "\n");
+  WriteAll(STDERR_FILENO, s);
 }
 
 int RunStandalone(const RunOptions& o) {

@@ -14,6 +14,10 @@
 
 namespace elastrun::launcher {
 
+// One line of `elastrun run`'s own to stderr, "elastrun: LINE" (one write:
+// lines of several threads do not interleave).
+void Say(const std::string& line);
+
 // --nproc-per-node resolved on this node: CPU cores, and GPUs as
 // $CUDA_VISIBLE_DEVICES allows. An error is a usage error.
 absl::StatusOr<int> ResolveNproc(const RunOptions& options);

@@ -8,17 +8,10 @@
 #include "common/files.h"
 #include "glog/logging.h"
 #include "launcher/cli/format.h"
+#include "launcher/cli/run.h"
 #include "launcher/cli/run_host.h"
 
 namespace elastrun::launcher {
-namespace {
-
-void Say(const std::string& line) {
-  std::string s = absl::StrCat("elastrun: ", line, "\n");
-  WriteAll(STDERR_FILENO, s);
-}
-
-}  // namespace
 
 int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s) {
   const std::string after =

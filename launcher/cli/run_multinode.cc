@@ -48,11 +48,6 @@ extern char** environ;
 namespace elastrun::launcher {
 namespace {
 
-void Say(const std::string& line) {
-  std::string s = absl::StrCat("elastrun: ", line, "\n");
-  WriteAll(STDERR_FILENO, s);
-}
-
 std::optional<std::string> GetEnv(const std::string& name) {
   const char* v = getenv(name.c_str());
   if (v == nullptr) return std::nullopt;
