@@ -123,8 +123,14 @@ torch_args=(-DELASTRUN_WITH_TORCH=OFF)
 if [ "$TORCH" != OFF ]; then
   TORCH=$(cd "$TORCH" && pwd)
   torch_args=(-DELASTRUN_WITH_TORCH=ON "-DTorch_DIR=$TORCH")
-  # pip's layout: torch/share/cmake/Torch beside torch/lib.
-  rpath="$rpath:$(cd "$TORCH/../../../lib" && pwd)"
+  # LibTorch's folder: torch/lib beside pip's torch/share/cmake/Torch, or
+  # the folder holding cmake/Torch (Debian's layout).
+  for d in "$TORCH/../../../lib" "$TORCH/../.."; do
+    if ls "$d"/libtorch*.so >/dev/null 2>&1; then
+      rpath="$rpath:$(cd "$d" && pwd)"
+      break
+    fi
+  done
 fi
 link_flags="-Wl,--disable-new-dtags -Wl,-rpath,$rpath -Wl,-rpath-link,$LIB"
 cmake -S "$SRC" -B "$BUILD" -G Ninja "${torch_args[@]}" \
