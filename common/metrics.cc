@@ -51,13 +51,19 @@ std::vector<double> LatencyBuckets() {
           1,     2.5,    5,     10,   30,    60,   120, 300};
 }
 
-std::string EscapeHelp(absl::string_view text) {
+namespace {
+
+// The text format's escapes: backslash and newline always, the double
+// quote inside label values only.
+std::string Escape(absl::string_view text, bool quote) {
   std::string out;
   for (char c : text) {
     if (c == '\\') {
       out += "\\\\";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (quote && c == '"') {
+      out += "\\\"";
     } else {
       out += c;
     }
@@ -65,21 +71,11 @@ std::string EscapeHelp(absl::string_view text) {
   return out;
 }
 
-std::string EscapeLabelValue(absl::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string EscapeHelp(absl::string_view text) { return Escape(text, /*quote=*/false); }
+
+std::string EscapeLabelValue(absl::string_view text) { return Escape(text, /*quote=*/true); }
 
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
