@@ -127,7 +127,9 @@ TEST_F(DaemonNodeIdE2eTest,
   ASSERT_NO_FATAL_FAILURE(cluster_->StartService(
       "127.0.0.1:0", {"--heartbeat-interval", "1s", "--lease-timeout", "600s"}));
   testing::Subprocess& first = StartDaemon();
-  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << first.Output();
+  // Killed once its Watch stream is open (registered is not enough: the
+  // stream opens just after).
+  ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; })) << first.Output();
 
   first.Signal(SIGKILL);
   ASSERT_TRUE(first.Wait(kDeadline).ok());

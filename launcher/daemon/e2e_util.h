@@ -116,15 +116,10 @@ class Cluster {
         << "processes were left behind";
   }
 
-  int AliveNodes() {
-    grpc::ClientContext ctx;
-    Prepare(ctx);
-    v1::ListNodesResponse resp;
-    if (!jobs_->ListNodes(&ctx, v1::ListNodesRequest(), &resp).ok()) return -1;
-    int alive = 0;
-    for (const v1::NodeInfo& n : resp.nodes()) alive += n.state() == v1::NODE_STATE_ALIVE;
-    return alive;
-  }
+  int AliveNodes() { return CountNodes(false); }
+  // Alive nodes whose Watch stream is open: a daemon killed before its
+  // stream opened is noticed only when its lease runs out.
+  int WatchingNodes() { return CountNodes(true); }
 
   // Submits `spec` with argv = the test worker + `worker_args`.
   std::string Submit(v1::JobSpec spec, const std::vector<std::string>& worker_args) {
@@ -227,6 +222,18 @@ class Cluster {
   const std::string& address() const { return address_; }
 
  private:
+  int CountNodes(bool watching_only) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::ListNodesResponse resp;
+    if (!jobs_->ListNodes(&ctx, v1::ListNodesRequest(), &resp).ok()) return -1;
+    int n = 0;
+    for (const v1::NodeInfo& node : resp.nodes()) {
+      n += node.state() == v1::NODE_STATE_ALIVE && (node.watching() || !watching_only);
+    }
+    return n;
+  }
+
   void Prepare(grpc::ClientContext& ctx) const {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     ctx.AddMetadata("authorization", "Bearer " + token_);
