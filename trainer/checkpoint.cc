@@ -64,8 +64,12 @@ absl::Status RestoreState(const std::string& bytes, torch::nn::Module& model,
                           torch::optim::Optimizer& optimizer, TrainPosition* position,
                           std::string* config_yaml) {
   try {
+    // Onto the model's device: loading a parameter from another device
+    // would move it there.
+    c10::optional<torch::Device> device;
+    for (const at::Tensor& param : model.parameters()) device = param.device();
     torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size());
+    archive.load_from(bytes.data(), bytes.size(), device);
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     // Loading gives each parameter the file's storage and layout; give every
@@ -120,6 +124,7 @@ absl::Status RestoreState(const std::string& bytes, torch::nn::Module& model,
     p.amp_growth_tracker = ReadInt(archive, "amp_growth_tracker");
     at::Tensor rng;
     archive.read("rng", rng);
+    rng = rng.to(torch::kCPU);
     {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());

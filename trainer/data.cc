@@ -55,16 +55,45 @@ absl::StatusOr<Dataset> LoadDataset(const DataOptions& o, bool train, uint64_t s
   return d;
 }
 
+namespace {
+
+at::Tensor Normalize(const at::Tensor& pixels) {
+  return pixels.to(at::kFloat).mul_(1.0 / 255.0).sub_(kPixelMean).div_(kPixelStd);
+}
+
+at::Tensor Indices(const std::vector<int64_t>& indices, size_t begin, size_t end) {
+  return at::from_blob(const_cast<int64_t*>(indices.data() + begin),
+                       {static_cast<int64_t>(end - begin)}, at::kLong);
+}
+
+}  // namespace
+
 Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices, size_t begin,
                 size_t end) {
-  at::Tensor idx = at::from_blob(const_cast<int64_t*>(indices.data() + begin),
-                                 {static_cast<int64_t>(end - begin)}, at::kLong);
+  const at::Tensor idx = Indices(indices, begin, end);
   Batch b;
-  b.x = data.images.index_select(0, idx).to(at::kFloat)
-            .mul_(1.0 / 255.0)
-            .sub_(kPixelMean)
-            .div_(kPixelStd);
+  b.x = Normalize(data.images.index_select(0, idx));
   b.y = data.labels.index_select(0, idx);
+  return b;
+}
+
+Batch MakeBatchOn(const Dataset& data, const std::vector<int64_t>& indices, size_t begin,
+                  size_t end, const torch::Device& device) {
+  if (device.is_cpu()) return MakeBatch(data, indices, begin, end);
+  const at::Tensor idx = Indices(indices, begin, end);
+  const int64_t n = idx.size(0);
+  std::vector<int64_t> shape = data.images.sizes().vec();
+  shape[0] = n;
+  const at::TensorOptions pinned = at::TensorOptions().pinned_memory(true);
+  at::Tensor pixels = at::empty(shape, pinned.dtype(at::kByte));
+  at::Tensor labels = at::empty({n}, pinned.dtype(at::kLong));
+  at::index_select_out(pixels, data.images, 0, idx);
+  at::index_select_out(labels, data.labels, 0, idx);
+  // The pinned buffers may be freed at once: LibTorch's pinned allocator
+  // keeps them until the copies that read them are done.
+  Batch b;
+  b.x = Normalize(pixels.to(device, /*non_blocking=*/true));
+  b.y = labels.to(device, /*non_blocking=*/true);
   return b;
 }
 

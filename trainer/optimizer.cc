@@ -79,15 +79,19 @@ void Optimizer::Apply(const IterationValues& v) {
 
 bool Optimizer::ScaleGradients(double factor, bool check_finite) {
   torch::NoGradGuard no_grad;
-  bool found_inf = false;
+  // One flag on the gradients' device, read once: on a GPU a read per
+  // parameter would wait for the device that many times.
+  at::Tensor found_inf;
   for (auto& group : optimizer_->param_groups()) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       if (factor != 1.0) p.mutable_grad().mul_(factor);
-      if (check_finite && !found_inf) found_inf = !at::isfinite(p.grad()).all().item<bool>();
+      if (!check_finite) continue;
+      at::Tensor bad = at::isfinite(p.grad()).logical_not().any();
+      found_inf = found_inf.defined() ? found_inf.logical_or_(bad) : bad;
     }
   }
-  return found_inf;
+  return found_inf.defined() && found_inf.item<bool>();
 }
 
 void Optimizer::Step() {

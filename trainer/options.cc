@@ -1,6 +1,8 @@
 #include "trainer/options.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/config.h"
 #include "common/flags.h"
@@ -50,8 +52,14 @@ const Schema& TrainSchema() {
                   "(0: every step, or fewer if a copy costs over 2% of a step; -1: off).")
         .Optional("log_period", Type::Int(), "50", "Progress line every N iterations.")
         .Optional("threads", Type::Int(), "1", "Intra-op threads per rank.")
+        .Optional("device", Type::String(), "'auto'",
+                  "auto (the LOCAL_RANK's GPU when CUDA is usable, else cpu), cpu, cuda "
+                  "(the LOCAL_RANK's GPU) or cuda:N.")
         .Optional("amp", Type::Bool(), "false",
-                  "Mixed precision; CPU build: fp32 with dynamic loss scaling, no autocast.")
+                  "Mixed precision: autocast to amp_dtype (float16 with dynamic loss "
+                  "scaling, on CUDA only; bfloat16 also on a CPU).")
+        .Optional("amp_dtype", Type::String(), "'float16'",
+                  "float16 or bfloat16: the autocast type of train.amp.")
         .Optional("run_name", Type::String(), "''",
                   "Run id in checkpoints (default: the launcher's); the same name resumes "
                   "across submissions.");
@@ -84,9 +92,34 @@ TrainOptions TrainOptionsFrom(const Node& n) {
   o.snapshot_iters = n.Find("snapshot_iters")->as_int();
   o.log_period = n.Find("log_period")->as_int();
   o.threads = n.Find("threads")->as_int();
+  o.device = n.Find("device")->ScalarText();
   o.amp = n.Find("amp")->as_bool();
+  o.amp_dtype = n.Find("amp_dtype")->ScalarText();
   o.run_name = n.Find("run_name")->ScalarText();
   return o;
+}
+
+absl::StatusOr<DeviceChoice> ParseDevice(const std::string& text) {
+  DeviceChoice d;
+  if (text == "auto") return d;
+  if (text == "cpu") {
+    d.kind = DeviceChoice::Kind::kCpu;
+    return d;
+  }
+  absl::string_view rest = text;
+  if (absl::ConsumePrefix(&rest, "cuda")) {
+    d.kind = DeviceChoice::Kind::kCuda;
+    if (rest.empty()) return d;
+    int index = -1;
+    if (absl::ConsumePrefix(&rest, ":") && !rest.empty() &&
+        rest.find_first_not_of("0123456789") == absl::string_view::npos &&
+        absl::SimpleAtoi(rest, &index) && index <= 1024) {
+      d.index = index;
+      return d;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", text, "' is not auto, cpu, cuda or cuda:N"));
 }
 
 namespace {
@@ -185,6 +218,14 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& path,
   if (out.train.epochs <= 0) {
     return config::ErrorAt(train.Find("epochs")->mark(), "train.epochs",
                            "must be positive");
+  }
+  if (absl::Status d = ParseDevice(out.train.device).status(); !d.ok()) {
+    return config::ErrorAt(train.Find("device")->mark(), "train.device", d.message());
+  }
+  if (out.train.amp_dtype != "float16" && out.train.amp_dtype != "bfloat16") {
+    return config::ErrorAt(train.Find("amp_dtype")->mark(), "train.amp_dtype",
+                           absl::StrCat("'", out.train.amp_dtype,
+                                        "' is not float16 or bfloat16"));
   }
   for (const char* section : {"model", "optimizer", "scheduler"}) {
     absl::StatusOr<config::Object> object = config::InstantiateAt(root, section);

@@ -54,14 +54,30 @@ struct TrainOptions {
   int64_t log_period = 50;
   // Intra-op threads per rank (torch::set_num_threads).
   int64_t threads = 1;
-  // Mixed precision: a dynamic loss scaler (loss_scaler.h). There is no
-  // CUDA build yet, so no autocast: the scaler runs alone, in fp32.
+  // Where this rank trains (ParseDevice): "auto" is the GPU of its
+  // LOCAL_RANK when CUDA is usable, else the CPU.
+  std::string device = "auto";
+  // Mixed precision: forward passes under autocast to amp_dtype. float16
+  // runs with the dynamic loss scaler (loss_scaler.h) and autocasts on CUDA
+  // only (on a CPU the scaler runs alone, in fp32); bfloat16 autocasts on
+  // CUDA and CPU and needs no scaling.
   bool amp = false;
+  std::string amp_dtype = "float16";
   // Names the run in its checkpoints (run_identity.h) in place of the
   // launcher's run id, so a later submission with the same name (and
   // config) resumes it. "": the launcher's TORCHELASTIC_RUN_ID.
   std::string run_name;
 };
+
+// train.device, parsed: "auto", "cpu", "cuda" (the GPU of the rank's
+// LOCAL_RANK) or "cuda:N".
+struct DeviceChoice {
+  enum class Kind { kAuto, kCpu, kCuda };
+  Kind kind = Kind::kAuto;
+  int index = -1;  // cuda:N's N; -1: by LOCAL_RANK.
+};
+// InvalidArgument naming the accepted forms.
+absl::StatusOr<DeviceChoice> ParseDevice(const std::string& text);
 
 const config::Schema& DataSchema();
 const config::Schema& TrainSchema();

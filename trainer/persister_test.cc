@@ -53,7 +53,7 @@ TEST(PersisterTest, WritesTheSnapshotNewestWhenAskedWhileTheWriterGoesOn) {
   }
   ASSERT_TRUE(persister.Flush().ok());
   EXPECT_EQ(persister.written(), 1);
-  for (const std::string name :
+  for (const std::string& name :
        {NumberedCheckpointPath(dir, 7, TheRun().Tag()), dir + "/last.ckpt", dir + "/best.ckpt"}) {
     absl::StatusOr<CheckpointBlob> blob = ReadCheckpointFile(name);
     ASSERT_TRUE(blob.ok()) << blob.status();

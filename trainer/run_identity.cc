@@ -61,18 +61,44 @@ const std::vector<std::string>& ResumableKeys() {
       "train.epochs",      "train.output_dir", "train.checkpoint_period",
       "train.checkpoint_iters", "train.snapshot_iters", "train.log_period", "train.threads",
       "train.run_name",    "data.root",        "data.num_workers",
-      "scheduler.epochs"};
+      "scheduler.epochs",  "train.device"};
   return *keys;
 }
+
+namespace {
+
+// Keys added after runs were already checkpointed, with the default that
+// is what those runs did: at that default they are left out of the digest,
+// so the runs still resume after an upgrade.
+const std::vector<std::pair<std::string, std::string>>& LaterKeys() {
+  static const auto* keys =
+      new std::vector<std::pair<std::string, std::string>>{{"train.amp_dtype", "float16"}};
+  return *keys;
+}
+
+// The value at "section.key", or nullptr.
+config::Node* At(config::Node& root, const std::string& key) {
+  const size_t dot = key.find('.');
+  config::Node* section = root.Find(key.substr(0, dot));
+  return section == nullptr ? nullptr : section->Find(key.substr(dot + 1));
+}
+
+void EraseKey(config::Node& root, const std::string& key) {
+  const size_t dot = key.find('.');
+  config::Node* section = root.Find(key.substr(0, dot));
+  if (section != nullptr) section->Erase(key.substr(dot + 1));
+}
+
+}  // namespace
 
 std::string ConfigDigest(const config::Node& resolved) {
   config::Node root = resolved;
   FillDefaults(root, "data", DataSchema());
   FillDefaults(root, "train", TrainSchema());
-  for (const std::string& key : ResumableKeys()) {
-    const size_t dot = key.find('.');
-    config::Node* section = root.Find(key.substr(0, dot));
-    if (section != nullptr) section->Erase(key.substr(dot + 1));
+  for (const std::string& key : ResumableKeys()) EraseKey(root, key);
+  for (const auto& [key, default_value] : LaterKeys()) {
+    const config::Node* value = At(root, key);
+    if (value != nullptr && value->ScalarText() == default_value) EraseKey(root, key);
   }
   return Sha256Hex(config::ToYaml(root)).substr(0, 32);
 }

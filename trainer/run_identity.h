@@ -40,15 +40,18 @@ struct RunIdentity {
 // Keys of the resolved config that may change when a run resumes, so they
 // are left out of its digest: how long it runs, where it writes, how often
 // it logs and checkpoints, how many threads it uses, where the dataset
-// files live, and the run name itself; also `scheduler.epochs`, the
-// schedule's length, which follows train.epochs in the base config
-// (${train.epochs}) and so changes with it. Everything else (seed, model, optimizer, schedule, batch size, data) is
+// files live, the device it trains on, and the run name itself; also
+// `scheduler.epochs`, the schedule's length, which follows train.epochs in
+// the base config (${train.epochs}) and so changes with it. Everything
+// else (seed, model, optimizer, schedule, batch size, data, precision) is
 // the run.
 const std::vector<std::string>& ResumableKeys();
 
 // Hex SHA-256 (first 16 bytes) of the resolved config with the `data` and
 // `train` sections' defaults filled in (so an explicit default digests as
-// an omitted one) and ResumableKeys() removed. Sections that fail their
+// an omitted one) and ResumableKeys() removed, and keys newer than the
+// format (train.amp_dtype) removed at their default, so that runs
+// checkpointed before them keep their digest. Sections that fail their
 // schema are digested as written.
 std::string ConfigDigest(const config::Node& resolved);
 

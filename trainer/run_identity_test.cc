@@ -40,6 +40,9 @@ std::string DigestWith(const std::vector<std::string>& overrides) {
 TEST(RunIdentityTest, DigestIgnoresResumableKeysOnly) {
   const std::string base = DigestWith({});
   EXPECT_EQ(base.size(), 32u);
+  // What builds before train.device and train.amp_dtype computed for this
+  // config: their checkpoints still resume after an upgrade.
+  EXPECT_EQ(base, "ca58c2607c52fe68f79a07c4367946a7");
   // May change on resume.
   EXPECT_EQ(DigestWith({"train.epochs=5"}), base);  // scheduler.epochs follows
   EXPECT_EQ(DigestWith({"train.epochs=1", "scheduler.epochs=2"}), base);
@@ -48,6 +51,12 @@ TEST(RunIdentityTest, DigestIgnoresResumableKeysOnly) {
             base);
   // An explicit default digests as the omitted one.
   EXPECT_EQ(DigestWith({"+train.amp=false"}), base);
+  // Where it trains may change too: a state resumes on any device.
+  EXPECT_EQ(DigestWith({"+train.device=cuda:1"}), base);
+  // Keys newer than runs already checkpointed: at their default, those
+  // runs still resume.
+  EXPECT_EQ(DigestWith({"+train.amp_dtype=float16"}), base);
+  EXPECT_NE(DigestWith({"+train.amp_dtype=bfloat16"}), base);
   // The run itself.
   EXPECT_NE(DigestWith({"train.seed=4"}), base);
   EXPECT_NE(DigestWith({"model.hidden=64"}), base);

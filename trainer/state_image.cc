@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "trainer/device.h"
 
 namespace elastrun::trainer {
 namespace {
@@ -120,7 +121,19 @@ StateImage StateImage::Plan(torch::nn::Module& model, torch::optim::Optimizer& o
   std::vector<std::string> steps;
   std::vector<std::pair<std::string, at::Tensor>> tensors =
       NamedTensors(model, optimizer, &steps);
-  if (extras.rng.defined()) tensors.emplace_back("rng", extras.rng);
+  if (extras.rng.cpu.defined()) tensors.emplace_back("rng", extras.rng.cpu);
+  if (extras.rng.cuda.defined()) tensors.emplace_back("rng.cuda", extras.rng.cuda);
+  {
+    // GPU tensors as host copies, taken together (one wait per device).
+    std::vector<at::Tensor> dense;
+    dense.reserve(tensors.size());
+    for (const auto& named : tensors) {
+      const at::Tensor t = named.second.detach();
+      dense.push_back(t.is_non_overlapping_and_dense() ? t : t.contiguous());
+    }
+    image.keep_ = ToHost(dense);
+    for (size_t k = 0; k < tensors.size(); ++k) tensors[k].second = image.keep_[k];
+  }
   for (const std::string& s : steps) index += s;
   // Offsets are relative to the data section; the header's size is known
   // only once the index is complete.
@@ -133,11 +146,7 @@ StateImage StateImage::Plan(torch::nn::Module& model, torch::optim::Optimizer& o
   add_blob("config", extras.config_yaml);
   add_blob("rows", extras.metrics_rows);
   for (auto& [name, t] : tensors) {
-    at::Tensor dense = t.detach();
-    if (!dense.is_non_overlapping_and_dense()) {
-      dense = dense.contiguous();
-      image.keep_.push_back(dense);
-    }
+    const at::Tensor& dense = t;
     const size_t bytes = static_cast<size_t>(dense.numel()) * dense.element_size();
     absl::StrAppend(&index, "t ", name, " ", static_cast<int>(dense.scalar_type()), " ",
                     dense.dim());
@@ -169,16 +178,34 @@ std::string StateImage::ToString() const {
   return out;
 }
 
-at::Tensor CpuGeneratorState() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+namespace {
+
+at::Tensor StateOf(const at::Generator& g) {
+  at::Generator gen = g;
   std::lock_guard<std::mutex> lock(gen.mutex());
   return gen.get_state();
 }
 
-void SetCpuGeneratorState(const at::Tensor& state) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+void SetStateOf(const at::Generator& g, const at::Tensor& state) {
+  at::Generator gen = g;
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
+}
+
+}  // namespace
+
+Generators GeneratorStates(const torch::Device& device) {
+  Generators g;
+  g.cpu = StateOf(at::detail::getDefaultCPUGenerator());
+  if (device.is_cuda()) g.cuda = StateOf(at::globalContext().defaultGenerator(device));
+  return g;
+}
+
+void SetGeneratorStates(const Generators& states, const torch::Device& device) {
+  if (states.cpu.defined()) SetStateOf(at::detail::getDefaultCPUGenerator(), states.cpu);
+  if (states.cuda.defined() && device.is_cuda()) {
+    SetStateOf(at::globalContext().defaultGenerator(device), states.cuda);
+  }
 }
 
 bool IsStateImage(absl::string_view bytes) {
@@ -319,13 +346,14 @@ absl::Status CopyInto(const Index& index, absl::string_view bytes, const std::st
   return absl::OkStatus();
 }
 
-// A new tensor holding record `name`, with its strides.
+// A new tensor on `device` holding record `name`, with its strides.
 absl::StatusOr<at::Tensor> Clone(const Index& index, absl::string_view bytes,
-                                 const std::string& name) {
+                                 const std::string& name,
+                                 const torch::Device& device = torch::kCPU) {
   auto it = index.tensors.find(name);
   if (it == index.tensors.end()) return Malformed(absl::StrCat("no tensor ", name));
   at::Tensor src = View(bytes, it->second);
-  at::Tensor out = at::empty_strided(src.sizes(), src.strides(), src.options());
+  at::Tensor out = at::empty_strided(src.sizes(), src.strides(), src.options().device(device));
   out.copy_(src);
   return out;
 }
@@ -339,27 +367,29 @@ absl::Status RestoreOptimizer(const Index& index, absl::string_view bytes,
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t i = 0; i < groups[g].params().size(); ++i) {
       const std::string base = absl::StrCat("o.", g, ".", i, ".");
-      const auto key = StateKey(optimizer, groups[g].params()[i]);
+      const at::Tensor& param = groups[g].params()[i];
+      const auto key = StateKey(optimizer, param);
+      const torch::Device device = param.device();
       if (adam) {
         auto step = index.adam_steps.find({g, i});
         if (step == index.adam_steps.end()) continue;  // Never stepped.
         auto s = std::make_unique<torch::optim::AdamWParamState>();
         s->step(step->second);
-        absl::StatusOr<at::Tensor> avg = Clone(index, bytes, base + "exp_avg");
-        absl::StatusOr<at::Tensor> sq = Clone(index, bytes, base + "exp_avg_sq");
+        absl::StatusOr<at::Tensor> avg = Clone(index, bytes, base + "exp_avg", device);
+        absl::StatusOr<at::Tensor> sq = Clone(index, bytes, base + "exp_avg_sq", device);
         if (!avg.ok()) return avg.status();
         if (!sq.ok()) return sq.status();
         s->exp_avg(*avg);
         s->exp_avg_sq(*sq);
         if (index.tensors.count(base + "max_exp_avg_sq") > 0) {
-          absl::StatusOr<at::Tensor> max_sq = Clone(index, bytes, base + "max_exp_avg_sq");
+          absl::StatusOr<at::Tensor> max_sq = Clone(index, bytes, base + "max_exp_avg_sq", device);
           if (!max_sq.ok()) return max_sq.status();
           s->max_exp_avg_sq(*max_sq);
         }
         state[key] = std::move(s);
       } else if (index.tensors.count(base + "momentum_buffer") > 0) {
         auto s = std::make_unique<torch::optim::SGDParamState>();
-        absl::StatusOr<at::Tensor> t = Clone(index, bytes, base + "momentum_buffer");
+        absl::StatusOr<at::Tensor> t = Clone(index, bytes, base + "momentum_buffer", device);
         if (!t.ok()) return t.status();
         s->momentum_buffer(*t);
         state[key] = std::move(s);
@@ -405,10 +435,12 @@ absl::Status RestoreImage(absl::string_view bytes, torch::nn::Module& model,
                                   " model tensors, this model has ", expected));
   }
   if (absl::Status s = RestoreOptimizer(*index, bytes, optimizer); !s.ok()) return s;
-  if (index->tensors.count("rng") > 0) {
-    absl::StatusOr<at::Tensor> rng = Clone(*index, bytes, "rng");
+  for (const auto& [name, state] :
+       {std::pair{"rng", &index->extras.rng.cpu}, std::pair{"rng.cuda", &index->extras.rng.cuda}}) {
+    if (index->tensors.count(name) == 0) continue;
+    absl::StatusOr<at::Tensor> rng = Clone(*index, bytes, name);
     if (!rng.ok()) return rng.status();
-    index->extras.rng = *rng;
+    *state = *rng;
   }
   *extras = std::move(index->extras);
   return absl::OkStatus();

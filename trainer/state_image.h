@@ -12,8 +12,12 @@
 //   b <name> <offset> <bytes>                config YAML, metrics rows
 //   t <name> <dtype> <dims> <sizes..> <strides..> <offset> <bytes>
 // Tensor names: "m.<param>" and "u.<buffer>" of the model,
-// "o.<group>.<param>.<field>" of the optimizer, "rng" (CPU generator).
-// Tensors keep their strides (channels-last stays channels-last).
+// "o.<group>.<param>.<field>" of the optimizer, "rng" (CPU generator),
+// "rng.cuda" (the training GPU's generator, when training on one).
+// Tensors keep their strides (channels-last stays channels-last). The
+// image is device-free: GPU tensors are copied to the host when planned,
+// and restored onto the device of the model they are loaded into, so a
+// state taken on a GPU resumes on a CPU and the other way round.
 #ifndef ELASTRUN_TRAINER_STATE_IMAGE_H_
 #define ELASTRUN_TRAINER_STATE_IMAGE_H_
 
@@ -29,6 +33,13 @@
 
 namespace elastrun::trainer {
 
+// The generators dropout draws from: the CPU's, and the training GPU's
+// (undefined when training on a CPU).
+struct Generators {
+  at::Tensor cpu;
+  at::Tensor cuda;
+};
+
 // What an image holds besides model and optimizer.
 struct StateExtras {
   TrainPosition position;
@@ -37,7 +48,7 @@ struct StateExtras {
   // False for a checkpoint of an older build (no rows): metrics.csv is then
   // appended to as it stands.
   bool rows_carried = true;
-  at::Tensor rng;            // The CPU generator's state (dropout).
+  Generators rng;            // The generators' states (dropout).
 };
 
 // The layout of one image. Plan it, then WriteTo a buffer of size() bytes;
@@ -60,7 +71,9 @@ class StateImage {
   };
   std::string head_;  // Header line, index and padding.
   std::vector<Part> parts_;
-  std::vector<at::Tensor> keep_;  // Dense copies of non-dense tensors.
+  // What the parts point into: the tensors, dense host copies where they
+  // were not.
+  std::vector<at::Tensor> keep_;
   size_t size_ = 0;
 };
 
@@ -75,9 +88,11 @@ bool IsStateImage(absl::string_view bytes);
 absl::Status RestoreImage(absl::string_view bytes, torch::nn::Module& model,
                           torch::optim::Optimizer& optimizer, StateExtras* extras);
 
-// The default CPU generator's state (dropout draws), and setting it.
-at::Tensor CpuGeneratorState();
-void SetCpuGeneratorState(const at::Tensor& state);
+// The states of the default generators of the CPU and, for a CUDA
+// `device`, of that GPU; and setting them (a state that is not there, or
+// a GPU's on a CPU run, is left alone).
+Generators GeneratorStates(const torch::Device& device);
+void SetGeneratorStates(const Generators& states, const torch::Device& device);
 
 // The image's position and blobs only (no model needed).
 absl::Status ReadImageExtras(absl::string_view bytes, StateExtras* extras);

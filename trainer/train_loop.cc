@@ -52,7 +52,7 @@ absl::StatusOr<Components> Instantiate(const config::Node& cfg) {
 std::string ParamsSha256(torch::nn::Module& model) {
   Sha256 h;
   for (const at::Tensor& p : model.parameters()) {
-    at::Tensor c = p.detach().contiguous();
+    at::Tensor c = p.detach().to(torch::kCPU).contiguous();
     h.Update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
   }
   return h.HexDigest();
@@ -64,25 +64,31 @@ struct EvalResult {
 };
 
 // Each rank scores its unpadded shard; correct, loss and count are summed.
+// The sums stay on the device until the end (no wait per batch), in double
+// as the host would add them.
 absl::StatusOr<EvalResult> Evaluate(Model& model, const Dataset& test, int world,
-                                    int rank, worker::ProcessGroup* group) {
+                                    int rank, worker::ProcessGroup* group,
+                                    const Placement& placement) {
   torch::NoGradGuard no_grad;
   model->eval();
   const std::vector<int64_t> shard = EvalShard(test.size(), world, rank);
   constexpr size_t kBatch = 1000;
-  std::vector<double> sums = {0, 0, 0};  // correct, loss sum, count
+  const auto dev_double = at::TensorOptions().dtype(at::kDouble).device(placement.device);
+  at::Tensor correct = at::zeros({}, dev_double);
+  at::Tensor loss_sum = at::zeros({}, dev_double);
   for (size_t b = 0; b < shard.size(); b += kBatch) {
     const size_t e = std::min(shard.size(), b + kBatch);
-    Batch batch = MakeBatch(test, shard, b, e);
+    Batch batch = MakeBatchOn(test, shard, b, e, placement.device);
+    AutocastScope autocast(placement);
     at::Tensor logits = model->forward(batch.x);
-    sums[0] += logits.argmax(1).eq(batch.y).sum().item<double>();
-    sums[1] +=
-        torch::nn::functional::cross_entropy(
-            logits, batch.y,
-            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-            .item<double>();
-    sums[2] += static_cast<double>(e - b);
+    correct += logits.argmax(1).eq(batch.y).sum();
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, batch.y,
+                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .to(at::kDouble);
   }
+  std::vector<double> sums = {correct.item<double>(), loss_sum.item<double>(),
+                              static_cast<double>(shard.size())};
   RETURN_IF_ERROR(SumOverRanks(group, sums));
   model->train();
   return EvalResult{sums[1] / sums[2], sums[0] / sums[2]};
@@ -113,6 +119,8 @@ absl::StatusOr<std::unique_ptr<TrainLoop>> TrainLoop::Create(
   loop->identity_.config_digest = ConfigDigest(cfg.resolved);
   loop->checkpoint_dir_ = CheckpointDir(cfg.train.output_dir);
   loop->config_yaml_ = config::ToYaml(cfg.resolved);
+  ASSIGN_OR_RETURN(loop->placement_,
+                   ResolvePlacement(cfg.train, run.env ? run.env->local_rank : 0));
   RETURN_IF_ERROR(loop->Build());
   RETURN_IF_ERROR(loop->OpenSnapshots());
   RETURN_IF_ERROR(loop->RestorePosition());
@@ -134,6 +142,8 @@ absl::Status TrainLoop::Build() {
   torch::manual_seed(seed);
   ASSIGN_OR_RETURN(Components c, Instantiate(cfg_.resolved));
   model_ = c.model;
+  // Drawn on the host, so every device starts from the same weights.
+  if (!placement_.device.is_cpu()) model_->to(placement_.device);
   ASSIGN_OR_RETURN(train_set_, LoadDataset(data, /*train=*/true, seed));
   ASSIGN_OR_RETURN(test_set_, LoadDataset(data, /*train=*/false, seed));
   SamplerOptions sampler_options;
@@ -166,7 +176,7 @@ absl::Status TrainLoop::RestorePosition() {
                                        optimizer_->torch_optimizer(), area_.get()));
     if (r.resumed) ApplyResumed(r.extras, r.own_snapshots);
   }
-  if (!rng_at_step_.defined()) rng_at_step_ = CpuGeneratorState();
+  if (!rng_at_step_.cpu.defined()) rng_at_step_ = GeneratorStates(placement_.device);
   if (resumed_ && pos_.world_size != world_) {
     // Iterations per epoch depend on the world size, so the schedule's step
     // counter restarts here, and gradients accumulated for the old group
@@ -177,14 +187,10 @@ absl::Status TrainLoop::RestorePosition() {
     optimizer_->ZeroGrad();
   }
   pos_.world_size = world_;
-  if (cfg_.train.amp) {
+  if (placement_.loss_scaling) {
     scaler_.emplace();
     if (resumed_ && pos_.amp_scale > 0) {
       scaler_->Restore(pos_.amp_scale, pos_.amp_growth_tracker);
-    }
-    if (leader_) {
-      std::fprintf(run_.out,
-                   "amp: CPU build, so no autocast; the loss scaler runs in fp32\n");
     }
   }
   return absl::OkStatus();
@@ -196,9 +202,10 @@ void TrainLoop::ApplyResumed(const StateExtras& extras, bool own_snapshots) {
   metrics_rows_ = extras.metrics_rows;
   rows_carried_ = extras.rows_carried;
   own_sums_ = own_snapshots;
-  if (extras.rng.defined()) {
-    SetCpuGeneratorState(extras.rng);
-    rng_at_step_ = extras.rng;
+  if (extras.rng.cpu.defined()) {
+    SetGeneratorStates(extras.rng, placement_.device);
+    // A state taken on another device holds no generator of this one.
+    rng_at_step_ = GeneratorStates(placement_.device);
   }
 }
 
@@ -224,9 +231,9 @@ absl::Status TrainLoop::PrepareRunFolder() {
   metrics_.emplace(std::move(w));
   std::fprintf(
       run_.out,
-      "elastrun-train: %d rank(s), %lld train / %lld test samples, batch %lld x %d, "
+      "elastrun-train: %d rank(s) on %s, %lld train / %lld test samples, batch %lld x %d, "
       "%lld iterations/epoch, warm-up %lld iterations, accumulate %lld\n",
-      world_, static_cast<long long>(train_set_.size()),
+      world_, placement_.Describe().c_str(), static_cast<long long>(train_set_.size()),
       static_cast<long long>(test_set_.size()),
       static_cast<long long>(cfg_.data.batch_size), world_,
       static_cast<long long>(batches_per_epoch_),
@@ -254,6 +261,13 @@ absl::StatusOr<TrainResult> TrainLoop::Run() {
     RETURN_IF_ERROR(RunEpoch(epoch));
   }
   return Finish();
+}
+
+at::Tensor TrainLoop::Loss(const Batch& batch) {
+  // Backward runs outside autocast, as PyTorch's AMP recipe has it: its
+  // ops take the forward's types.
+  AutocastScope autocast(placement_);
+  return torch::nn::functional::cross_entropy(model_->forward(batch.x), batch.y);
 }
 
 absl::Status TrainLoop::RunEpoch(int64_t epoch) {
@@ -307,11 +321,10 @@ absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t i) {
   const size_t b = static_cast<size_t>((i - epoch_.first) * batch_size);
   const size_t e = std::min(epoch_.indices.size(), b + static_cast<size_t>(batch_size));
   if (sample_log_ >= 0) RETURN_IF_ERROR(LogSamples(epoch, i, b, e));
-  Batch batch = MakeBatch(train_set_, epoch_.indices, b, e);
+  Batch batch = MakeBatchOn(train_set_, epoch_.indices, b, e, placement_.device);
   // Without a step the reducer only accumulates (DDP's no_sync()).
   if (ddp_) ddp_->BeforeForward(step);
-  at::Tensor loss =
-      torch::nn::functional::cross_entropy(model_->forward(batch.x), batch.y);
+  at::Tensor loss = Loss(batch);
   if (ddp_) ddp_->BeforeBackward(loss, step);
   if (scaler_) {
     (loss * scaler_->scale()).backward();
@@ -351,7 +364,7 @@ absl::Status TrainLoop::EndEpoch(int64_t epoch) {
   const double train_s = SecondsSince(epoch_.start);
   std::vector<double> train_sums = {epoch_.loss_sum, epoch_.seen};
   RETURN_IF_ERROR(SumOverRanks(group_, train_sums));
-  ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_));
+  ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_, placement_));
   result_.epoch = epoch + 1;
   result_.train_loss = train_sums[0] / train_sums[1];
   result_.test_acc = eval.acc;
@@ -407,7 +420,7 @@ absl::Status TrainLoop::ReportEpoch(const EpochMetrics& m) {
 absl::StatusOr<TrainResult> TrainLoop::Finish() {
   if (result_.epoch == 0) {
     // Resumed from the last checkpoint of a finished run: nothing to train.
-    ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_));
+    ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_, placement_));
     result_.epoch = pos_.epoch;
     result_.test_acc = eval.acc;
     result_.test_loss = eval.loss;

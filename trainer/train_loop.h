@@ -32,6 +32,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/data.h"
 #include "trainer/ddp.h"
+#include "trainer/device.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/metrics.h"
 #include "trainer/run_identity.h"
@@ -100,6 +101,8 @@ class TrainLoop {
   // Batch `i` of `epoch`: forward, backward, and an optimizer step when
   // the accumulation is complete.
   absl::Status TrainBatch(int64_t epoch, int64_t i);
+  // The batch's mean loss, its forward under autocast when amp is on.
+  at::Tensor Loss(const Batch& batch);
   // The optimizer step at global iteration `ni`: averages the accumulated
   // gradients, unscales them, and steps (or skips an inf/nan step).
   void OptimizerStep(int64_t ni);
@@ -137,6 +140,7 @@ class TrainLoop {
   const int rank_;
   const bool leader_;  // Rank 0: prints, writes the run folder and checkpoints.
   const Clock::time_point start_;
+  Placement placement_;  // Where and in what precision this rank trains.
 
   // In the order they are built, so they go in reverse: the DDP wrapper
   // before the model it holds, the sample log first (the destructor).
@@ -149,7 +153,7 @@ class TrainLoop {
   std::unique_ptr<Optimizer> optimizer_;
   TrainPosition pos_;
   bool resumed_ = false;
-  std::optional<LossScaler> scaler_;              // train.amp.
+  std::optional<LossScaler> scaler_;              // train.amp with float16.
   std::unique_ptr<DistributedDataParallel> ddp_;  // With a group only.
   std::optional<MetricsWriter> metrics_;          // Rank 0 only.
   Progress progress_;
@@ -169,7 +173,7 @@ class TrainLoop {
   int64_t snapshot_every_ = 1;  // Steps between snapshots (auto mode).
   bool checkpoint_pending_ = false;  // Due at the next optimizer step.
   bool own_sums_ = false;       // Resumed from every rank's own snapshot.
-  at::Tensor rng_at_step_;      // Generator state at the last optimizer step.
+  Generators rng_at_step_;      // Generator states at the last optimizer step.
   struct CaptureStats {
     int64_t taken = 0, skipped = 0;
     double seconds = 0, max_seconds = 0;

@@ -56,7 +56,7 @@ absl::Status TrainLoop::AfterStep(int64_t i) {
   if (steps_++ == 0) first_step_ = Clock::now();
   // Where a replay of an epoch's tail would start (the generator state
   // before that tail's forwards).
-  rng_at_step_ = CpuGeneratorState();
+  rng_at_step_ = GeneratorStates(placement_.device);
   pos_.iteration = i + 1;
   if (cfg_.train.snapshot_iters == 0 && steps_ == kCalibrationSteps) {
     RETURN_IF_ERROR(CalibrateSnapshots());
@@ -121,7 +121,7 @@ absl::Status TrainLoop::CaptureState(Capture kind, bool persist, bool best) {
   extras.position = pos_;
   extras.config_yaml = config_yaml_;
   extras.metrics_rows = metrics_rows_;
-  extras.rng = pos_.tail_begin >= 0 ? rng_at_step_ : CpuGeneratorState();
+  extras.rng = pos_.tail_begin >= 0 ? rng_at_step_ : GeneratorStates(placement_.device);
   const StateImage image = StateImage::Plan(*model_, optimizer_->torch_optimizer(), extras);
   absl::StatusOr<char*> dst = area_->BeginWrite(image.size());
   if (absl::IsUnavailable(dst.status()) && persist && persister_) {
@@ -179,10 +179,9 @@ absl::Status TrainLoop::ReplayTail() {
   for (int64_t i = pos_.tail_begin; i < batches_per_epoch_; ++i) {
     const size_t b = static_cast<size_t>((i - pos_.tail_begin) * batch_size);
     const size_t e = std::min(indices.size(), b + static_cast<size_t>(batch_size));
-    Batch batch = MakeBatch(train_set_, indices, b, e);
+    Batch batch = MakeBatchOn(train_set_, indices, b, e, placement_.device);
     if (ddp_) ddp_->BeforeForward(false);
-    at::Tensor loss =
-        torch::nn::functional::cross_entropy(model_->forward(batch.x), batch.y);
+    at::Tensor loss = Loss(batch);
     if (ddp_) ddp_->BeforeBackward(loss, false);
     (scaler_ ? loss * scaler_->scale() : loss).backward();
     ++pos_.micro_batches;
