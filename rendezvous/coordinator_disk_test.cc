@@ -21,17 +21,14 @@
 
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "rendezvous/coordinator_test_util.h"
 #include "rendezvous/coordinator.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun::rendezvous {
 namespace {
 
-class NullStream : public NodeStream {
- public:
-  void Send(v1::Command) override {}
-  void Close(absl::Status) override {}
-};
+using coordinator_testing::RegisterRequest;
 
 // A private mount namespace, so a tmpfs mounted in this child is seen by
 // nobody else and goes with it.
@@ -91,39 +88,19 @@ int JobEndsOnFullDisk(const std::string& dir, bool retry_from_timer) {
   o.state_path = dir + "/state.db";
   auto c = Coordinator::Create(o);
   CHILD_CHECK(c.ok(), 30);
-  v1::RegisterNodeRequest reg;
-  reg.set_node_id("n1");
-  reg.set_incarnation("inc-1");
-  reg.set_addr("127.0.0.1");
-  reg.set_slots(1);
-  CHILD_CHECK((*c)->RegisterNode(reg).ok(), 31);
-  v1::WatchRequest w;
-  w.set_node_id("n1");
-  w.set_incarnation("inc-1");
-  CHILD_CHECK((*c)->AttachWatch(w, std::make_shared<NullStream>()).ok(), 32);
-  v1::SubmitRequest sub;
-  sub.mutable_spec()->set_name("disk");
-  sub.mutable_spec()->set_min_nodes(1);
-  sub.mutable_spec()->set_max_nodes(1);
-  sub.mutable_spec()->set_nproc_per_node(1);
-  sub.mutable_spec()->add_argv("worker");
-  auto job = (*c)->Submit(sub);
+  CHILD_CHECK((*c)->RegisterNode(RegisterRequest("n1")).ok(), 31);
+  CHILD_CHECK(coordinator_testing::Watch(
+                  **c, "n1", std::make_shared<coordinator_testing::RecordingStream>())
+                  .ok(),
+              32);
+  auto job = (*c)->Submit(coordinator_testing::TrainJob(1, 1));
   CHILD_CHECK(job.ok(), 33);
-  v1::JoinRoundRequest join;
-  join.set_job_id(job->job_id());
-  join.set_round(0);
-  join.set_node_id("n1");
-  join.set_master_port(29500);
-  join.set_local_world_size(1);
-  CHILD_CHECK((*c)->JoinRound(join).ok(), 34);
+  CHILD_CHECK((*c)->JoinRound(coordinator_testing::JoinRequest("n1", job->job_id(), 0)).ok(), 34);
 
   const std::string filler = dir + "/filler";
   CHILD_CHECK(Fill(filler), 35);
-  v1::ReportExitRequest done;
-  done.set_job_id(job->job_id());
-  done.set_round(0);
-  done.set_node_id("n1");
-  done.set_succeeded(true);
+  const v1::ReportExitRequest done =
+      coordinator_testing::ExitRequest("n1", job->job_id(), 0, /*succeeded=*/true);
   absl::Status st = (*c)->ReportExit(done);
   std::fprintf(stderr, "ReportExit on a full disk: %s\n", st.ToString().c_str());
   // Not done: the daemon keeps the report and sends it again.

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rendezvous/coordinator_test_util.h"
 #include "rendezvous/codec.h"
 #include "rendezvous/coordinator.h"
 
@@ -22,47 +23,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Records what the coordinator sends to one node and how its stream ended.
-class RecordingStream : public NodeStream {
- public:
-  void Send(v1::Command command) override {
-    absl::MutexLock lock(&mu_);
-    commands_.push_back(std::move(command));
-  }
-  void Close(absl::Status status) override {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-    close_status_ = std::move(status);
-  }
-  bool AskedToJoin(const std::string& job) {
-    absl::MutexLock lock(&mu_);
-    for (const v1::Command& c : commands_) {
-      if (c.has_join_round() && c.join_round().job_id() == job) return true;
-    }
-    return false;
-  }
-  bool Stopped(const std::string& job) {
-    absl::MutexLock lock(&mu_);
-    for (const v1::Command& c : commands_) {
-      if ((c.has_stop() && c.stop().job_id() == job) ||
-          (c.has_end_job() && c.end_job().job_id() == job)) {
-        return true;
-      }
-    }
-    return false;
-  }
-  std::optional<absl::Status> closed() {
-    absl::MutexLock lock(&mu_);
-    if (!closed_) return std::nullopt;
-    return close_status_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<v1::Command> commands_ ABSL_GUARDED_BY(mu_);
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
-};
+using coordinator_testing::JoinRequest;
+using coordinator_testing::RecordingStream;
+using coordinator_testing::RegisterRequest;
+using coordinator_testing::TrainJob;
 
 constexpr absl::Duration kLease = absl::Seconds(3);
 constexpr absl::Duration kExpiry = absl::Minutes(10);
@@ -80,20 +44,12 @@ class CoordinatorNodesTest : public ::testing::Test {
   }
   absl::Status Register(const std::string& id, int slots = 1,
                         const std::string& incarnation = "inc-1") {
-    v1::RegisterNodeRequest r;
-    r.set_node_id(id);
-    r.set_incarnation(incarnation);
-    r.set_addr(id + ".test");
-    r.set_slots(slots);
-    return c_->RegisterNode(r).status();
+    return c_->RegisterNode(RegisterRequest(id, slots, incarnation)).status();
   }
   void AddNode(const std::string& id, int slots = 1) {
     ASSERT_TRUE(Register(id, slots).ok());
-    v1::WatchRequest w;
-    w.set_node_id(id);
-    w.set_incarnation("inc-1");
     auto s = std::make_shared<RecordingStream>();
-    ASSERT_TRUE(c_->AttachWatch(w, s).ok());
+    ASSERT_TRUE(coordinator_testing::Watch(*c_, id, s).ok());
     streams_[id] = s;
   }
   absl::Status Heartbeat(const std::string& id) {
@@ -103,34 +59,15 @@ class CoordinatorNodesTest : public ::testing::Test {
     return c_->Heartbeat(r).status();
   }
   std::string Submit(int nnodes, bool wait_for_nodes = false) {
-    v1::SubmitRequest r;
-    r.mutable_spec()->set_name("train");
-    r.mutable_spec()->set_min_nodes(nnodes);
-    r.mutable_spec()->set_max_nodes(nnodes);
-    r.mutable_spec()->set_nproc_per_node(1);
-    r.mutable_spec()->add_argv("worker");
+    v1::SubmitRequest r = TrainJob(nnodes, nnodes);
     r.mutable_spec()->set_wait_for_nodes(wait_for_nodes);
-    absl::StatusOr<v1::SubmitResponse> resp = c_->Submit(r);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->job_id() : "";
+    return coordinator_testing::SubmitOk(*c_, r);
   }
   void Join(const std::string& id, const std::string& job, int64_t round) {
-    v1::JoinRoundRequest r;
-    r.set_job_id(job);
-    r.set_round(round);
-    r.set_node_id(id);
-    r.set_master_port(30000);
-    r.set_local_world_size(1);
-    absl::StatusOr<v1::JoinRoundResponse> resp = c_->JoinRound(r);
+    absl::StatusOr<v1::JoinRoundResponse> resp = c_->JoinRound(JoinRequest(id, job, round));
     ASSERT_TRUE(resp.ok()) << id << ": " << resp.status();
   }
-  v1::JobStatus Get(const std::string& job) {
-    v1::GetJobRequest r;
-    r.set_job_id(job);
-    absl::StatusOr<v1::JobStatus> s = c_->GetJob(r);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? *s : v1::JobStatus();
-  }
+  v1::JobStatus Get(const std::string& job) { return coordinator_testing::GetJob(*c_, job); }
   absl::StatusOr<v1::NodeInfo> Drain(const std::string& id, bool undo = false) {
     v1::NodeRequest r;
     r.set_node_id(id);
@@ -161,11 +98,7 @@ class CoordinatorNodesTest : public ::testing::Test {
     }
   }
   std::optional<v1::NodeInfo> Node(const std::string& id) {
-    const v1::ListNodesResponse all = c_->ListNodes().value();
-    for (const v1::NodeInfo& n : all.nodes()) {
-      if (n.node_id() == id) return n;
-    }
-    return std::nullopt;
+    return coordinator_testing::FindNode(*c_, id);
   }
 
   FakeClock clock_;
@@ -349,12 +282,7 @@ TEST(CoordinatorNodesLimitTest, ANewNodeBeyondMaxNodesTakesTheLongestLostsPlace)
   o.max_nodes = 3;
   std::unique_ptr<Coordinator> c = Coordinator::Create(o).value();
   auto reg = [&](const std::string& id) {
-    v1::RegisterNodeRequest r;
-    r.set_node_id(id);
-    r.set_incarnation("inc");
-    r.set_addr(id + ".test");
-    r.set_slots(1);
-    return c->RegisterNode(r).status();
+    return c->RegisterNode(RegisterRequest(id, 1, "inc")).status();
   };
   auto ids = [&] {
     std::set<std::string> out;
@@ -400,20 +328,9 @@ TEST(CoordinatorNodesRestartTest, ADrainAndWhenANodeWasLostSurviveAServiceRestar
   o.lease.lease_timeout = kLease;
   o.lease.node_expiry = kExpiry;
   auto reg = [&](Coordinator& c, const std::string& id, const std::string& inc) {
-    v1::RegisterNodeRequest r;
-    r.set_node_id(id);
-    r.set_incarnation(inc);
-    r.set_addr(id + ".test");
-    r.set_slots(1);
-    return c.RegisterNode(r).status();
+    return c.RegisterNode(RegisterRequest(id, 1, inc)).status();
   };
-  auto node = [](Coordinator& c, const std::string& id) -> std::optional<v1::NodeInfo> {
-    const v1::ListNodesResponse all = c.ListNodes().value();
-    for (const v1::NodeInfo& n : all.nodes()) {
-      if (n.node_id() == id) return n;
-    }
-    return std::nullopt;
-  };
+  auto node = coordinator_testing::FindNode;
   {
     std::unique_ptr<Coordinator> c = Coordinator::Create(o).value();
     ASSERT_TRUE(reg(*c, "a", "inc-1").ok());

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rendezvous/coordinator_test_util.h"
 #include "rendezvous/coordinator.h"
 #include "tests/testing/subprocess.h"
 
@@ -21,38 +22,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class RecordingStream : public NodeStream {
- public:
-  void Send(v1::Command command) override {
-    absl::MutexLock lock(&mu_);
-    commands_.push_back(std::move(command));
-  }
-  void Close(absl::Status) override {}
-  std::vector<v1::Command> commands() {
-    absl::MutexLock lock(&mu_);
-    return commands_;
-  }
-  // The EndJob command for `job`, if one came.
-  std::optional<v1::EndJob> EndJobOf(const std::string& job) {
-    for (const v1::Command& c : commands()) {
-      if (c.has_end_job() && c.end_job().job_id() == job) return c.end_job();
-    }
-    return std::nullopt;
-  }
-  bool AskedToJoin(const std::string& job, int64_t round) {
-    for (const v1::Command& c : commands()) {
-      if (c.has_join_round() && c.join_round().job_id() == job &&
-          c.join_round().round() == round) {
-        return true;
-      }
-    }
-    return false;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<v1::Command> commands_ ABSL_GUARDED_BY(mu_);
-};
+using coordinator_testing::JoinRequest;
+using coordinator_testing::RecordingStream;
+using coordinator_testing::RegisterRequest;
+using coordinator_testing::TrainJob;
 
 class CoordinatorReconcileTest : public ::testing::Test {
  protected:
@@ -75,53 +48,20 @@ class CoordinatorReconcileTest : public ::testing::Test {
   // opens its Watch stream.
   void Connect(const std::string& id,
                const std::vector<v1::RunningAttempt>& running = {}) {
-    v1::RegisterNodeRequest r;
-    r.set_node_id(id);
-    r.set_incarnation("inc-1");
-    r.set_addr("127.0.0.1");
-    r.set_slots(1);
+    v1::RegisterNodeRequest r = RegisterRequest(id);
     for (const v1::RunningAttempt& a : running) *r.add_running() = a;
-    ASSERT_TRUE(c_->RegisterNode(r).ok());
-    v1::WatchRequest w;
-    w.set_node_id(id);
-    w.set_incarnation("inc-1");
-    auto s = std::make_shared<RecordingStream>();
-    ASSERT_TRUE(c_->AttachWatch(w, s).ok());
-    streams_[id] = s;
+    streams_[id] = coordinator_testing::Connect(*c_, r);
   }
   std::string Submit(int min, int max) {
-    v1::SubmitRequest r;
-    r.mutable_spec()->set_name("train");
-    r.mutable_spec()->set_min_nodes(min);
-    r.mutable_spec()->set_max_nodes(max);
-    r.mutable_spec()->set_nproc_per_node(1);
-    r.mutable_spec()->add_argv("worker");
-    absl::StatusOr<v1::SubmitResponse> resp = c_->Submit(r);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->job_id() : "";
+    return coordinator_testing::SubmitOk(*c_, TrainJob(min, max));
   }
   absl::Status Join(const std::string& job, const std::string& node, int64_t round) {
-    v1::JoinRoundRequest r;
-    r.set_job_id(job);
-    r.set_round(round);
-    r.set_node_id(node);
-    r.set_master_port(29500);
-    r.set_local_world_size(1);
-    return c_->JoinRound(r).status();
+    return c_->JoinRound(JoinRequest(node, job, round)).status();
   }
-  v1::JobStatus Get(const std::string& job) {
-    v1::GetJobRequest r;
-    r.set_job_id(job);
-    absl::StatusOr<v1::JobStatus> s = c_->GetJob(r);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? *s : v1::JobStatus();
-  }
+  v1::JobStatus Get(const std::string& job) { return coordinator_testing::GetJob(*c_, job); }
   int FreeSlots(const std::string& node) {
-    const v1::ListNodesResponse nodes = *c_->ListNodes();
-    for (const v1::NodeInfo& n : nodes.nodes()) {
-      if (n.node_id() == node) return n.free_slots();
-    }
-    return -1;
+    std::optional<v1::NodeInfo> n = coordinator_testing::FindNode(*c_, node);
+    return n ? n->free_slots() : -1;
   }
   static v1::RunningAttempt Attempt(const std::string& job, int64_t round,
                                     bool ended = false) {
@@ -207,12 +147,7 @@ TEST_F(CoordinatorReconcileTest, AnAttemptThatEndedWithItsReportQueuedStillCount
   ASSERT_NO_FATAL_FAILURE(Start());
   Connect("n1", {Attempt(job, 0, /*ended=*/true)});
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
-  v1::ReportExitRequest done;
-  done.set_job_id(job);
-  done.set_round(0);
-  done.set_node_id("n1");
-  done.set_succeeded(true);
-  ASSERT_TRUE(c_->ReportExit(done).ok());
+  ASSERT_TRUE(c_->ReportExit(coordinator_testing::ExitRequest("n1", job, 0, true)).ok());
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_SUCCEEDED);
 }
 

@@ -4,64 +4,22 @@
 // daemon per node id (a second one is refused while the first lives).
 #include "rendezvous/coordinator.h"
 
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rendezvous/coordinator_test_util.h"
 
 namespace elastrun::rendezvous {
 namespace {
 
-class FakeStream : public NodeStream {
- public:
-  void Send(v1::Command command) override {
-    absl::MutexLock lock(&mu_);
-    commands_.push_back(std::move(command));
-  }
-  void Close(absl::Status) override {}
-  // The round of the latest StartAttempt received, or -1.
-  int64_t StartedRound() {
-    absl::MutexLock lock(&mu_);
-    int64_t round = -1;
-    for (const v1::Command& c : commands_) {
-      if (c.has_start()) round = c.start().assignment().round();
-    }
-    return round;
-  }
-  // The round of the latest StartAttempt of `job`, or -1.
-  int64_t StartedRound(const std::string& job) {
-    absl::MutexLock lock(&mu_);
-    int64_t round = -1;
-    for (const v1::Command& c : commands_) {
-      if (c.has_start() && c.start().job_id() == job)
-        round = c.start().assignment().round();
-    }
-    return round;
-  }
-  // Whether the node was asked to join a round of `job`.
-  bool AskedToJoin(const std::string& job) {
-    absl::MutexLock lock(&mu_);
-    for (const v1::Command& c : commands_) {
-      if (c.has_join_round() && c.join_round().job_id() == job) return true;
-    }
-    return false;
-  }
-  int StartedWorldSize() {
-    absl::MutexLock lock(&mu_);
-    int size = 0;
-    for (const v1::Command& c : commands_) {
-      if (c.has_start()) size = c.start().assignment().world_size();
-    }
-    return size;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<v1::Command> commands_ ABSL_GUARDED_BY(mu_);
-};
+using coordinator_testing::ExitRequest;
+using coordinator_testing::JoinRequest;
+using coordinator_testing::RecordingStream;
+using coordinator_testing::RegisterRequest;
+using coordinator_testing::TrainJob;
 
 class CoordinatorTest : public ::testing::Test {
  protected:
@@ -75,11 +33,8 @@ class CoordinatorTest : public ::testing::Test {
   // RegisterNode of daemon `incarnation` of node `id`.
   absl::Status Register(const std::string& id, const std::string& incarnation,
                         int slots = 1) {
-    v1::RegisterNodeRequest r;
-    r.set_node_id(id);
-    r.set_incarnation(incarnation);
+    v1::RegisterNodeRequest r = RegisterRequest(id, slots, incarnation);
     r.set_addr(id + "." + incarnation + ".test");
-    r.set_slots(slots);
     return c_->RegisterNode(r).status();
   }
   absl::Status Heartbeat(const std::string& id, const std::string& incarnation) {
@@ -90,34 +45,18 @@ class CoordinatorTest : public ::testing::Test {
   }
   void AddNode(const std::string& id, int slots = 1) {
     ASSERT_TRUE(Register(id, "inc-1", slots).ok());
-    v1::WatchRequest w;
-    w.set_node_id(id);
-    w.set_incarnation("inc-1");
-    auto s = std::make_shared<FakeStream>();
-    ASSERT_TRUE(c_->AttachWatch(w, s).ok());
+    auto s = std::make_shared<RecordingStream>();
+    ASSERT_TRUE(coordinator_testing::Watch(*c_, id, s).ok());
     streams_[id] = s;
   }
   std::string Submit(int min, int max) {
-    v1::SubmitRequest r;
-    r.mutable_spec()->set_name("train");
-    r.mutable_spec()->set_min_nodes(min);
-    r.mutable_spec()->set_max_nodes(max);
-    r.mutable_spec()->set_nproc_per_node(1);
-    r.mutable_spec()->set_max_restarts(1);
-    r.mutable_spec()->add_argv("worker");
-    absl::StatusOr<v1::SubmitResponse> resp = c_->Submit(r);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->job_id() : "";
+    return coordinator_testing::SubmitOk(*c_, TrainJob(min, max, 1, /*max_restarts=*/1));
   }
   // A 1-node job of `nproc` workers; the service's answer.
   absl::StatusOr<v1::SubmitResponse> TrySubmit(const std::string& name, int nproc,
                                                bool wait_for_nodes, int min_nodes = 1) {
-    v1::SubmitRequest r;
+    v1::SubmitRequest r = TrainJob(min_nodes, min_nodes, nproc);
     r.mutable_spec()->set_name(name);
-    r.mutable_spec()->set_min_nodes(min_nodes);
-    r.mutable_spec()->set_max_nodes(min_nodes);
-    r.mutable_spec()->set_nproc_per_node(nproc);
-    r.mutable_spec()->add_argv("worker");
     r.mutable_spec()->set_wait_for_nodes(wait_for_nodes);
     return c_->Submit(r);
   }
@@ -128,47 +67,26 @@ class CoordinatorTest : public ::testing::Test {
   }
   void Join(const std::string& id, const std::string& job, int64_t round,
             int local_world_size = 1) {
-    v1::JoinRoundRequest r;
-    r.set_job_id(job);
-    r.set_round(round);
-    r.set_node_id(id);
-    r.set_master_port(30000);
-    r.set_local_world_size(local_world_size);
-    absl::StatusOr<v1::JoinRoundResponse> resp = c_->JoinRound(r);
+    absl::StatusOr<v1::JoinRoundResponse> resp =
+        c_->JoinRound(JoinRequest(id, job, round, local_world_size));
     EXPECT_TRUE(resp.ok()) << id << ": " << resp.status();
   }
   void Lose(const std::string& id) { c_->DetachWatch(id, streams_.at(id).get()); }
   void Fail(const std::string& id, const std::string& job, int64_t round) {
-    v1::ReportExitRequest r;
-    r.set_job_id(job);
-    r.set_round(round);
-    r.set_node_id(id);
-    r.mutable_failure()->set_exit_code(3);
-    ASSERT_TRUE(c_->ReportExit(r).ok());
+    ASSERT_TRUE(c_->ReportExit(ExitRequest(id, job, round, false)).ok());
   }
   void Succeed(const std::string& id, const std::string& job, int64_t round) {
-    v1::ReportExitRequest r;
-    r.set_job_id(job);
-    r.set_round(round);
-    r.set_node_id(id);
-    r.set_succeeded(true);
-    ASSERT_TRUE(c_->ReportExit(r).ok());
+    ASSERT_TRUE(c_->ReportExit(ExitRequest(id, job, round, true)).ok());
   }
   bool Asked(const std::string& id, const std::string& job) {
     return streams_.at(id)->AskedToJoin(job);
   }
   int64_t Started(const std::string& id) { return streams_.at(id)->StartedRound(); }
-  v1::JobStatus Get(const std::string& job) {
-    v1::GetJobRequest r;
-    r.set_job_id(job);
-    absl::StatusOr<v1::JobStatus> s = c_->GetJob(r);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? *s : v1::JobStatus();
-  }
+  v1::JobStatus Get(const std::string& job) { return coordinator_testing::GetJob(*c_, job); }
 
   FakeClock clock_;
   std::unique_ptr<Coordinator> c_;
-  std::map<std::string, std::shared_ptr<FakeStream>> streams_;
+  std::map<std::string, std::shared_ptr<RecordingStream>> streams_;
 };
 
 TEST_F(CoordinatorTest, ReformedRoundClosesAtOnceWhenEveryPlacedNodeJoined) {
@@ -234,12 +152,9 @@ TEST_F(CoordinatorTest, LosingTheOnlyMissingNodeClosesTheRoundAtOnce) {
 
 // The node `id` as ListNodes shows it.
 v1::NodeInfo NodeInfoOf(Coordinator& c, const std::string& id) {
-  const v1::ListNodesResponse all = c.ListNodes().value();
-  for (const v1::NodeInfo& n : all.nodes()) {
-    if (n.node_id() == id) return n;
-  }
-  ADD_FAILURE() << "no node " << id;
-  return v1::NodeInfo();
+  std::optional<v1::NodeInfo> node = coordinator_testing::FindNode(c, id);
+  EXPECT_TRUE(node.has_value()) << "no node " << id;
+  return node.value_or(v1::NodeInfo());
 }
 
 TEST_F(CoordinatorTest, JobsShareANodeByFreeSlots) {
@@ -279,13 +194,7 @@ TEST_F(CoordinatorTest, JobsShareANodeByFreeSlots) {
 TEST_F(CoordinatorTest, ABigJobWaitsForFreeSlotsAndQueuedJobsKeepTheirOrder) {
   AddNode("a", /*slots=*/4);
   const std::string small = Submit(1, 1);  // 1 slot
-  v1::SubmitRequest r;
-  r.mutable_spec()->set_name("big");
-  r.mutable_spec()->set_min_nodes(1);
-  r.mutable_spec()->set_max_nodes(1);
-  r.mutable_spec()->set_nproc_per_node(4);
-  r.mutable_spec()->add_argv("worker");
-  absl::StatusOr<v1::SubmitResponse> big = c_->Submit(r);
+  absl::StatusOr<v1::SubmitResponse> big = TrySubmit("big", 4, /*wait_for_nodes=*/false);
   ASSERT_TRUE(big.ok()) << big.status();
   const std::string after = Submit(1, 1);
   EXPECT_FALSE(streams_.at("a")->AskedToJoin(big->job_id()));  // 3 of 4 slots free
@@ -294,12 +203,7 @@ TEST_F(CoordinatorTest, ABigJobWaitsForFreeSlotsAndQueuedJobsKeepTheirOrder) {
   EXPECT_FALSE(streams_.at("a")->AskedToJoin(after));
   EXPECT_EQ(NodeInfoOf(*c_, "a").free_slots(), 3);
   Join("a", small, 0);
-  v1::ReportExitRequest done;
-  done.set_job_id(small);
-  done.set_round(0);
-  done.set_node_id("a");
-  done.set_succeeded(true);
-  ASSERT_TRUE(c_->ReportExit(done).ok());
+  Succeed("a", small, 0);
   EXPECT_EQ(Get(small).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_TRUE(streams_.at("a")->AskedToJoin(big->job_id()));
   EXPECT_FALSE(streams_.at("a")->AskedToJoin(after));

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rendezvous/coordinator_test_util.h"
 #include "rendezvous/coordinator.h"
 #include "rendezvous/job_events.h"
 
@@ -24,11 +25,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class NullStream : public NodeStream {
- public:
-  void Send(v1::Command) override {}
-  void Close(absl::Status) override {}
-};
+using coordinator_testing::ExitRequest;
+using coordinator_testing::JoinRequest;
+using coordinator_testing::RegisterRequest;
+using coordinator_testing::TrainJob;
 
 // The value of the sample `key` ("name{labels}") in a text exposition, or
 // NaN when absent.
@@ -55,50 +55,19 @@ class ObserveTest : public ::testing::Test {
     c_ = *std::move(c);
   }
   void AddNode(const std::string& id) {
-    v1::RegisterNodeRequest r;
-    r.set_node_id(id);
-    r.set_incarnation("inc-1");
-    r.set_addr(id + ".test");
-    r.set_slots(1);
-    ASSERT_TRUE(c_->RegisterNode(r).ok());
-    v1::WatchRequest w;
-    w.set_node_id(id);
-    w.set_incarnation("inc-1");
-    streams_[id] = std::make_shared<NullStream>();
-    ASSERT_TRUE(c_->AttachWatch(w, streams_[id]).ok());
+    streams_[id] = coordinator_testing::Connect(*c_, RegisterRequest(id));
   }
   std::string Submit(int min, int max, int max_restarts) {
-    v1::SubmitRequest r;
-    r.mutable_spec()->set_name("train");
-    r.mutable_spec()->set_min_nodes(min);
-    r.mutable_spec()->set_max_nodes(max);
-    r.mutable_spec()->set_nproc_per_node(1);
-    r.mutable_spec()->set_max_restarts(max_restarts);
-    r.mutable_spec()->add_argv("worker");
-    absl::StatusOr<v1::SubmitResponse> resp = c_->Submit(r);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->job_id() : "";
+    return coordinator_testing::SubmitOk(*c_, TrainJob(min, max, 1, max_restarts));
   }
   void Join(const std::string& id, const std::string& job, int64_t round) {
-    v1::JoinRoundRequest r;
-    r.set_job_id(job);
-    r.set_round(round);
-    r.set_node_id(id);
-    r.set_master_port(30000);
-    r.set_local_world_size(1);
-    absl::StatusOr<v1::JoinRoundResponse> resp = c_->JoinRound(r);
+    absl::StatusOr<v1::JoinRoundResponse> resp = c_->JoinRound(JoinRequest(id, job, round));
     EXPECT_TRUE(resp.ok()) << id << ": " << resp.status();
   }
   void Report(const std::string& id, const std::string& job, int64_t round, bool ok) {
-    v1::ReportExitRequest r;
-    r.set_job_id(job);
-    r.set_round(round);
-    r.set_node_id(id);
-    if (ok) {
-      r.set_succeeded(true);
-    } else {
+    v1::ReportExitRequest r = ExitRequest(id, job, round, ok);
+    if (!ok) {
       r.mutable_failure()->set_rank(1);
-      r.mutable_failure()->set_exit_code(3);
       r.mutable_failure()->set_message("CUDA error: boom\nTraceback ...");
     }
     ASSERT_TRUE(c_->ReportExit(r).ok());
@@ -142,7 +111,7 @@ class ObserveTest : public ::testing::Test {
 
   FakeClock clock_;
   std::unique_ptr<Coordinator> c_;
-  std::map<std::string, std::shared_ptr<NullStream>> streams_;
+  std::map<std::string, std::shared_ptr<coordinator_testing::RecordingStream>> streams_;
 };
 
 TEST_F(ObserveTest, TimelineOfAFailureARestartANodeLossAndTheEnd) {
