@@ -90,9 +90,15 @@ TEST_F(FlagsTest, VersionNamesTheProjectVersion) {
   Result r = Parse({"--version"});
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out, VersionLine("tool") + "\n");
-  EXPECT_THAT(r.out, ::testing::MatchesRegex("tool [0-9]+\\.[0-9]+\\.[0-9]+"
-                                             "( \\(commit [0-9a-f]+\\))?\n"));
+  EXPECT_THAT(r.out, ::testing::MatchesRegex("tool [0-9]+\\.[0-9]+\\.[0-9]+ \\((commit [0-9a-f]+; )?"
+                                             "(CUDA off|CUDA [0-9.a-z]+, NCCL on)\\)\n"));
   EXPECT_EQ(std::string(ProjectVersion()), "0.2.0");
+  // What this build can do, as configured (cmake/cuda.cmake).
+#if ELASTRUN_WITH_CUDA
+  EXPECT_THAT(r.out, HasSubstr(", NCCL on)"));
+#else
+  EXPECT_THAT(r.out, HasSubstr("CUDA off)"));
+#endif
 }
 
 }  // namespace

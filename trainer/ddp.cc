@@ -1,10 +1,56 @@
 #include "trainer/ddp.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
 namespace elastrun::trainer {
+namespace {
+
+using BucketIndices = std::vector<std::vector<size_t>>;
+using ParamNames = std::unordered_map<size_t, std::string>;
+using GroupPtr = c10::intrusive_ptr<c10d::ProcessGroup>;
+
+// c10d::Reducer with DDP's defaults (no unused parameters, no sparse
+// gradients, grads copied out of the buckets). Its constructor changed
+// within 2.x: 1.13 and the early 2.x releases take the per-bucket size
+// limits third; 2025's releases drop them (the reducer derives them from the
+// two caps) and end with skip_all_reduce_unused_params (2.8) and
+// use_python_reducer, the newest with a bucket_bytes_cap_list after those.
+// The header in use says which it has (no single release number marks it);
+// R is a template parameter so that only the matching branch compiles.
+template <typename R = c10d::Reducer>
+std::unique_ptr<R> MakeReducer(std::vector<at::Tensor> params, BucketIndices buckets,
+                               std::vector<size_t> limits, GroupPtr group,
+                               const DdpOptions& options) {
+  const size_t n = params.size();
+  const auto cap = static_cast<int64_t>(options.bucket_bytes);
+  const auto first_cap = static_cast<int64_t>(options.first_bucket_bytes);
+  using Params = std::vector<at::Tensor>;
+  using Sparse = std::vector<bool>;
+  if constexpr (std::is_constructible_v<R, Params, BucketIndices, std::vector<size_t>, GroupPtr,
+                                        Sparse, int64_t, bool, bool, ParamNames, int64_t>) {
+    return std::make_unique<R>(std::move(params), std::move(buckets), std::move(limits),
+                               std::move(group), Sparse(n, false), cap,
+                               /*find_unused_parameters=*/false,
+                               /*gradient_as_bucket_view=*/false, ParamNames{}, first_cap);
+  } else if constexpr (std::is_constructible_v<R, Params, BucketIndices, GroupPtr, Sparse,
+                                               int64_t, bool, bool, ParamNames, int64_t, bool,
+                                               bool>) {
+    return std::make_unique<R>(std::move(params), std::move(buckets), std::move(group),
+                               Sparse(n, false), cap, false, false, ParamNames{}, first_cap,
+                               /*skip_all_reduce_unused_params=*/false,
+                               /*use_python_reducer=*/false);
+  } else {
+    // No per-bucket caps (Python DDP without bucket_cap_mb_list): the two above.
+    return std::make_unique<R>(std::move(params), std::move(buckets), std::move(group),
+                               Sparse(n, false), cap, false, false, ParamNames{}, first_cap,
+                               false, false, /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+  }
+}
+
+}  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                                                  c10::intrusive_ptr<c10d::ProcessGroup> group,
@@ -36,13 +82,8 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
     std::reverse(buckets.begin(), buckets.end());
     std::reverse(limits.begin(), limits.end());
     ddp->buckets_ = buckets;
-    ddp->reducer_ = std::make_unique<c10d::Reducer>(
-        params, std::move(buckets), std::move(limits), ddp->group_,
-        std::vector<bool>(params.size(), false),
-        static_cast<int64_t>(options.bucket_bytes),
-        /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
-        std::unordered_map<size_t, std::string>{},
-        static_cast<int64_t>(options.first_bucket_bytes));
+    ddp->reducer_ = MakeReducer(params, std::move(buckets), std::move(limits), ddp->group_,
+                                options);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("DDP set-up failed: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {

@@ -11,7 +11,8 @@
 // sync = false accumulates locally (DDP's no_sync()); the next synced
 // backward reduces the sum.
 //
-// reducer.hpp needs trainer/shim (see the header there).
+// On Debian's LibTorch reducer.hpp needs trainer/shim (see the header
+// there). Builds against LibTorch 1.13 and 2.x.
 #ifndef ELASTRUN_TRAINER_DDP_H_
 #define ELASTRUN_TRAINER_DDP_H_
 

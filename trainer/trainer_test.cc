@@ -162,7 +162,9 @@ TEST(DdpTest, TwoRankGradientsEqualGlobalBatchGradient) {
     DdpOptions o;
     o.first_bucket_bytes = 1024;  // several buckets for a tiny model
     o.bucket_bytes = 4096;
-    auto ddp = DistributedDataParallel::Create(model.ptr(), group.gloo(), o);
+    auto cpu_group = group.ForDevice(c10::DeviceType::CPU);
+    ASSERT_TRUE(cpu_group.ok()) << cpu_group.status();
+    auto ddp = DistributedDataParallel::Create(model.ptr(), *cpu_group, o);
     ASSERT_TRUE(ddp.ok()) << ddp.status();
     buckets[rank] = (*ddp)->buckets().size();
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
@@ -220,7 +222,9 @@ TEST(DdpTest, NoSyncAccumulatesThenReducesTheSum) {
   }
   RunTwoRanks([&](int rank, ProcessGroup& group) {
     Model model = models[rank];
-    auto ddp = DistributedDataParallel::Create(model.ptr(), group.gloo());
+    auto cpu_group = group.ForDevice(c10::DeviceType::CPU);
+    ASSERT_TRUE(cpu_group.ok()) << cpu_group.status();
+    auto ddp = DistributedDataParallel::Create(model.ptr(), *cpu_group);
     ASSERT_TRUE(ddp.ok()) << ddp.status();
     for (int m = 0; m < 2; ++m) {
       const bool sync = m == 1;

@@ -8,14 +8,16 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <thread>
 #include <exception>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace elastrun::worker {
 namespace {
@@ -114,6 +116,59 @@ void WaitForStoreListening(const WorkerEnv& env, absl::Duration timeout) {
   }
 }
 
+// Create's refusal of a GPU in a build without CUDA, before any connecting.
+absl::Status CheckCudaBuild(const ProcessGroupOptions& options) {
+  if (options.cuda_device >= 0 && !ELASTRUN_WITH_CUDA) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this build has no CUDA (ELASTRUN_WITH_CUDA off): cannot use cuda:",
+                     options.cuda_device));
+  }
+  return absl::OkStatus();
+}
+
+// The store the group's keys go through, with PyTorch's prefixes: the
+// launcher's store is shared by all attempts, so keys are per attempt;
+// "default_pg" keeps the group's keys apart from anything else using it.
+c10::intrusive_ptr<c10d::Store> GroupStore(const WorkerEnv& env,
+                                           const c10::intrusive_ptr<c10d::TCPStore>& store) {
+  c10::intrusive_ptr<c10d::Store> base = store;
+  if (env.use_agent_store) {
+    base = c10::make_intrusive<c10d::PrefixStore>(
+        absl::StrCat("/worker/attempt_", env.restart_count), base);
+  }
+  return c10::make_intrusive<c10d::PrefixStore>("default_pg", base);
+}
+
+#if TORCH_VERSION_MAJOR >= 2
+// Since LibTorch 2.0 collectives reach a backend through a c10d::ProcessGroup
+// that picks it by the tensors' device, as Python's init_process_group
+// ("cpu:gloo,cuda:nccl") builds it: Gloo is the default and CPU's backend,
+// NCCL (if any) CUDA's. Its constructor took ProcessGroup::Options (naming
+// the default backend) until the 2.6 release (2.5 by some accounts: the
+// change was reverted and relanded around that branch cut), so the header
+// is asked which it has; PG is a template parameter so that only the
+// matching branch compiles.
+template <typename PG = c10d::ProcessGroup>
+c10::intrusive_ptr<PG> MakeDispatchingGroup(const c10::intrusive_ptr<c10d::Store>& store,
+                                            int rank, int world_size,
+                                            std::chrono::milliseconds timeout,
+                                            c10::intrusive_ptr<CollectiveBackend> gloo,
+                                            c10::intrusive_ptr<CollectiveBackend> nccl) {
+  using BackendType = typename PG::BackendType;
+  c10::intrusive_ptr<PG> group;
+  if constexpr (std::is_constructible_v<PG, const c10::intrusive_ptr<c10d::Store>&, int, int>) {
+    group = c10::make_intrusive<PG>(store, rank, world_size);
+    group->setDefaultBackend(BackendType::GLOO);
+  } else {
+    group = c10::make_intrusive<PG>(store, rank, world_size,
+                                    c10::make_intrusive<typename PG::Options>("gloo", timeout));
+  }
+  group->setBackend(c10::DeviceType::CPU, BackendType::GLOO, gloo);
+  if (nccl) group->setBackend(c10::DeviceType::CUDA, BackendType::NCCL, nccl);
+  return group;
+}
+#endif
+
 }  // namespace
 
 absl::StatusOr<c10::intrusive_ptr<c10d::TCPStore>> ConnectStore(
@@ -149,6 +204,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::TCPStore>> ConnectStore(
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
     const WorkerEnv& env, const ProcessGroupOptions& options) {
+  RETURN_IF_ERROR(CheckCudaBuild(options));
   absl::StatusOr<c10::intrusive_ptr<c10d::TCPStore>> store = ConnectStore(env, options);
   if (!store.ok()) return store.status();
   return Create(env, *std::move(store), options);
@@ -157,24 +213,17 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
     const WorkerEnv& env, c10::intrusive_ptr<c10d::TCPStore> store,
     const ProcessGroupOptions& options) {
+  RETURN_IF_ERROR(CheckCudaBuild(options));
+  std::unique_ptr<ProcessGroup> group(new ProcessGroup(env.rank, env.world_size, store));
+  c10::intrusive_ptr<c10d::Store> group_store;
   try {
-    // Key prefixes as PyTorch's: the launcher's store is shared by all
-    // attempts, so keys are per attempt; "default_pg" keeps the group's keys
-    // apart from anything else using the store.
-    c10::intrusive_ptr<c10d::Store> base = store;
-    if (env.use_agent_store) {
-      base = c10::make_intrusive<c10d::PrefixStore>(
-          absl::StrCat("/worker/attempt_", env.restart_count), base);
-    }
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("default_pg", base);
+    group_store = GroupStore(env, store);
     auto gloo_options =
         c10d::ProcessGroupGloo::Options::create(ToChrono(options.collective_timeout));
     gloo_options->devices = GlooDevices(env, options);
     gloo_options->threads = options.gloo_threads;
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank,
-                                                           env.world_size, gloo_options);
-    return std::unique_ptr<ProcessGroup>(
-        new ProcessGroup(env.rank, env.world_size, std::move(store), std::move(gloo)));
+    group->gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, env.rank,
+                                                              env.world_size, gloo_options);
   } catch (...) {
     return absl::UnavailableError(absl::StrCat(
         "rank ", env.rank, " of ", env.world_size,
@@ -183,6 +232,61 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
         " (did every rank start, with the same WORLD_SIZE?): ",
         CurrentExceptionText()));
   }
+#if ELASTRUN_WITH_CUDA
+  if (options.cuda_device >= 0) {
+    // Its own key space, as Python's per-device backend stores.
+    ASSIGN_OR_RETURN(group->nccl_, internal::MakeNcclBackend(
+                                       c10::make_intrusive<c10d::PrefixStore>("cuda", group_store),
+                                       env.rank, env.world_size, options.cuda_device,
+                                       ToChrono(options.collective_timeout)));
+    group->cuda_device_ = options.cuda_device;
+  }
+#endif
+#if TORCH_VERSION_MAJOR >= 2
+  try {
+    group->cpu_group_ =
+        MakeDispatchingGroup(group_store, env.rank, env.world_size,
+                             ToChrono(options.collective_timeout), group->gloo_, group->nccl_);
+  } catch (...) {
+    return absl::InternalError(
+        absl::StrCat("could not set up the c10d process group: ", CurrentExceptionText()));
+  }
+  if (group->nccl_) group->cuda_group_ = group->cpu_group_;
+#else
+  // Before 2.0 each backend is a c10d::ProcessGroup itself.
+  group->cpu_group_ = group->gloo_;
+  group->cuda_group_ = group->nccl_;
+#endif
+  return group;
+}
+
+absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> ProcessGroup::ForDevice(
+    c10::DeviceType type) const {
+  switch (type) {
+    case c10::DeviceType::CPU:
+      return cpu_group_;
+    case c10::DeviceType::CUDA:
+      if (cuda_group_) return cuda_group_;
+      if (!ELASTRUN_WITH_CUDA) {
+        return absl::FailedPreconditionError(
+            "this build has no CUDA (ELASTRUN_WITH_CUDA off): no NCCL group for CUDA tensors");
+      }
+      return absl::FailedPreconditionError(
+          "no NCCL group for CUDA tensors: the process group was created without a GPU "
+          "(ProcessGroupOptions::cuda_device -1)");
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no process group for ", c10::DeviceTypeName(type), " tensors (only CPU and CUDA)"));
+  }
+}
+
+absl::StatusOr<CollectiveBackend*> ProcessGroup::BackendFor(const at::Tensor& tensor,
+                                                            const char* what) {
+  if (!tensor.is_cuda()) return gloo_.get();
+  if (nccl_) return nccl_.get();
+  absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> cuda = ForDevice(c10::DeviceType::CUDA);
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " of a CUDA tensor on rank ", rank_, ": ", cuda.status().message()));
 }
 
 absl::Status ProcessGroup::Wait(const c10::intrusive_ptr<c10d::Work>& work,
@@ -209,10 +313,11 @@ absl::Status ProcessGroup::Barrier() {
 }
 
 absl::Status ProcessGroup::AllReduce(at::Tensor& tensor) {
+  ASSIGN_OR_RETURN(CollectiveBackend* backend, BackendFor(tensor, "allreduce"));
   std::vector<at::Tensor> tensors = {tensor};
   c10::intrusive_ptr<c10d::Work> work;
   try {
-    work = gloo_->allreduce(tensors);
+    work = backend->allreduce(tensors);
   } catch (...) {
     return absl::InvalidArgumentError(absl::StrCat(
         "allreduce rejected on rank ", rank_, ": ", CurrentExceptionText()));
@@ -225,12 +330,13 @@ absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int root) {
     return absl::InvalidArgumentError(
         absl::StrCat("broadcast root ", root, " is not a rank of 0..", world_size_ - 1));
   }
+  ASSIGN_OR_RETURN(CollectiveBackend* backend, BackendFor(tensor, "broadcast"));
   std::vector<at::Tensor> tensors = {tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   c10::intrusive_ptr<c10d::Work> work;
   try {
-    work = gloo_->broadcast(tensors, opts);
+    work = backend->broadcast(tensors, opts);
   } catch (...) {
     return absl::InvalidArgumentError(absl::StrCat(
         "broadcast rejected on rank ", rank_, ": ", CurrentExceptionText()));

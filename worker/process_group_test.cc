@@ -183,5 +183,100 @@ TEST(ProcessGroupTest, MissingPeerTimesOut) {
   EXPECT_THAT(std::string(group.status().message()), HasSubstr("within 1s"));
 }
 
+// A two-rank group on a store that rank 0 hosts on a free port.
+template <typename Body>
+void RunTwoRanksOnFreePort(Body body) {
+  WorkerEnv env0 = Env(0, 2, 0);
+  absl::StatusOr<c10::intrusive_ptr<c10d::TCPStore>> server =
+      ConnectStore(env0, FastOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  env0.master_port = (*server)->getPort();
+  RunTwoRanks(
+      env0, Env(1, 2, env0.master_port),
+      [&](const WorkerEnv& env) -> absl::StatusOr<c10::intrusive_ptr<c10d::TCPStore>> {
+        if (env.rank == 0) return *server;
+        return ConnectStore(env, FastOptions());
+      },
+      body);
+}
+
+// ForDevice(CPU) is what DDP's Reducer and broadcast_coalesced get: a
+// c10d::ProcessGroup whose collectives reach the other rank.
+TEST(ProcessGroupTest, ForDeviceCpuIsAWorkingProcessGroup) {
+  RunTwoRanksOnFreePort([](int rank, ProcessGroup& group) {
+    absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> cpu =
+        group.ForDevice(c10::DeviceType::CPU);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    EXPECT_EQ((*cpu)->getRank(), rank);
+    EXPECT_EQ((*cpu)->getSize(), 2);
+    std::vector<at::Tensor> tensors = {at::full({3}, static_cast<double>(10 * (rank + 1)))};
+    (*cpu)->allreduce(tensors)->wait();
+    EXPECT_TRUE(at::equal(tensors[0], at::full({3}, 30.0)));
+    // The same group again, not a new one per call.
+    EXPECT_EQ(group.ForDevice(c10::DeviceType::CPU)->get(), cpu->get());
+    // Neither a GPU nor another device type has a group here.
+    EXPECT_EQ(group.cuda_device(), -1);
+    EXPECT_EQ(group.ForDevice(c10::DeviceType::CUDA).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(group.ForDevice(c10::DeviceType::Meta).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  });
+}
+
+#if !ELASTRUN_WITH_CUDA
+TEST(ProcessGroupTest, BuildWithoutCudaRefusesAGpu) {
+  RunTwoRanksOnFreePort([](int rank, ProcessGroup& group) {
+    absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> cuda =
+        group.ForDevice(c10::DeviceType::CUDA);
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(cuda.status().message()),
+                HasSubstr("this build has no CUDA (ELASTRUN_WITH_CUDA off)"));
+  });
+
+  // Refused before connecting to anything: nobody hosts this store.
+  int port = 0;
+  {
+    BoundSocket closed(/*listen=*/false);
+    port = closed.port();
+  }
+  ProcessGroupOptions options = FastOptions();
+  options.cuda_device = 0;
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Create(Env(1, 2, port), options);
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(group.status().message(),
+            "this build has no CUDA (ELASTRUN_WITH_CUDA off): cannot use cuda:0");
+}
+#else
+// A GPU build: a one-rank NCCL group (NCCL wants one GPU per rank, so two
+// ranks in one process would need two GPUs).
+TEST(ProcessGroupTest, CudaDeviceBuildsAnNcclGroup) {
+  if (at::getNumGPUs() == 0) GTEST_SKIP() << "skipped: no GPU visible";
+  ProcessGroupOptions options = FastOptions();
+  options.cuda_device = static_cast<int>(at::getNumGPUs());
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> missing =
+      ProcessGroup::Create(Env(0, 1, 0), options);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+
+  options.cuda_device = 0;
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Create(Env(0, 1, 0), options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ((*group)->cuda_device(), 0);
+  at::Tensor t = at::full({4}, 2.0, at::TensorOptions().device(at::kCUDA, 0));
+  ASSERT_TRUE((*group)->AllReduce(t).ok());
+  ASSERT_TRUE((*group)->Broadcast(t, 0).ok());
+  EXPECT_TRUE(at::equal(t.cpu(), at::full({4}, 2.0)));
+  absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> cuda =
+      (*group)->ForDevice(c10::DeviceType::CUDA);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  std::vector<at::Tensor> tensors = {t};
+  (*cuda)->allreduce(tensors)->wait();
+  EXPECT_TRUE(at::equal(t.cpu(), at::full({4}, 2.0)));
+  ASSERT_TRUE((*group)->Barrier().ok());
+}
+#endif
+
 }  // namespace
 }  // namespace elastrun::worker

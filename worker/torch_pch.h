@@ -6,7 +6,10 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <torch/version.h>  // TORCH_VERSION_MAJOR/MINOR: the guards of the 2.x API
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+// Since LibTorch 2.0 ProcessGroupGloo.hpp no longer includes ProcessGroup.hpp.
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 

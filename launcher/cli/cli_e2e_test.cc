@@ -435,7 +435,8 @@ TEST(CliBinariesE2eTest, VersionAndUsageErrorsOfEveryBinary) {
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_EQ(v->exit_code, 0) << binary;
     EXPECT_THAT(v->output, MatchesRegex(std::string(binary) +
-                                        " [0-9]+\\.[0-9]+\\.[0-9]+( \\(commit [0-9a-f]+\\))?\n"));
+                                        " [0-9]+\\.[0-9]+\\.[0-9]+ \\((commit [0-9a-f]+; )?"
+                                        "CUDA [^)]+\\)\n"));
     absl::StatusOr<RunResult> bad = testing::Run({BinDir() + "/" + binary, "--no-such-flag"});
     ASSERT_TRUE(bad.ok()) << bad.status();
     EXPECT_EQ(bad->exit_code, 2) << binary;

@@ -512,8 +512,8 @@ TEST_F(CliTest, UsageErrorsNameTheFlagAndExit2) {
 
 TEST_F(CliTest, VersionNamesTheProjectVersion) {
   EXPECT_EQ(RunCli({"--version"}, ctx_), 0);
-  EXPECT_THAT(out_.str(), ::testing::MatchesRegex("elastrun [0-9]+\\.[0-9]+\\.[0-9]+"
-                                                  "( \\(commit [0-9a-f]+\\))?\n"));
+  EXPECT_THAT(out_.str(), ::testing::MatchesRegex("elastrun [0-9]+\\.[0-9]+\\.[0-9]+ "
+                                                  "\\((commit [0-9a-f]+; )?CUDA [^)]+\\)\n"));
 }
 
 TEST_F(CliTest, RunPassesTheProgramItsWordsAndWarns) {
