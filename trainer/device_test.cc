@@ -225,6 +225,38 @@ TEST(DeviceTrainTest, Bfloat16AutocastTrainsOnCpuAndResumes) {
   EXPECT_THAT(out, ::testing::Not(HasSubstr("epoch 1/3")));
 }
 
+TEST(DeviceTrainTest, CudaWithoutAGpuStopsEveryRankWithTheReason) {
+  if (HaveGpu()) GTEST_SKIP() << "a GPU is usable here: the error cannot happen";
+  // Two ranks under the launcher, as a user would start them: each fails
+  // before it joins the group, naming the setting.
+  const std::string dir = TestDir();
+  fs::create_directories(dir);
+  int status = 0;
+  const std::string out = testing::RunCommand(
+      std::string(ELASTRUN_LAUNCHER_BINARY) + " run --nproc-per-node 2 --max-restarts 0 " +
+          ELASTRUN_TRAIN_BINARY + " --config " + ELASTRUN_CONFIGS_DIR +
+          "/fashion_mnist_mlp.yaml data.synthetic=true train.device=cuda train.output_dir=" +
+          dir,
+      &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_THAT(out, HasSubstr("train.device is 'cuda' but CUDA is not usable here")) << out;
+}
+
+TEST(DeviceTrainTest, OneRankPerGpuUnderTheLauncherTrainsOverNccl) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU (run on a machine with one)";
+  const std::string dir = TestDir();
+  fs::create_directories(dir);
+  int status = 0;
+  const std::string out = testing::RunCommand(
+      std::string(ELASTRUN_LAUNCHER_BINARY) + " run --nproc-per-node gpu --max-restarts 0 " +
+          ELASTRUN_TRAIN_BINARY + " --config " + ELASTRUN_CONFIGS_DIR +
+          "/fashion_mnist_cnn.yaml data.synthetic=true train.epochs=1 train.output_dir=" + dir,
+      &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_THAT(out, HasSubstr("rank(s) on cuda:0")) << out;
+  EXPECT_THAT(out, HasSubstr("final: epoch=1")) << out;
+}
+
 TEST(DeviceTrainTest, ACheckpointFromOneDeviceResumesOnTheOther) {
   if (!HaveGpu()) GTEST_SKIP() << "needs a GPU (run on a machine with one)";
   for (const auto& [first, second] : {std::pair{"cuda", "cpu"}, std::pair{"cpu", "cuda"}}) {

@@ -125,8 +125,12 @@ absl::StatusOr<std::unique_ptr<TrainLoop>> TrainLoop::Create(
   RETURN_IF_ERROR(loop->OpenSnapshots());
   RETURN_IF_ERROR(loop->RestorePosition());
   if (group != nullptr) {
+    // NCCL for a model on a GPU (the group must have been made for it:
+    // ProcessGroupOptions::cuda_device, as Train does), Gloo on a CPU.
+    ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::ProcessGroup> collectives,
+                     group->ForDevice(loop->placement_.device.type()));
     ASSIGN_OR_RETURN(loop->ddp_,
-                     DistributedDataParallel::Create(loop->model_.ptr(), group->gloo()));
+                     DistributedDataParallel::Create(loop->model_.ptr(), collectives));
   }
   if (loop->leader_) RETURN_IF_ERROR(loop->PrepareRunFolder());
   RETURN_IF_ERROR(loop->OpenSampleLog());

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "trainer/device.h"
 #include "trainer/train_loop.h"
 #include "worker/process_group.h"
 
@@ -31,7 +32,11 @@ absl::StatusOr<TrainResult> TrainOnGroup(const TrainerConfig& cfg, const RunOpti
 absl::StatusOr<TrainResult> Train(const TrainerConfig& cfg, const RunOptions& run) {
   std::unique_ptr<worker::ProcessGroup> group;
   if (run.env.has_value()) {
-    ASSIGN_OR_RETURN(group, worker::InitProcessGroup(*run.env));
+    // A rank on a GPU gets an NCCL group on it beside Gloo.
+    ASSIGN_OR_RETURN(Placement placement, ResolvePlacement(cfg.train, run.env->local_rank));
+    worker::ProcessGroupOptions options;
+    if (placement.device.is_cuda()) options.cuda_device = placement.device.index();
+    ASSIGN_OR_RETURN(group, worker::InitProcessGroup(*run.env, options));
   }
   absl::StatusOr<TrainResult> result = TrainOnGroup(cfg, run, group.get());
   if (!result.ok()) {

@@ -112,9 +112,6 @@ class ProcessGroup {
   // The GPU of the NCCL group, or -1 without one.
   int cuda_device() const { return cuda_device_; }
   const c10::intrusive_ptr<c10d::TCPStore>& store() const { return store_; }
-  // The Gloo backend itself. Kept for callers that predate ForDevice(); on
-  // LibTorch 2.x it is no c10d::ProcessGroup, so a Reducer needs ForDevice().
-  const c10::intrusive_ptr<c10d::ProcessGroupGloo>& gloo() const { return gloo_; }
 
  private:
   ProcessGroup(int rank, int world_size, c10::intrusive_ptr<c10d::TCPStore> store)
