@@ -120,7 +120,8 @@ constexpr FlagInfo kServiceFlags[] = {
      "$ELASTRUN_TLS_SERVER_NAME)"},
     {"--rpc-timeout", "DUR", "deadline of each call to the service (default 10s)"},
     {"--retry-for", "DUR",
-     "status, list, nodes, logs, wait, events: retry a service\n"
+     "status, list, nodes, logs, wait, events, submit --wait:\n"
+     "retry a service"
      "that cannot be reached (restarting) this long before\n"
      "exit 3 (default 60s; 0: never)"},
 };
@@ -155,6 +156,10 @@ constexpr FlagInfo kSubmitFlags[] = {
     {"--wait-for-nodes", "",
      "queue the job even if no registered node could\n"
      "hold it yet (default: such a job is refused)"},
+    {"--wait", "",
+     "then block until the job ends, as `elastrun wait`\n"
+     "(sbatch --wait): exit 0 if it SUCCEEDED, 1 if not;\n"
+     "its final status line goes to stderr"},
 };
 
 constexpr char kSubmitIntro[] = R"(usage: elastrun submit [flags] JOB.yaml [KEY=VALUE...]
@@ -162,7 +167,8 @@ constexpr char kSubmitIntro[] = R"(usage: elastrun submit [flags] JOB.yaml [KEY=
 
 Submits a job to the service and prints its id (one line, nothing else on
 stdout). The spec is checked here first, then by the service; a refused spec
-creates nothing.
+creates nothing. With --wait it then waits for the job to end, as `elastrun
+wait` does (a service restart is waited out), and exits with its outcome.
 
 A job file is YAML with the keys name, nnodes ("N" or "MIN:MAX"),
 nproc_per_node, max_restarts, command (a list: program and arguments), env

@@ -320,6 +320,16 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   EXPECT_THAT(text.output, HasSubstr("round 0: failure (counted as a restart)"));
   EXPECT_THAT(text.output, HasSubstr("root cause: node "));
 
+  // submit --wait: the id, then the job's outcome as the exit code.
+  RunResult waited = Cli({"submit", "--name", "waited", "--nnodes", "2", "--nproc-per-node",
+                          "2", "--wait", "--", "/bin/sh", "-c", "exit $((RANK == 2))"});
+  EXPECT_EQ(waited.exit_code, 1) << waited.output;
+  EXPECT_THAT(waited.output, ::testing::StartsWith("waited-"));
+  EXPECT_THAT(waited.output, HasSubstr(" FAILED"));
+  waited = Cli({"submit", "--name", "waited", "--wait", "--", "/bin/sh", "-c", "exit 0"});
+  EXPECT_EQ(waited.exit_code, 0) << waited.output;
+  EXPECT_THAT(waited.output, HasSubstr(" SUCCEEDED"));
+
   nlohmann::json nodes = Json(Cli({"nodes", "--output", "json"}));
   ASSERT_EQ(nodes["nodes"].size(), 2u);
   EXPECT_EQ(nodes["nodes"][0]["state"], "ALIVE");

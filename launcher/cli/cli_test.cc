@@ -154,6 +154,26 @@ TEST_F(CliTest, SubmitFromFlagsPrintsOnlyTheId) {
   EXPECT_TRUE(service_.submitted[1].wait_for_nodes());
 }
 
+TEST_F(CliTest, SubmitWaitPrintsTheIdThenWaitsForTheOutcome) {
+  service_.gets = {Job(v1::JOB_STATE_PENDING), absl::UnavailableError("restarting"),
+                   Job(v1::JOB_STATE_RUNNING), Job(v1::JOB_STATE_SUCCEEDED)};
+  EXPECT_EQ(Run("submit", {"--name", "m", "--wait", "--", "x"}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "m-1\n");  // stdout: the id alone, as without --wait
+  EXPECT_THAT(err_.str(), HasSubstr("j-1 SUCCEEDED"));
+  EXPECT_THAT(err_.str(), HasSubstr("the service is back"));
+  EXPECT_EQ(service_.get_calls, 4);
+  out_.str("");
+  err_.str("");
+  service_.gets = {Job(v1::JOB_STATE_RUNNING), Job(v1::JOB_STATE_FAILED)};
+  EXPECT_EQ(Run("submit", {"--wait", "--", "x"}), kExitFailed);
+  EXPECT_EQ(out_.str(), "job-2\n");
+  EXPECT_THAT(err_.str(), HasSubstr("j-1 FAILED"));
+  // Without --wait nothing is polled.
+  const int polled = service_.get_calls;
+  EXPECT_EQ(Run("submit", {"--", "x"}), kExitOk);
+  EXPECT_EQ(service_.get_calls, polled);
+}
+
 TEST_F(CliTest, SubmitSendsItsFolderAndEnvironment) {
   ctx_.cwd = [] { return std::string("/home/u/project"); };
   ctx_.environment = [] {

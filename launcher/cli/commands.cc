@@ -19,6 +19,12 @@ namespace elastrun::launcher::internal {
 namespace {
 
 constexpr absl::Duration kDefaultPollInterval = absl::Milliseconds(250);
+
+// `wait`'s loop, also `submit --wait`'s: polls `job` every `poll` until it
+// ends or `timeout` passes, prints its final status line to ctx.out, and
+// returns the exit code.
+int WaitUntilEnded(const ParsedArgs& a, const CliContext& ctx, const std::string& job,
+                   absl::Duration timeout, absl::Duration poll);
 // Backoff between two tries of a read while the service cannot be reached.
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(50);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
@@ -214,7 +220,12 @@ int Submit(const ParsedArgs& a, const CliContext& ctx) {
   absl::StatusOr<std::string> id = ctx.connect(a.service)->Submit(*spec);
   if (!id.ok()) return Fail(a, ctx, id.status());
   *ctx.out << *id << "\n";
-  return kExitOk;
+  if (!a.Has("--wait")) return kExitOk;
+  ctx.out->flush();  // the id is there while the job runs
+  // stdout stays the id alone, for `id=$(elastrun submit --wait ...)`.
+  CliContext report = ctx;
+  report.out = ctx.err;
+  return WaitUntilEnded(a, report, *id, absl::InfiniteDuration(), kDefaultPollInterval);
 }
 
 int Status(const ParsedArgs& a, const CliContext& ctx) {
@@ -368,19 +379,26 @@ int Wait(const ParsedArgs& a, const CliContext& ctx) {
     poll = *d;
   }
 
+  return WaitUntilEnded(a, ctx, *job, timeout, poll);
+}
+
+namespace {
+
+int WaitUntilEnded(const ParsedArgs& a, const CliContext& ctx, const std::string& job,
+                   absl::Duration timeout, absl::Duration poll) {
   std::unique_ptr<JobsClient> client = ctx.connect(a.service);
   ReadRetrier retry(a, ctx);
   const absl::Time start = ctx.clock->Now();
   const absl::Time deadline =
       timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : start + timeout;
-  auto get = [&] { return client->Get(*job); };
+  auto get = [&] { return client->Get(job); };
   // A wrong job id fails at once; an unreachable service is retried (it may
   // be restarting) for --retry-for, but not past --timeout.
   absl::StatusOr<v1::JobStatus> s = retry.Call(get, deadline);
   if (!s.ok()) return Fail(a, ctx, s.status());
   while (!Finished(s->state())) {
     if (ctx.clock->Now() >= deadline) {
-      *ctx.err << "elastrun wait: " << *job << " did not end within "
+      *ctx.err << "elastrun wait: " << job << " did not end within "
                << absl::FormatDuration(timeout) << "\n";
       PrintStatusLine(a, ctx, *s);
       return kExitTimeout;
@@ -397,6 +415,8 @@ int Wait(const ParsedArgs& a, const CliContext& ctx) {
   PrintStatusLine(a, ctx, *s);
   return s->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
 }
+
+}  // namespace
 
 int Logs(const ParsedArgs& a, const CliContext& ctx) {
   absl::StatusOr<std::string> job = OneJob(a);
