@@ -44,6 +44,10 @@ inline constexpr char kSnapshot[] = "ELASTRUN_SNAPSHOT";
 // of a socket on which the worker reports that it has started and waits for
 // its activation (see common/standby.h).
 inline constexpr char kStandbyFd[] = "ELASTRUN_STANDBY_FD";
+// Set with kStandbyFd: the LOCAL_RANK the standby will be activated as (a
+// set's i-th standby becomes local rank i), so that it can prepare that
+// rank's device (its GPU's context) while it waits. Unset on activation.
+inline constexpr char kStandbyLocalRank[] = "ELASTRUN_STANDBY_LOCAL_RANK";
 
 // Whether `name` is one of elastrun's own client settings (any ELASTRUN_
 // name holding TOKEN or CREDENTIAL, the credential socket, TLS files): the

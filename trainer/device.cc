@@ -126,6 +126,21 @@ absl::StatusOr<Placement> ResolvePlacement(const TrainOptions& train, int local_
   return p;
 }
 
+void WarmUp(const Placement& placement) {
+  if (!placement.device.is_cuda()) return;
+  try {
+    const auto on = at::TensorOptions().device(placement.device);
+    const at::Tensor a = at::ones({8, 8}, on);
+    (void)at::mm(a, a);  // cuBLAS
+    (void)at::conv2d(at::ones({1, 1, 8, 8}, on), at::ones({1, 1, 3, 3}, on));  // cuDNN
+    c10::impl::getDeviceGuardImpl(placement.device.type())
+        ->getStream(placement.device)
+        .synchronize();
+  } catch (const std::exception&) {
+    // The run itself meets the same error and reports it.
+  }
+}
+
 AutocastScope::AutocastScope(const Placement& placement) {
   if (!placement.autocast) return;
   active_ = true;

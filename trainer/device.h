@@ -37,6 +37,13 @@ struct Placement {
 // process's current device.
 absl::StatusOr<Placement> ResolvePlacement(const TrainOptions& train, int local_rank);
 
+// Prepares the placement's device before training starts, for a worker
+// that waits as a standby: on a GPU its context and the cuBLAS and cuDNN
+// handles that the first step would otherwise create (a restart then pays
+// none of it). Best effort: an error here is left for the run to report.
+// Nothing to do on a CPU.
+void WarmUp(const Placement& placement);
+
 // Autocast on the placement's device type for the scope (a no-op without
 // placement.autocast), as `with torch.autocast(device, dtype):` does:
 // the previous state comes back at the end, and the cache of cast weights

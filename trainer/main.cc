@@ -76,7 +76,9 @@ int Main(int argc, char** argv) {
     return 0;
   }
   // Under `elastrun run --standby` this process was started ahead of its
-  // attempt: with the config loaded, wait here to learn its rank.
+  // attempt: with the config loaded and its GPU (if any) ready, wait here
+  // to learn its rank.
+  trainer::PrepareStandby(*cfg);
   if (absl::Status s = worker::AwaitStandbyActivation(); !s.ok()) {
     std::fprintf(stderr, "elastrun-train: %s\n", std::string(s.message()).c_str());
     return 2;

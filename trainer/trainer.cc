@@ -1,11 +1,14 @@
 #include "trainer/trainer.h"
 
+#include <cstdlib>
 #include <exception>
 #include <memory>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "common/worker_env.h"
 #include "trainer/device.h"
 #include "trainer/train_loop.h"
 #include "worker/process_group.h"
@@ -27,6 +30,14 @@ absl::StatusOr<TrainResult> TrainOnGroup(const TrainerConfig& cfg, const RunOpti
   } catch (const std::exception& e) {
     return absl::InternalError(e.what());
   }
+}
+
+void PrepareStandby(const TrainerConfig& cfg) {
+  const char* text = std::getenv(env::kStandbyLocalRank);
+  int local_rank = -1;
+  if (text == nullptr || !absl::SimpleAtoi(text, &local_rank) || local_rank < 0) return;
+  absl::StatusOr<Placement> placement = ResolvePlacement(cfg.train, local_rank);
+  if (placement.ok()) WarmUp(*placement);
 }
 
 absl::StatusOr<TrainResult> Train(const TrainerConfig& cfg, const RunOptions& run) {

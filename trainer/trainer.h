@@ -72,6 +72,13 @@ std::string FinalLine(const TrainResult& result);
 // Internal errors with their message.
 absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const RunOptions& options);
 
+// For a worker started as a standby (`elastrun run --standby`), before it
+// waits for its activation: when the launcher says which local rank it
+// will be (ELASTRUN_STANDBY_LOCAL_RANK) and that rank trains on a GPU,
+// prepares that GPU (device.h, WarmUp). Best effort; returns at once
+// otherwise.
+void PrepareStandby(const TrainerConfig& config);
+
 // As Train, over a process group the caller made (nullptr: one process);
 // options.env is ignored. For tests that run ranks as threads.
 absl::StatusOr<TrainResult> TrainOnGroup(const TrainerConfig& config,

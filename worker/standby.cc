@@ -40,6 +40,7 @@ absl::Status AwaitStandbyActivation() {
     setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
   }
   unsetenv(env::kStandbyFd);
+  unsetenv(env::kStandbyLocalRank);  // LOCAL_RANK says it now
   close(fd);
   return absl::OkStatus();
 }

@@ -61,6 +61,7 @@ void StandbyPool::Fill(const std::vector<std::string>& argv,
     p.argv = argv;
     p.env = env;
     p.env.push_back(absl::StrCat(env::kStandbyFd, "=", fds[1]));
+    p.env.push_back(absl::StrCat(env::kStandbyLocalRank, "=", i));
     p.pass_fds = {{fds[1], fds[1]}};
     p.process_group = set_.pgid;
     p.niceness = StandbyNiceness();

@@ -50,6 +50,34 @@ TEST_F(StandbyPoolTest, HandsTheSetOnlyToTheSameProgram) {
   }
 }
 
+// The first line `fd` carries, read with a generous deadline.
+std::string FirstLine(int fd) {
+  std::string line;
+  char c = 0;
+  pollfd p{fd, POLLIN, 0};
+  while (poll(&p, 1, 60000) == 1 && read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  return line;
+}
+
+TEST_F(StandbyPoolTest, EachStandbyKnowsTheLocalRankItWillBecome) {
+  StandbyPool pool(processes_.get());
+  pool.Fill({"/bin/sh", "-c", "echo \"$ELASTRUN_STANDBY_LOCAL_RANK\"; exec sleep 60"}, kEnv,
+            3);
+  auto set = pool.Take({"/bin/sh", "-c", "echo \"$ELASTRUN_STANDBY_LOCAL_RANK\"; exec sleep 60"},
+                       kEnv, 3);
+  ASSERT_TRUE(set.has_value());
+  // The i-th is activated as local rank i (AttemptRun::AdoptStandbys).
+  for (size_t i = 0; i < set->workers.size(); ++i) {
+    EXPECT_EQ(FirstLine(set->workers[i].stdout_fd), std::to_string(i));
+  }
+  ASSERT_TRUE(processes_->SignalGroup(set->pgid, SIGKILL).ok());
+  for (const StandbyWorker& w : set->workers) {
+    for (int fd : {w.control, w.stdout_fd, w.stderr_fd}) close(fd);
+    int status;
+    EXPECT_EQ(waitpid(w.pid, &status, 0), w.pid);
+  }
+}
+
 TEST_F(StandbyPoolTest, SetOfAnotherUserOrFolderIsNeverHandedOver) {
   const bool root = geteuid() == 0;
   std::optional<ProcessCredentials> nobody;

@@ -445,6 +445,7 @@ absl::StatusOr<int> ResolveNprocPerNode(const std::string& text, int cpu_count,
 constexpr char kPythonStandby[] = R"py(import os, runpy, sys
 def _elastrun_standby():
     fd = int(os.environ.pop("ELASTRUN_STANDBY_FD"))
+    os.environ.pop("ELASTRUN_STANDBY_LOCAL_RANK", None)  # LOCAL_RANK comes with the activation
     try:
         import torch, torch.distributed
     except ImportError:
