@@ -129,8 +129,9 @@ def describe_machine(args, python, info):
     if not info["usable"]:
         why = ("nvidia-smi not found" if smi is None else
                f"driver {smi[0]}, but torch sees no GPU")
-        print(f"gpu_bench: no usable GPU here ({why}; {torch_part}, CUDA_VISIBLE_DEVICES "
-              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}). Nothing measured; "
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        print(f"gpu_bench: no usable GPU here ({why}; {torch_part}; CUDA_VISIBLE_DEVICES "
+              f"{'unset' if visible is None else repr(visible)}). Nothing measured; "
               "--device cpu --quick runs the same comparisons on the CPU.", file=sys.stderr)
         sys.exit(77)
     names = sorted(set(info["gpus"]))
@@ -210,13 +211,16 @@ def print_throughput(args, cells, ranks, data_note):
                 if prog == "cpp" and ips["cpp"] and ips["python"]:
                     vs = f"{statistics.median(ips['cpp']) / statistics.median(ips['python']):.2f}x"
                 acc = ", ".join(sorted({f"{r['acc']:.4f}" for r in runs if "acc" in r}))
+                loss = ", ".join(sorted({f"{r['loss']:.4f}" for r in runs if "loss" in r}))
                 note = f" [{len(failed)} failed: {failed[0]}]" if failed else ""
-                rows.append([prec, str(n), label, fmt_cell(ips[prog]) + note, vs, acc])
+                rows.append([prec, str(n), label, fmt_cell(ips[prog]) + note, vs, acc, loss])
     launch_bench.print_table(["precision", "ranks", "trainer", "images/s, median (min-max)",
-                              "elastrun-train / Python", "test_acc"], rows)
+                              "elastrun-train / Python", "test_acc", "train_loss"], rows)
     print()
     print("images/s: all ranks' training images / rank 0's seconds per epoch (metrics.csv "
-          "on both sides; evaluation and start-up outside it).")
+          "on both sides; evaluation and start-up outside it). test_acc, train_loss: after "
+          "the last epoch (the same training gives the same on both sides; AMP on a GPU "
+          "may differ in the last digits).")
 
 
 def restart(args, tmp, ranks, config):

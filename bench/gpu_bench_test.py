@@ -65,10 +65,16 @@ class GpuBenchTest(unittest.TestCase):
         self.assertEqual(sorted((r[0], r[1], r[2]) for r in rows), sorted(
             (prec, "1", prog) for prec in ("fp32", "amp float16", "amp bfloat16")
             for prog in ("elastrun-train", "Python DDP (ddp_reference.py)")))
+        losses = {}
         for r in rows:
             self.assertRegex(r[3], rf"^{FIGURE} \({FIGURE}-{FIGURE}\)$", r)
             if r[2] == "elastrun-train":
                 self.assertRegex(r[4], rf"^{FIGURE}x$", r)
+            losses.setdefault(r[0], []).append(float(r[6]))
+        # The same training on both sides, AMP included (float16 on a CPU is
+        # the loss scaler alone: a scale left on the gradients would diverge).
+        for prec, (a, b) in losses.items():
+            self.assertAlmostEqual(a, b, delta=0.01, msg=prec)
         rows = table_rows(p.stdout, "## (b)")
         self.assertEqual([r[1] for r in rows], ["elastrun", "elastrun-standby", "torchrun"])
         for r in rows:
