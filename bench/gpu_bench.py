@@ -152,12 +152,6 @@ def base_overrides(args):
                                            "10,000; no dataset-fashion-mnist here)")
 
 
-def fmt_cell(values):
-    if not values:
-        return "-"
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
-
-
 def throughput(args, tmp, ranks, overrides, data_note):
     """Table (a). Returns (the fp32 resolved config, the restart bench's; whether
     every run succeeded)."""
@@ -213,7 +207,7 @@ def print_throughput(args, cells, ranks, data_note):
                 acc = ", ".join(sorted({f"{r['acc']:.4f}" for r in runs if "acc" in r}))
                 loss = ", ".join(sorted({f"{r['loss']:.4f}" for r in runs if "loss" in r}))
                 note = f" [{len(failed)} failed: {failed[0]}]" if failed else ""
-                rows.append([prec, str(n), label, fmt_cell(ips[prog]) + note, vs, acc, loss])
+                rows.append([prec, str(n), label, ddp_bench.fmt_cell(ips[prog]) + note, vs, acc, loss])
     launch_bench.print_table(["precision", "ranks", "trainer", "images/s, median (min-max)",
                               "elastrun-train / Python", "test_acc", "train_loss"], rows)
     print()
