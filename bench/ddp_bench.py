@@ -82,19 +82,30 @@ def run_bounded(cmd, env, timeout, log_path):
 
 
 def read_metrics(path):
+    """(images/s of each epoch, test_acc, train_loss after the last) from metrics.csv."""
     with open(path) as f:
         rows = list(csv.DictReader(f))
     if not rows:
         raise ValueError(f"{path}: no epoch rows")
     ips = [float(r["images_per_sec"]) for r in rows]
-    return statistics.fmean(ips), float(rows[-1]["test_acc"]), float(rows[-1]["train_loss"])
+    return ips, float(rows[-1]["test_acc"]), float(rows[-1]["train_loss"])
+
+
+def resolve_config(args, model, path):
+    """Writes the config both programs train from (--print-config) to path."""
+    with open(path, "w") as f:
+        subprocess.run([args.trainer, "--config", CONFIGS[model],
+                        f"train.epochs={args.epochs[model]}", "train.threads=1",
+                        *args.set, "--print-config"], cwd=ROOT, stdout=f, check=True, timeout=60)
 
 
 def one_run(args, tmp, model, setup, rep, resolved):
+    """setup: cpp-N or python-N; N > 1 runs under `elastrun run --nproc-per-node N`."""
     name = f"{model}-{setup}-{rep}"
     out = os.path.join(tmp, name)
     log = os.path.join(tmp, name + ".log")
-    launcher = [args.elastrun, "run", "--nproc-per-node", "2",
+    nproc = setup.split("-")[1]
+    launcher = [args.elastrun, "run", "--nproc-per-node", nproc,
                 "--log-dir", os.path.join(tmp, name + "-logs")]
     env = dict(os.environ)
     if setup.startswith("cpp"):
@@ -102,13 +113,13 @@ def one_run(args, tmp, model, setup, rep, resolved):
                 f"train.output_dir={out}", "train.checkpoint_period=0", "train.threads=1",
                 *args.set]
     else:
-        env["ELASTRUN_PYTHON"] = TORCH_PYTHON
+        env["ELASTRUN_PYTHON"] = args.python
         if args.tuned_malloc_reference:
             env["GLIBC_TUNABLES"] = REFERENCE_MALLOC_TUNABLES
         prog = ["bench/ddp_reference.py", "--config", resolved, "--output-dir", out]
-        if setup == "python-1":
-            prog = [TORCH_PYTHON] + prog
-    cmd = launcher + prog if setup.endswith("-2") else prog
+        if nproc == "1":
+            prog = [args.python] + prog
+    cmd = prog if nproc == "1" else launcher + prog
     load0 = loadavg()
     t0 = time.monotonic()
     status = run_bounded(cmd, env, args.timeout, log)
@@ -116,8 +127,9 @@ def one_run(args, tmp, model, setup, rep, resolved):
     result = {"status": status, "wall": wall, "load": (load0, loadavg()), "log": log}
     if status == "ok":
         try:
-            result["ips"], result["acc"], result["loss"] = read_metrics(
+            result["epoch_ips"], result["acc"], result["loss"] = read_metrics(
                 os.path.join(out, "metrics.csv"))
+            result["ips"] = statistics.fmean(result["epoch_ips"])
         except (OSError, ValueError) as e:
             result["status"] = f"no metrics ({e})"
     if result["status"] != "ok":
@@ -133,7 +145,7 @@ def fmt_cell(values):
     return f"{med:,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
 
-def main():
+def make_parser():
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of the four runs (default: %(default)s)")
@@ -148,7 +160,13 @@ def main():
     ap.add_argument("--tuned-malloc-reference", action="store_true",
                     help="give the Python runs elastrun-train's malloc settings (mmap threshold "
                          "32 MiB, trim threshold 512 MiB, as GLIBC_TUNABLES)")
-    args = ap.parse_args()
+    ap.add_argument("--python", default=TORCH_PYTHON,
+                    help="the interpreter with torch for the reference (default: %(default)s)")
+    return ap
+
+
+def main():
+    args = make_parser().parse_args()
     args.epochs = {"mlp": args.mlp_epochs, "cnn": args.cnn_epochs}
     models = [m for m in args.models.split(",") if m]
     for m in models:
@@ -164,10 +182,7 @@ def main():
               flush=True)
         for model in models:
             resolved = os.path.join(tmp, f"{model}.yaml")
-            with open(resolved, "w") as f:
-                subprocess.run([args.trainer, "--config", CONFIGS[model],
-                                f"train.epochs={args.epochs[model]}", "train.threads=1",
-                                *args.set, "--print-config"], cwd=ROOT, stdout=f, check=True, timeout=60)
+            resolve_config(args, model, resolved)
             for rep in range(args.reps):
                 for setup in SETUPS:
                     r = one_run(args, tmp, model, setup, rep, resolved)

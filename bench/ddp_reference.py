@@ -16,7 +16,17 @@ Trains what elastrun-train trains, from the same resolved config
 - torch.set_num_threads(1) by default (train.threads), Gloo from the
   torchrun environment, DistributedDataParallel with its defaults (1 MiB
   first bucket, 25 MiB buckets, broadcast_buffers=True);
-- a loss.item() every iteration, as the trainer's progress line does.
+- a loss.item() every iteration, as the trainer's progress line does;
+- train.device and train.amp / train.amp_dtype as trainer/device.cc reads
+  them: `auto` is the LOCAL_RANK's GPU when CUDA is usable, else the CPU;
+  `cuda` (the LOCAL_RANK's GPU), `cuda:N` and `cpu` force it. On a GPU the
+  batches are gathered as uint8 into pinned memory, copied non_blocking and
+  normalized there (trainer/data.cc MakeBatchOn), and the process group is
+  NCCL (Gloo on a CPU). AMP: torch.autocast on the device around the forward
+  and the loss; float16 scales the loss with a GradScaler set as elastrun's
+  LossScaler (init 2^16, growth 2, backoff 0.5, interval 2000; inf/nan steps
+  skipped) and autocasts on CUDA only (on a CPU the scaler runs alone, in
+  fp32); bfloat16 autocasts on either device, unscaled.
 
 images_per_sec is measured as the trainer does: from the start of the epoch
 (before set_epoch) to the end of its last iteration, images of all ranks
@@ -37,16 +47,24 @@ next epoch ("resumed from ...: epoch E, iteration 0"); the work of a partly
 done epoch is lost, as in YOLOv5. --log-period N prints elastrun-train's
 non-tty progress line ("epoch E/N iter I/T loss ...") every N iterations.
 
+For restart benchmarks (bench/gpu_bench.py through launch_bench.py):
+--ready-dir DIR makes every rank write DIR/ready.<TORCHELASTIC_RESTART_COUNT>.<RANK>
+(CLOCK_REALTIME ns) once its first iteration is done (its loss on the host:
+CUDA context, data, the first step and, with several ranks, the first
+allreduce all behind it), and --hang then blocks until a signal kills it.
+
 Usage: /usr/bin/python3 bench/ddp_reference.py --config resolved.yaml \
            [--output-dir DIR] [--epochs N] [--log-period N] \
-           [--checkpoint-dir DIR [--resume]]
-Run alone (1 process) or under `elastrun run` / torchrun (env:// Gloo).
+           [--checkpoint-dir DIR [--resume]] [--ready-dir DIR [--hang]]
+Run alone (1 process) or under `elastrun run` / torchrun (env://).
 """
 
 import argparse
+import contextlib
 import gzip
 import math
 import os
+import signal
 import struct
 import sys
 import time
@@ -57,8 +75,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import yaml
 
-PIXEL_MEAN = 0.2860
-PIXEL_STD = 0.3530
+from reference_device import Precision, make_batch, resolve_device
+
 MIN_WARMUP_ITERS = 100
 
 
@@ -102,12 +120,6 @@ def load_data(data, train, seed):
     if data.get("synthetic", False):
         return synthetic_split(data, train, seed)
     return load_split(data["root"], train)
-
-
-def make_batch(images, labels, idx):
-    x = images.index_select(0, idx).to(torch.float32).mul_(1.0 / 255.0)
-    x = x.sub_(PIXEL_MEAN).div_(PIXEL_STD)
-    return x, labels.index_select(0, idx)
 
 
 # ---- models (trainer/models.cc) ---------------------------------------------
@@ -205,10 +217,12 @@ class Schedule:
 
 # ---- checkpoints (YOLOv5's last.pt, every epoch) ------------------------------
 
-def save_checkpoint(path, model, optimizer, epoch, last_opt_step, final):
+def save_checkpoint(path, model, optimizer, scaler, epoch, last_opt_step, final):
     """Rank 0 after epoch `epoch` (0-based): atomically replaces `path`."""
     state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), epoch=epoch,
-                 last_opt_step=last_opt_step, rng=torch.get_rng_state(), final=final)
+                 last_opt_step=last_opt_step, rng=torch.get_rng_state(), final=final,
+                 scaler=scaler.state_dict() if scaler else None,
+                 cuda_rng=torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None)
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
         torch.save(state, f)
@@ -217,18 +231,31 @@ def save_checkpoint(path, model, optimizer, epoch, last_opt_step, final):
     os.replace(tmp, path)
 
 
-def load_checkpoint(path, model, optimizer):
+def load_checkpoint(path, model, optimizer, scaler):
     """Returns (next epoch, last_opt_step, final) from `path`."""
     state = torch.load(path, map_location="cpu")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"])
+    if scaler and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
+    if state.get("cuda_rng") is not None and torch.cuda.is_initialized():
+        torch.cuda.set_rng_state(state["cuda_rng"])
     return state["epoch"] + 1, state["last_opt_step"], state["final"]
+
+
+def write_ready(directory, rank):
+    """DIR/ready.<restart>.<rank> holding CLOCK_REALTIME ns, created atomically."""
+    name = f"ready.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}.{rank}"
+    tmp = os.path.join(directory, f".{name}.tmp.{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(f"{time.clock_gettime_ns(time.CLOCK_REALTIME)}\n")
+    os.rename(tmp, os.path.join(directory, name))
 
 
 # ---- the loop (trainer/trainer.cc) --------------------------------------------
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="resolved YAML (--print-config)")
     ap.add_argument("--output-dir", help="overrides train.output_dir")
@@ -239,9 +266,57 @@ def main():
                     help="rank 0 saves DIR/last.pt after every epoch (default: no checkpoints)")
     ap.add_argument("--resume", action="store_true",
                     help="continue from DIR/last.pt when it exists (needs --checkpoint-dir)")
+    ap.add_argument("--ready-dir", help="every rank writes DIR/ready.<restart>.<rank> "
+                    "(CLOCK_REALTIME ns) once its first iteration is done")
+    ap.add_argument("--hang", action="store_true",
+                    help="after the first iteration (and the ready file), block until killed")
     args = ap.parse_args()
     if args.resume and not args.checkpoint_dir:
         ap.error("--resume needs --checkpoint-dir")
+    return args
+
+
+def make_optimizer(model, opt, global_batch, schedule, nbs):
+    """SGD over YOLOv5's groups; returns (optimizer, the groups' kinds)."""
+    wd = float(opt.get("weight_decay", 5e-4)) * global_batch * schedule.accumulate / nbs
+    if opt["_target_"] != "SGD":
+        raise SystemExit("the reference implements SGD only")
+    bias, decay, norm = parameter_groups(model)
+    groups, kinds = [], []
+    for params, kind, group_wd in ((bias, "bias", 0.0), (decay, "decay", wd),
+                                   (norm, "norm", 0.0)):
+        if params:
+            groups.append(dict(params=params, weight_decay=group_wd))
+            kinds.append(kind)
+    optimizer = torch.optim.SGD(groups, lr=float(opt["lr0"]), momentum=float(opt["momentum"]),
+                                nesterov=bool(opt.get("nesterov", True)))
+    return optimizer, kinds
+
+
+def evaluate(model, test_x, test_y, rank, world, precision, distributed):
+    """Each rank scores a strided shard (not timed); [correct, loss sum, count]
+    summed over ranks, on the device until the one read at the end."""
+    device = precision.device
+    model.eval()
+    ev = torch.zeros(3, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        shard = torch.arange(rank, len(test_y), world)
+        for b in range(0, len(shard), 1000):
+            x, y = make_batch(test_x, test_y, shard[b:b + 1000], device)
+            with precision.autocast():
+                logits = model(x)
+                loss = F.cross_entropy(logits, y, reduction="sum")
+            ev[0] += logits.argmax(1).eq(y).sum()
+            ev[1] += loss.to(torch.float64)
+            ev[2] += len(y)
+    if distributed:
+        dist.all_reduce(ev)
+    model.train()
+    return ev.cpu()
+
+
+def main():
+    args = parse_args()
     with open(args.config) as f:
         cfg = yaml.safe_load(f)
     data, train, opt, sched = cfg["data"], cfg["train"], cfg["optimizer"], cfg["scheduler"]
@@ -253,15 +328,18 @@ def main():
         torch.set_num_threads(threads)
 
     distributed = "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+    device = resolve_device(train.get("device", "auto"), int(os.environ.get("LOCAL_RANK", "0")))
+    precision = Precision(train, device)
+    scaler = precision.scaler
     if distributed:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     world = dist.get_world_size() if distributed else 1
     rank = dist.get_rank() if distributed else 0
     leader = rank == 0
     seed = int(train.get("seed", 0))
 
     torch.manual_seed(seed)
-    model = make_model(cfg["model"], int(data.get("image_size", 28)))
+    model = make_model(cfg["model"], int(data.get("image_size", 28))).to(device)
     train_x, train_y = load_data(data, True, seed)
     test_x, test_y = load_data(data, False, seed)
     sampler = torch.utils.data.DistributedSampler(
@@ -270,29 +348,21 @@ def main():
     bs = int(data["batch_size"])
     nb = (sampler.num_samples + bs - 1) // bs
     global_batch = bs * world
-    lr0, nbs = float(opt["lr0"]), int(opt.get("nbs", 64))
-    schedule = Schedule(sched, lr0, nb, nbs, global_batch)
-    wd = float(opt.get("weight_decay", 5e-4)) * global_batch * schedule.accumulate / nbs
-    if opt["_target_"] != "SGD":
-        raise SystemExit("the reference implements SGD only")
-    bias, decay, norm = parameter_groups(model)
-    groups, kinds = [], []
-    for params, kind, group_wd in ((bias, "bias", 0.0), (decay, "decay", wd),
-                                   (norm, "norm", 0.0)):
-        if params:
-            groups.append(dict(params=params, weight_decay=group_wd))
-            kinds.append(kind)
-    optimizer = torch.optim.SGD(groups, lr=lr0, momentum=float(opt["momentum"]),
-                                nesterov=bool(opt.get("nesterov", True)))
+    nbs = int(opt.get("nbs", 64))
+    schedule = Schedule(sched, float(opt["lr0"]), nb, nbs, global_batch)
+    optimizer, kinds = make_optimizer(model, opt, global_batch, schedule, nbs)
     start_epoch, last_opt_step, final = 0, -1, None
     last_pt = os.path.join(args.checkpoint_dir, "last.pt") if args.checkpoint_dir else None
     if args.resume and os.path.exists(last_pt):
         # Before DDP's constructor, which broadcasts rank 0's parameters anyway.
-        start_epoch, last_opt_step, final = load_checkpoint(last_pt, model, optimizer)
+        start_epoch, last_opt_step, final = load_checkpoint(last_pt, model, optimizer, scaler)
         if leader:
             print(f"resumed from checkpoint {last_pt}: epoch {start_epoch + 1}, iteration 0",
                   flush=True)
-    net = nn.parallel.DistributedDataParallel(model) if distributed else model
+    net = model
+    if distributed:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
 
     metrics = None
     if leader:
@@ -304,7 +374,8 @@ def main():
             metrics.write("epoch,train_loss,test_loss,test_acc,lr,seconds,images_per_sec\n")
         print(f"ddp_reference: {world} rank(s), batch {bs} x {world}, {nb} iterations/epoch, "
               f"warm-up {schedule.warmup_iters}, accumulate {schedule.accumulate}, "
-              f"torch {torch.__version__}, threads {torch.get_num_threads()}", flush=True)
+              f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+              f"device {device}, {precision.name}", flush=True)
 
     model.train()
     micro = 0
@@ -322,51 +393,49 @@ def main():
                 g["momentum"] = v["momentum"]
             step = ni - last_opt_step >= v["accumulate"]
             idx = indices[i * bs:(i + 1) * bs]
-            x, y = make_batch(train_x, train_y, idx)
-            if distributed and not step:
-                with net.no_sync():
+            x, y = make_batch(train_x, train_y, idx, device)
+            # Without a step DDP only accumulates; backward outside autocast,
+            # as PyTorch's AMP recipe (and the trainer) has it.
+            with net.no_sync() if distributed and not step else contextlib.nullcontext():
+                with precision.autocast():
                     loss = F.cross_entropy(net(x), y)
-                    loss.backward()
-            else:
-                loss = F.cross_entropy(net(x), y)
-                loss.backward()
+                (scaler.scale(loss) if scaler else loss).backward()
             micro += 1
             if step:
+                if scaler:
+                    scaler.unscale_(optimizer)
                 if micro != 1:
                     with torch.no_grad():
                         for p in model.parameters():
                             if p.grad is not None:
                                 p.grad.mul_(1.0 / micro)
-                optimizer.step()
+                if scaler:  # skips the step when a gradient is inf/nan
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
                 optimizer.zero_grad()
                 micro, last_opt_step = 0, ni
             n = float(len(idx))
             loss_item = loss.item()
             loss_sum += loss_item * n
             seen += n
+            if args.ready_dir and ni == start_epoch * nb:
+                write_ready(args.ready_dir, rank)
+            if args.hang:
+                while True:  # until a signal kills us (SIGTERM's default action)
+                    signal.pause()
             if leader and args.log_period > 0 and ((i + 1) % args.log_period == 0 or i + 1 == nb):
                 rate = (i + 1) / max(time.perf_counter() - epoch_start, 1e-9)
                 print(f"epoch {epoch + 1}/{epochs} iter {i + 1}/{nb} loss {loss_item:.4f} "
                       f"lr {v['lr']:.4g} {rate:.1f} it/s eta {(nb - i - 1) / rate:.0f}s",
                       flush=True)
         train_s = time.perf_counter() - epoch_start
-        sums = torch.tensor([loss_sum, seen], dtype=torch.float64)
+        sums = torch.tensor([loss_sum, seen], dtype=torch.float64, device=device)
         if distributed:
             dist.all_reduce(sums)
-        # Evaluation (not timed): each rank scores a strided shard.
-        model.eval()
-        ev = torch.zeros(3, dtype=torch.float64)
-        with torch.no_grad():
-            shard = torch.arange(rank, len(test_y), world)
-            for b in range(0, len(shard), 1000):
-                x, y = make_batch(test_x, test_y, shard[b:b + 1000])
-                logits = model(x)
-                ev += torch.tensor([float(logits.argmax(1).eq(y).sum()),
-                                    float(F.cross_entropy(logits, y, reduction="sum")),
-                                    float(len(y))], dtype=torch.float64)
-        if distributed:
-            dist.all_reduce(ev)
-        model.train()
+        sums = sums.cpu()
+        ev = evaluate(model, test_x, test_y, rank, world, precision, distributed)
         epoch_s = time.perf_counter() - epoch_start
         if leader:
             ips = float(sums[1]) / train_s
@@ -381,7 +450,7 @@ def main():
                   f"{ips:.0f} img/s", flush=True)
             final = dict(test_acc=test_acc, train_loss=train_loss)
             if last_pt:
-                save_checkpoint(last_pt, model, optimizer, epoch, last_opt_step, final)
+                save_checkpoint(last_pt, model, optimizer, scaler, epoch, last_opt_step, final)
     if leader:
         metrics.close()
         print(f"final: epoch={epochs} test_acc={final['test_acc']:.4f} "

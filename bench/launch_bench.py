@@ -22,6 +22,7 @@ follows). Standard library only. See bench/README.md.
 import argparse
 import os
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -47,7 +48,8 @@ CONTRACT_VARS = (
 
 # Debian's torch 1.13.1 torchrun on Python 3.11: Std.from_str iterates the
 # IntFlag, which no longer yields NONE/ALL, and returns None for "0" (the
-# default --redirects). Patch that one function, then run torchrun's main.
+# default --redirects). Patch that one function where it has that bug (a
+# newer torch runs unpatched), then run torchrun's main.
 TORCHRUN_PATCH = r"""
 import re
 import torch.distributed.elastic.multiprocessing.api as _api
@@ -58,7 +60,8 @@ def _from_str(vm):
         return {int(i): _api.Std(int(v))
                 for i, v in (m.split(":") for m in vm.split(","))}
     raise ValueError(f"{vm} does not match <{_api._VALUE_REGEX}> or <{_api._MAPPING_REGEX}>")
-_api.Std.from_str = staticmethod(_from_str)
+if _api.Std.from_str("0") is None:
+    _api.Std.from_str = staticmethod(_from_str)
 from torch.distributed.run import main
 main()
 """
@@ -70,10 +73,11 @@ class TrialError(Exception):
 
 def worker_cmd(worker, args, ready_dir):
     """(program, args, is_python) for a worker kind."""
+    extra = shlex.split(args.worker_args)
     if worker == "cpp":
-        return [args.cpp_worker, "--ready-dir", ready_dir, "--hang"], False
+        return [args.cpp_worker, "--ready-dir", ready_dir, "--hang", *extra], False
     return [args.python_worker, "--ready-dir", ready_dir,
-            *python_keepalive(args.python_worker)], True
+            *python_keepalive(args.python_worker), *extra], True
 
 
 def python_keepalive(path):
@@ -98,13 +102,13 @@ def launcher_cmd(launcher, worker, n, args, tmp):
                   for c in common]
     if launcher in ("elastrun", "elastrun-standby"):
         if is_python:
-            env["ELASTRUN_PYTHON"] = TORCH_PYTHON
+            env["ELASTRUN_PYTHON"] = args.python
         cmd = [args.elastrun, "run", *common,
                *(["--standby"] if launcher == "elastrun-standby" else []),
                *([] if is_python else ["--no-python"]),
                *args.elastrun_extra.split(), *prog]
     else:
-        cmd = [TORCH_PYTHON, "-c", TORCHRUN_PATCH, "--standalone", *common,
+        cmd = [args.python, "-c", TORCHRUN_PATCH, "--standalone", *common,
                *([] if is_python else ["--no_python"]),
                *args.torchrun_extra.split(), *prog]
     return cmd, env, ready_dir
@@ -355,7 +359,48 @@ def ratio(a, b):
     return f"{statistics.median(a) / statistics.median(b):.1f}x"
 
 
-def main():
+def run_cell(launcher, worker, n, args, notes):
+    """args.reps trials of one cell: {"launch": [s, ...], "restart": [...],
+    "stop": [...], "standby_idle": [...], "status": "" | "timeout" | "failed"}.
+    The first failed trial ends the cell (keeps the total bounded); failures
+    and launcher notes are appended to `notes`."""
+    cell = {"launch": [], "restart": [], "stop": [], "standby_idle": [],
+            "status": ""}
+    for rep in range(args.reps):
+        print(f"N={n} {worker} {launcher} rep {rep + 1}/{args.reps}"
+              " ...", end=" ", file=sys.stderr, flush=True)
+        try:
+            r = run_trial(launcher, worker, n, args)
+        except TrialError as e:
+            print(e, file=sys.stderr)
+            cell["status"] = ("timeout" if str(e).startswith("timeout")
+                              else "failed")
+            notes.append(f"N={n} {worker} {launcher} rep {rep + 1}: {e}")
+            break
+        for k in ("launch", "restart", "stop", "standby_idle"):
+            if r.get(k) is not None:
+                cell[k].append(r[k])
+        if "note" in r:
+            notes.append(f"N={n} {worker} {launcher} rep {rep + 1}: "
+                         f"{r['note']}")
+        print(" ".join(f"{k}={v:.3f}s" for k, v in r.items()
+                       if isinstance(v, float)), file=sys.stderr, flush=True)
+    return cell
+
+
+def print_table(head, rows):
+    """A Markdown table, columns padded to their widest cell."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(head)]
+    line = lambda cells: "| " + " | ".join(
+        c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+
+
+def make_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", default="1,2,4,8", help="world sizes (1,2,4,8)")
     p.add_argument("--workers", default="cpp,python", help="cpp,python")
@@ -383,6 +428,17 @@ def main():
                    help="extra flags for torchrun, e.g. '--monitor_interval 0.1'")
     p.add_argument("--keep", action="store_true",
                    help="keep every trial's folder (console and logs)")
+    p.add_argument("--python", default=TORCH_PYTHON,
+                   help="the interpreter with torch: torchrun's, and elastrun's "
+                   "for .py workers (ELASTRUN_PYTHON) (default: %(default)s)")
+    p.add_argument("--worker-args", default="",
+                   help="extra arguments for the worker, after its own (one "
+                   "string, split as a shell would)")
+    return p
+
+
+def main():
+    p = make_parser()
     args = p.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
 
@@ -415,30 +471,8 @@ def main():
     for n in ns:
         for worker in workers:
             for launcher in launchers:
-                cell = {"launch": [], "restart": [], "stop": [],
-                        "standby_idle": [], "status": ""}
-                results[(n, worker, launcher)] = cell
-                for rep in range(args.reps):
-                    print(f"N={n} {worker} {launcher} rep {rep + 1}/{args.reps}"
-                          " ...", end=" ", file=sys.stderr, flush=True)
-                    try:
-                        r = run_trial(launcher, worker, n, args)
-                    except TrialError as e:
-                        print(e, file=sys.stderr)
-                        cell["status"] = ("timeout" if str(e).startswith(
-                            "timeout") else "failed")
-                        notes.append(f"N={n} {worker} {launcher} rep "
-                                     f"{rep + 1}: {e}")
-                        break  # keep the total bounded
-                    for k in ("launch", "restart", "stop", "standby_idle"):
-                        if r.get(k) is not None:
-                            cell[k].append(r[k])
-                    if "note" in r:
-                        notes.append(f"N={n} {worker} {launcher} rep "
-                                     f"{rep + 1}: {r['note']}")
-                    print(" ".join(f"{k}={v:.3f}s" for k, v in r.items()
-                                   if isinstance(v, float)),
-                          file=sys.stderr, flush=True)
+                results[(n, worker, launcher)] = run_cell(
+                    launcher, worker, n, args, notes)
 
     print()
     print(f"# elastrun vs torchrun, {time.strftime('%Y-%m-%d %H:%M')}, "
@@ -468,14 +502,7 @@ def main():
                     ratio(t["launch"], c["launch"]) if show_ratio else "",
                     ratio(t["restart"], c["restart"]) if show_ratio else "",
                 ])
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(
-        c.ljust(w) for c, w in zip(cells, widths)) + " |"
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in rows:
-        print(line(r))
+    print_table(head, rows)
     if notes:
         print()
         for note in notes:
