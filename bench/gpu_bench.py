@@ -217,29 +217,42 @@ def print_throughput(args, cells, ranks, data_note):
           "may differ in the last digits).")
 
 
+# The workers of table (b): launch_bench's worker kind and its label.
+RESTART_WORKERS = {"python": "ddp_reference.py", "train": "elastrun-train"}
+
+
 def restart(args, tmp, ranks, config):
-    """Table (b): launch_bench's trials with the reference as a GPU worker."""
-    worker_args = ["--config", config, "--output-dir", os.path.join(tmp, "restart-out")]
-    largs = launch_bench.make_parser().parse_args([
-        "--elastrun", args.elastrun, "--python", args.python, "--python-worker", REFERENCE,
-        "--worker-args", shlex.join(worker_args), "--reps", str(args.restart_reps),
-        "--timeout", str(args.timeout)])
+    """Table (b): launch_bench's trials with the reference and with
+    elastrun-train (ELASTRUN_TRAIN_READY_DIR; it trains on until stopped) as
+    GPU workers, from the same fp32 config."""
+    worker_args = {
+        "python": ["--config", config, "--output-dir", os.path.join(tmp, "restart-out")],
+        # Resolved, so scheduler.epochs is a number: both follow the long run.
+        "train": ["--config", config, "train.epochs=100000", "scheduler.epochs=100000",
+                  "train.log_period=0", "train.output_dir=" + os.path.join(tmp, "restart-train")],
+    }
     notes, rows = [], []
     for n in ranks:
-        cells = {l: launch_bench.run_cell(l, "python", n, largs, notes) for l in LAUNCHERS}
-        for launcher, c in cells.items():
-            t = cells["torchrun"]
-            status = f" [{c['status']}]" if c["status"] else ""
-            rows.append([str(n), launcher, launch_bench.fmt(c["launch"]) + status,
-                         launch_bench.fmt(c["restart"]),
-                         launch_bench.fmt(c["standby_idle"]) if c["standby_idle"] else "",
-                         "" if launcher == "torchrun" else
-                         launch_bench.ratio(t["restart"], c["restart"])])
+        for worker, label in RESTART_WORKERS.items():
+            largs = launch_bench.make_parser().parse_args([
+                "--elastrun", args.elastrun, "--python", args.python,
+                "--python-worker", REFERENCE, "--train-worker", args.trainer,
+                "--worker-args", shlex.join(worker_args[worker]),
+                "--reps", str(args.restart_reps), "--timeout", str(args.timeout)])
+            cells = {l: launch_bench.run_cell(l, worker, n, largs, notes) for l in LAUNCHERS}
+            for launcher, c in cells.items():
+                t = cells["torchrun"]
+                status = f" [{c['status']}]" if c["status"] else ""
+                rows.append([str(n), label, launcher, launch_bench.fmt(c["launch"]) + status,
+                             launch_bench.fmt(c["restart"]),
+                             launch_bench.fmt(c["standby_idle"]) if c["standby_idle"] else "",
+                             "" if launcher == "torchrun" else
+                             launch_bench.ratio(t["restart"], c["restart"])])
     print()
-    print(f"## (b) restart of a worker training on {args.device} (ddp_reference.py, fp32): "
+    print(f"## (b) restart of a worker training on {args.device} (fp32): "
           f"seconds, median (min-max) of {args.restart_reps}")
     print()
-    launch_bench.print_table(["ranks", "launcher", "launch (first step)",
+    launch_bench.print_table(["ranks", "worker", "launcher", "launch (first step)",
                               "restart (first step)", "standbys idle",
                               "restart torchrun/this"], rows)
     for note in notes:

@@ -76,11 +76,14 @@ class GpuBenchTest(unittest.TestCase):
         for prec, (a, b) in losses.items():
             self.assertAlmostEqual(a, b, delta=0.01, msg=prec)
         rows = table_rows(p.stdout, "## (b)")
-        self.assertEqual([r[1] for r in rows], ["elastrun", "elastrun-standby", "torchrun"])
+        self.assertEqual([(r[1], r[2]) for r in rows], [
+            (worker, launcher) for worker in ("ddp_reference.py", "elastrun-train")
+            for launcher in ("elastrun", "elastrun-standby", "torchrun")])
         for r in rows:
-            self.assertRegex(r[2], rf"^{FIGURE}$", r)  # launch, no [failed]
-            self.assertRegex(r[3], rf"^{FIGURE}$", r)  # restart
-        self.assertRegex(rows[1][4], rf"^{FIGURE}$")  # standbys idle
+            self.assertRegex(r[3], rf"^{FIGURE}$", r)  # launch, no [failed]
+            self.assertRegex(r[4], rf"^{FIGURE}$", r)  # restart
+        for standby in (rows[1], rows[4]):
+            self.assertRegex(standby[5], rf"^{FIGURE}$", standby)  # standbys idle
 
 
 PYTHON = torch_python()

@@ -76,6 +76,8 @@ def worker_cmd(worker, args, ready_dir):
     extra = shlex.split(args.worker_args)
     if worker == "cpp":
         return [args.cpp_worker, "--ready-dir", ready_dir, "--hang", *extra], False
+    if worker == "train":  # elastrun-train: ready files by ELASTRUN_TRAIN_READY_DIR
+        return [args.train_worker, *extra], False
     return [args.python_worker, "--ready-dir", ready_dir,
             *python_keepalive(args.python_worker), *extra], True
 
@@ -95,6 +97,7 @@ def launcher_cmd(launcher, worker, n, args, tmp):
     prog, is_python = worker_cmd(worker, args, ready_dir)
     env = {k: v for k, v in os.environ.items()
            if k not in CONTRACT_VARS and not k.startswith("PET_")}
+    env["ELASTRUN_TRAIN_READY_DIR"] = ready_dir  # read by elastrun-train only
     common = ["--nproc-per-node", str(n), "--max-restarts", "1",
               "--log-dir", log_dir]
     if launcher == "torchrun":  # torch 1.13 knows only the underscored names
@@ -422,6 +425,9 @@ def make_parser():
                    default=os.path.join(REPO, "build/bin/elastrun-test-worker"))
     p.add_argument("--python-worker",
                    default=os.path.join(REPO, "tests/python/ddp_worker.py"))
+    p.add_argument("--train-worker",
+                   default=os.path.join(REPO, "build/bin/elastrun-train"),
+                   help="the 'train' worker (gpu_bench.py's; not in --workers)")
     p.add_argument("--elastrun-extra", default="",
                    help="extra flags for elastrun run (one string)")
     p.add_argument("--torchrun-extra", default="",

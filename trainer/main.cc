@@ -109,6 +109,12 @@ int Main(int argc, char** argv) {
       }
     }
   }
+  // Benchmarks: ELASTRUN_TRAIN_READY_DIR=DIR marks the first batch done
+  // (RunOptions::ready_dir).
+  if (const char* dir = std::getenv("ELASTRUN_TRAIN_READY_DIR"); dir != nullptr) {
+    run.ready_dir = dir;
+    run.attempt = run.env ? run.env->restart_count : 0;
+  }
   // Tests: ELASTRUN_TRAIN_SAMPLE_LOG=DIR logs the samples of every batch to
   // DIR/rank<RANK>.log (trainer.h, RunOptions::sample_log).
   if (const char* dir = std::getenv("ELASTRUN_TRAIN_SAMPLE_LOG"); dir != nullptr && *dir != 0) {

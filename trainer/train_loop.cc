@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/config/config.h"
 #include "common/status_macros.h"
 #include "trainer/checkpoint_file.h"
@@ -338,6 +339,7 @@ absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t i) {
   ++pos_.micro_batches;
   if (step) OptimizerStep(ni);
   const double l = loss.item<double>();
+  if (!marked_ready_ && !run_.ready_dir.empty()) RETURN_IF_ERROR(MarkReady());
   epoch_.loss_sum += l * static_cast<double>(e - b);
   epoch_.seen += static_cast<double>(e - b);
   if (leader_) {
@@ -460,6 +462,13 @@ absl::Status TrainLoop::LogSamples(int64_t epoch, int64_t i, size_t begin, size_
         absl::StrCat("writing ", run_.sample_log, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+absl::Status TrainLoop::MarkReady() {
+  marked_ready_ = true;
+  const std::string name = absl::StrCat(run_.ready_dir, "/ready.", run_.attempt, ".", rank_);
+  // Whole or absent: the reader polls for it.
+  return WriteFileAtomically(name, absl::StrCat(absl::ToUnixNanos(absl::Now()), "\n"));
 }
 
 void TrainLoop::MaybeInjectFault(int64_t ni) const {

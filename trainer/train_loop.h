@@ -131,6 +131,8 @@ class TrainLoop {
   absl::StatusOr<TrainResult> Finish();
 
   absl::Status LogSamples(int64_t epoch, int64_t i, size_t begin, size_t end);
+  // RunOptions::ready_dir's file, once.
+  absl::Status MarkReady();
   void MaybeInjectFault(int64_t ni) const;
 
   const TrainerConfig& cfg_;
@@ -161,6 +163,7 @@ class TrainLoop {
   std::string config_yaml_;  // The resolved config, saved with every checkpoint.
   RunIdentity identity_;     // Recorded in every checkpoint; resume matches it.
   int sample_log_ = -1;      // run.sample_log's descriptor, or -1.
+  bool marked_ready_ = false;  // run.ready_dir's file is there.
   std::string metrics_rows_;  // metrics.csv's rows so far, carried in every capture.
   bool rows_carried_ = true;  // False: resumed from an older build's checkpoint.
 

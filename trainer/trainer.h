@@ -44,6 +44,11 @@ struct RunOptions {
   // it reaches global iteration `fail_at_iteration`. -1: never.
   int fail_rank = -1;
   int64_t fail_at_iteration = -1;
+  // For benchmarks (bench/launch_bench.py's protocol): once this process's
+  // first batch is done (its loss on the host), the file
+  // <ready_dir>/ready.<attempt>.<rank> appears, holding the wall-clock time
+  // in ns. Empty: none.
+  std::string ready_dir;
   // For tests: every batch this rank trains is appended to this file as a
   // line "<attempt> <epoch> <iteration in epoch> <sample index>...", with
   // one unbuffered write per batch, so a killed rank's lines are complete.
