@@ -128,10 +128,14 @@ class TlsE2eTest : public ::testing::Test {
             "ELASTRUN_TLS_KEY=" + pki_.client_key};
   }
 
-  // Alive nodes as `elastrun nodes` over mutual TLS shows them, -1 on error.
+  // Alive nodes as `elastrun nodes` over mutual TLS shows them, -1 on error
+  // (the CLI's output is then in nodes_error_).
   int AliveNodes() {
     RunResult r = Cli({"nodes", "--output", "json"}, ClientEnv());
-    if (r.exit_code != 0) return -1;
+    if (r.exit_code != 0) {
+      nodes_error_ = r.output;
+      return -1;
+    }
     const nlohmann::json nodes =
         nlohmann::json::parse(r.output.substr(r.output.find('{')))["nodes"];
     int alive = 0;
@@ -147,7 +151,7 @@ class TlsE2eTest : public ::testing::Test {
     EXPECT_THAT(d.Output(), HasSubstr(says));
   }
 
-  std::string dir_, marker_, address_;
+  std::string dir_, marker_, address_, nodes_error_;
   testing::TestPki pki_;
   std::unique_ptr<testing::Subprocess> service_;
   std::vector<std::unique_ptr<testing::Subprocess>> daemons_;
@@ -165,7 +169,7 @@ TEST_F(TlsE2eTest, MutualTlsDaemonsRunAJobTheCliSubmits) {
   int alive = -1;
   while ((alive = AliveNodes()) != 2 && absl::Now() < end) {
   }
-  ASSERT_EQ(alive, 2) << daemons_[0]->Output() << daemons_[1]->Output();
+  ASSERT_EQ(alive, 2) << nodes_error_ << daemons_[0]->Output() << daemons_[1]->Output();
 
   RunResult submit =
       Cli({"submit", "--name", "tls", "--nnodes", "2", "--nproc-per-node", "1",
@@ -208,7 +212,8 @@ TEST_F(TlsE2eTest, MutualTlsDaemonsRunAJobTheCliSubmits) {
   ExpectRefused(plain_daemon, "speaks TLS: give --tls-ca FILE");
   ExpectRefused(no_cert_daemon, "refused this client's TLS handshake");
   ExpectRefused(intruder, "refused this client's TLS handshake");
-  EXPECT_EQ(AliveNodes(), 2);  // none of them registered
+  // None of them registered.
+  EXPECT_EQ(AliveNodes(), 2) << nodes_error_ << service_->Output();
 }
 
 TEST_F(TlsE2eTest, ServerNameForAnAddressTheCertificateDoesNotCarry) {

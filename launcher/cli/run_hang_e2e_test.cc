@@ -78,7 +78,9 @@ class RunHangTest : public ::testing::Test {
 TEST_F(RunHangTest, StoppedRankIsHungItsStacksLoggedAndTheGroupRestarts) {
   // Rank 1 stops itself (SIGSTOP) after 5 steps in the first attempt; rank
   // 0 then waits for it forever, as in a collective. The second attempt
-  // runs through.
+  // runs through. Both wait in a loop: the dump's SIGUSR1 ends a pause()
+  // (faulthandler's handler returns), and a rank 1 that then ran on and
+  // exited would be gone before eu-stack looks at it.
   RunResult r =
       Run({"--nproc-per-node", "2", "--max-restarts", "1", "--hang-timeout", "2s"},
           R"(for step in range(1, 6):
@@ -87,7 +89,8 @@ if restart == 0:
     if rank == 1:
         os.kill(os.getpid(), signal.SIGSTOP)
         print("continued after the stop", file=sys.stderr, flush=True)
-    signal.pause()
+    while True:
+        signal.pause()
 print("rank", rank, "done", flush=True)
 )");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -132,6 +132,9 @@ TEST_F(DaemonCgroupE2eTest, RestartedDaemonKillsWhatItsSigkilledPredecessorLeft)
   ASSERT_TRUE(first.Wait(kDeadline).ok());
   EXPECT_FALSE(WaitExited(grandchild, absl::ZeroDuration()))
       << "the grandchild outlives a SIGKILLed daemon (an orphan)";
+  // Restarted once the service has seen the broken Watch stream: before
+  // that the node id is still held, and the restarted daemon is refused.
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 0; }));
 
   testing::Subprocess& restarted = StartDaemon();
   EXPECT_TRUE(WaitExited(grandchild, kDeadline))

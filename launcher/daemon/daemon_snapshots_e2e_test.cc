@@ -72,8 +72,10 @@ class DaemonSnapshotsE2eTest : public ::testing::Test {
     cluster_->StopAll();  // the service; checks that nothing is left
   }
 
-  // Starts elastrund "n1" with the test's snapshot base; returns once the
-  // service sees it.
+  // Starts elastrund "n1" with the test's snapshot base; returns once its
+  // Watch stream is open. Registered is not enough: the daemon removes its
+  // node's leftover snapshot folders after it registers and before it opens
+  // the stream.
   void StartDaemon() {
     auto d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
@@ -84,7 +86,7 @@ class DaemonSnapshotsE2eTest : public ::testing::Test {
          "ELASTRUN_CRED_SOCKET=" + dir_ + "/cred.sock"});
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);
-    ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << daemon_->Output();
+    ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; })) << daemon_->Output();
   }
 
   // `elastrun submit` of a one-node job of two shell workers; its id.
