@@ -15,6 +15,7 @@
 #include "launcher/agent/attempt.h"
 #include "launcher/agent/liveness.h"
 #include "launcher/agent/port.h"
+#include "launcher/daemon/reports.h"
 #include "launcher/daemon/worker_user.h"
 #include "launcher/round/context.h"
 #include "launcher/round/failure.h"
@@ -23,27 +24,14 @@
 namespace elastrun::launcher {
 namespace {
 
+using internal::FailureReport;
+using internal::Retriable;
+
 // How many recent MASTER_PORTs to keep clear of.
 constexpr size_t kRecentPorts = 32;
 // JoinRound tries, and the delay before the n-th retry (times n).
 constexpr int kJoinAttempts = 3;
 constexpr absl::Duration kJoinRetryDelay = absl::Milliseconds(100);
-
-// Whether a report may succeed later: the service is away or slow.
-bool Retriable(const absl::Status& st) {
-  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ||
-         absl::IsCancelled(st) || absl::IsUnknown(st);
-}
-
-v1::ReportExitRequest FailureReport(const std::string& node, const std::string& job,
-                                    int64_t round, const rendezvous::Failure& f) {
-  v1::ReportExitRequest r;
-  r.set_job_id(job);
-  r.set_round(round);
-  r.set_node_id(node);
-  *r.mutable_failure() = rendezvous::ToProto(f);
-  return r;
-}
 
 // The workers `start` runs on `node` (0: it does not name the node).
 int LocalNproc(const v1::StartAttempt& start, const std::string& node) {
@@ -396,99 +384,6 @@ void Daemon::OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome) {
   StartOnRunner(std::move(launches));
 }
 
-void Daemon::QueueEndReport(const Attempt& a, const AttemptOutcome& outcome) {
-  if (outcome.leftovers) {
-    LOG(WARNING) << "job " << a.job_id << " round " << a.round
-                 << ": some processes could not be reaped after SIGKILL";
-  }
-  using Kind = AttemptOutcome::Kind;
-  // A worker that failed before any stop was asked is a root cause even
-  // when a stop followed; exits caused by the stop are not failures.
-  if (outcome.kind == Kind::kFailed && !outcome.spawn_error.ok()) {
-    reports_.push_back(FailureReport(
-        options_.node_id, a.job_id, a.round,
-        NotStartedFailure(options_.node_id, a.round, std::string(outcome.spawn_error.message()),
-                          /*cannot_start=*/true)));
-  } else if (outcome.kind == Kind::kFailed && outcome.first_failure) {
-    const WorkerExit& e = *outcome.first_failure;
-    LOG(INFO) << "job " << a.job_id << " round " << a.round << ": "
-              << (e.hung
-                      ? DescribeHang(e.rank, e.hung_step, e.hung_for)
-                      : absl::StrCat("rank ", e.rank, " failed with ", DescribeExit(e)));
-    reports_.push_back(FailureReport(options_.node_id, a.job_id, a.round,
-                                     MakeFailure(options_.node_id, a.round, e,
-                                                 a.attempt_dir)));
-  } else if (outcome.kind == Kind::kSucceeded && !a.stop_requested) {
-    LOG(INFO) << "job " << a.job_id << " round " << a.round << ": every worker exited 0";
-    v1::ReportExitRequest r;
-    r.set_job_id(a.job_id);
-    r.set_round(a.round);
-    r.set_node_id(options_.node_id);
-    r.set_succeeded(true);
-    reports_.push_back(std::move(r));
-  } else {
-    LOG(INFO) << "job " << a.job_id << " round " << a.round << " stopped";
-  }
-}
-
-void Daemon::FlushReports() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (flushing_) return;  // the flushing thread sends what was added too
-    flushing_ = true;
-  }
-  if (options_.before_reports) options_.before_reports();
-  for (;;) {
-    v1::ReportExitRequest r;
-    {
-      absl::MutexLock lock(&mu_);
-      if (reports_.empty()) {
-        flushing_ = false;
-        return;
-      }
-      r = reports_.front();
-    }
-    absl::Status st = client_->ReportExit(r);
-    absl::MutexLock lock(&mu_);
-    if (!st.ok() && Retriable(st)) {
-      LOG(WARNING) << "ReportExit job " << r.job_id() << " round " << r.round()
-                   << " kept for later: " << st;
-      flushing_ = false;
-      return;
-    }
-    if (!st.ok()) {
-      LOG(WARNING) << "ReportExit job " << r.job_id() << " round " << r.round()
-                   << " refused: " << st;
-    }
-    // The front may have been dropped by an EndJob meanwhile.
-    if (!reports_.empty() && reports_.front().job_id() == r.job_id() &&
-        reports_.front().round() == r.round()) {
-      reports_.pop_front();
-    }
-  }
-}
-
-std::vector<v1::RunningAttempt> Daemon::Running() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<v1::RunningAttempt> out;
-  std::set<std::pair<std::string, int64_t>> listed;
-  auto add = [&](const std::string& job, int64_t round, bool ended) {
-    if (!listed.insert({job, round}).second) return;
-    v1::RunningAttempt& a = out.emplace_back();
-    a.set_job_id(job);
-    a.set_round(round);
-    a.set_ended(ended);
-  };
-  for (const auto& [job, j] : jobs_) {
-    if (j.current && !j.current->stop_requested) add(job, j.current->round, false);
-  }
-  for (const auto& [job, j] : jobs_) {
-    if (j.next) add(job, j.next->assignment().round(), true);
-  }
-  for (const v1::ReportExitRequest& r : reports_) add(r.job_id(), r.round(), true);
-  return out;
-}
-
 void Daemon::ForgetJoins() {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> jobs;
@@ -531,65 +426,6 @@ bool Daemon::WaitIdle(absl::Duration timeout) {
     return true;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
-}
-
-size_t Daemon::pending_reports() const {
-  absl::MutexLock lock(&mu_);
-  return reports_.size();
-}
-
-void Daemon::OnProgress(const ProgressReport& report) {
-  std::optional<std::pair<std::string, int64_t>> to;
-  {
-    absl::MutexLock lock(&mu_);
-    to = RouteLocked(report.job_id);
-  }
-  if (!to) {
-    LOG_EVERY_N(WARNING, 100) << "progress report of job '" << report.job_id << "' rank "
-                              << report.rank << " fits no attempt on this node; dropped";
-    return;
-  }
-  if (options_.on_progress) options_.on_progress(to->first, to->second, report);
-}
-
-void Daemon::OnBarrier(const BarrierArrival& arrival,
-                       std::function<void(const absl::Status&)> reply) {
-  std::optional<std::pair<std::string, int64_t>> to;
-  {
-    absl::MutexLock lock(&mu_);
-    to = RouteLocked(arrival.job_id);
-  }
-  if (!to) {
-    reply(absl::FailedPreconditionError(
-        arrival.job_id.empty()
-            ? absl::StrCat("barrier '", arrival.name, "': the worker names no job and ",
-                           "node ", options_.node_id, " does not run exactly one")
-            : absl::StrCat("barrier '", arrival.name, "': job ", arrival.job_id,
-                           " does not run on node ", options_.node_id)));
-    return;
-  }
-  if (!options_.on_barrier) {
-    reply(absl::UnimplementedError("this node daemon relays no barriers"));
-    return;
-  }
-  options_.on_barrier(to->first, to->second, arrival, std::move(reply));
-}
-
-std::optional<std::pair<std::string, int64_t>> Daemon::RouteLocked(
-    const std::string& job_id) const {
-  if (!job_id.empty()) {
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end() || !it->second.current) return std::nullopt;
-    return std::make_pair(job_id, it->second.current->round);
-  }
-  // No job named (an older worker): unambiguous only with one attempt.
-  std::optional<std::pair<std::string, int64_t>> only;
-  for (const auto& [job, j] : jobs_) {
-    if (!j.current) continue;
-    if (only) return std::nullopt;
-    only = std::make_pair(job, j.current->round);
-  }
-  return only;
 }
 
 int Daemon::SlotsOfOthersLocked(const std::string& except, bool live_only) const {
