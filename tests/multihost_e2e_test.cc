@@ -66,9 +66,9 @@ class MultiHostTest : public ::testing::Test {
       ASSERT_TRUE(Sh({"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"}));
     }
     dir_ = testing::MakeTempDir("multihost");
-    token_file_ = dir_ + "/token";
-    std::ofstream(token_file_) << "s3cret-" << id_ << "\n";
-    chmod(token_file_.c_str(), 0600);  // a token file open to others is refused
+    // Owner-only: a token file open to others is refused.
+    token_file_ = testing::WriteOwnerOnlyFile(dir_ + "/token", absl::StrCat("s3cret-", id_, "\n"));
+    ASSERT_FALSE(token_file_.empty());
     marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=multihost-", getpid(), "-", dir_);
   }
 

@@ -106,13 +106,8 @@ class Service {
 // An owner-only token file `dir`/token holding `token`: the service, its
 // daemons and the CLI are all given it (never the default path).
 std::string WriteTokenFile(const std::string& dir, const std::string& token) {
-  const std::string path = dir + "/token";
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  EXPECT_GE(fd, 0) << path;
-  if (fd >= 0) {
-    EXPECT_EQ(write(fd, token.data(), token.size()), static_cast<ssize_t>(token.size()));
-    close(fd);
-  }
+  const std::string path = testing::WriteOwnerOnlyFile(dir + "/token", token);
+  EXPECT_FALSE(path.empty()) << dir;
   return path;
 }
 

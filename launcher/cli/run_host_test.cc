@@ -33,9 +33,8 @@ RunOptions Options(const std::vector<std::string>& args) {
 
 TEST(RunHostTest, TokenFromConfFileVariableOrDerived) {
   const std::string dir = testing::MakeTempDir("run-host");
-  const std::string file = dir + "/token";
-  std::ofstream(file) << "from-file\n";
-  chmod(file.c_str(), 0600);
+  const std::string file = testing::WriteOwnerOnlyFile(dir + "/token", "from-file\n");
+  ASSERT_FALSE(file.empty());
   bool derived = true;
   RunOptions o = Options({"--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id",
                           "j9", "--rdzv-conf", "token_file=" + file, "w"});

@@ -56,9 +56,9 @@ class MultinodeRunTest : public ::testing::TestWithParam<Net> {
     dir_ = testing::MakeTempDir("run-multinode");
     mark_ = dir_ + "/mark";
     ASSERT_EQ(mkdir(mark_.c_str(), 0755), 0);
-    token_file_ = dir_ + "/token";
-    std::ofstream(token_file_) << "t0ken-" << getpid() << "\n";
-    chmod(token_file_.c_str(), 0600);
+    token_file_ = testing::WriteOwnerOnlyFile(dir_ + "/token",
+                                              absl::StrCat("t0ken-", getpid(), "\n"));
+    ASSERT_FALSE(token_file_.empty());
     marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=run-multinode-", getpid(), "-", dir_);
     const int port = testing::FreeLoopbackPort();
     ASSERT_GT(port, 0);

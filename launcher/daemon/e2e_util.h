@@ -53,12 +53,7 @@ class Cluster {
       : dir_(std::move(dir)), marker_(std::move(marker)), token_(std::move(token)) {
     if (token_.empty()) token_ = "cluster-token-" + marker_;
     token_file_ = dir_ + "/token";
-    const int fd = open(token_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    EXPECT_GE(fd, 0) << token_file_;
-    if (fd >= 0) {
-      EXPECT_EQ(write(fd, token_.data(), token_.size()), static_cast<ssize_t>(token_.size()));
-      close(fd);
-    }
+    EXPECT_FALSE(testing::WriteOwnerOnlyFile(token_file_, token_).empty()) << token_file_;
   }
 
   // Starts elastrun-rendezvous on `listen` with its state in dir/state and

@@ -204,6 +204,17 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+std::string WriteOwnerOnlyFile(const std::string& path, const std::string& contents) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return "";
+  // An existing file keeps its mode through O_TRUNC.
+  const bool ok = fchmod(fd, 0600) == 0 &&
+                  write(fd, contents.data(), contents.size()) ==
+                      static_cast<ssize_t>(contents.size());
+  close(fd);
+  return ok ? path : "";
+}
+
 bool FileExists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;

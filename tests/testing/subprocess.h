@@ -73,6 +73,9 @@ std::vector<pid_t> ProcessesWithEnv(const std::string& entry);
 std::string MakeTempDir(const std::string& tag);
 std::string ReadFile(const std::string& path);
 bool FileExists(const std::string& path);
+// Writes `contents` to `path`, created (or truncated) owner-only (0600),
+// as a token file must be; returns `path` ("" when it cannot be written).
+std::string WriteOwnerOnlyFile(const std::string& path, const std::string& contents);
 
 // A loopback port with nothing listening (bound, read back, released), or
 // -1 when none can be bound.
