@@ -37,22 +37,6 @@ using testing::ReadFile;
 
 constexpr absl::Duration kWait = absl::Seconds(120);
 
-// Waits until process `pid` (any process, not only a child) has exited:
-// its pidfd becomes readable. True at once when it is gone already.
-bool WaitExited(pid_t pid, absl::Duration timeout) {
-  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) return errno == ESRCH;
-  pollfd p{fd, POLLIN, 0};
-  const int got = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
-  close(fd);
-  return got == 1;
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
-
 std::string Trimmed(const std::string& text) {
   return std::string(absl::StripAsciiWhitespace(text));
 }
@@ -97,7 +81,7 @@ class RunCgroupTest : public ::testing::Test {
     run_dirs_.push_back(dir);
     EXPECT_TRUE(testing::WaitForFiles(seen_, "cg", 1, kWait).ok());
     EXPECT_THAT(dir + "/attempt-1", EndsWith(Trimmed(ReadFile(seen_ + "/cg"))));
-    EXPECT_TRUE(Exists(dir + "/attempt-1"));
+    EXPECT_TRUE(testing::FileExists(dir + "/attempt-1"));
     return dir;
   }
 
@@ -119,13 +103,13 @@ TEST_F(RunCgroupTest, SigkilledRunLeavesNoGrandchildRunning) {
   auto status = run->Wait(kWait);
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_TRUE(WIFSIGNALED(*status));
-  EXPECT_TRUE(WaitExited(grandchild, kWait)) << "grandchild " << grandchild << " outlived the run";
+  EXPECT_TRUE(testing::WaitProcessExited(grandchild, kWait)) << "grandchild " << grandchild << " outlived the run";
   // The watchdog (its environment wiped: not a process of the job)
   // removes the folder once the run is gone; looked at until a deadline.
-  for (pid_t pid : testing::ProcessesWithEnv(marker_)) EXPECT_TRUE(WaitExited(pid, kWait));
+  for (pid_t pid : testing::ProcessesWithEnv(marker_)) EXPECT_TRUE(testing::WaitProcessExited(pid, kWait));
   const absl::Time deadline = absl::Now() + kWait;
-  while (Exists(dir) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_FALSE(Exists(dir)) << dir;
+  while (testing::FileExists(dir) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(testing::FileExists(dir)) << dir;
 }
 
 TEST_F(RunCgroupTest, StoppedRunLeavesNoCgroupFolder) {
@@ -136,7 +120,7 @@ TEST_F(RunCgroupTest, StoppedRunLeavesNoCgroupFolder) {
   auto status = run->Wait(kWait);
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(run->exit_code(), 128 + SIGTERM) << run->Output();
-  EXPECT_FALSE(Exists(dir)) << dir << " is removed when the run ends";
+  EXPECT_FALSE(testing::FileExists(dir)) << dir << " is removed when the run ends";
   EXPECT_THAT(run->Output(), ::testing::Not(HasSubstr("cgroups not used")));
 }
 

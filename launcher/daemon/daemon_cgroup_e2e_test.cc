@@ -37,17 +37,6 @@ using testing::ReadFile;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 
-// Waits until process `pid` (not necessarily a child) has exited: its pidfd
-// becomes readable. True at once when it is gone already.
-bool WaitExited(pid_t pid, absl::Duration timeout) {
-  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) return errno == ESRCH;
-  pollfd p{fd, POLLIN, 0};
-  const int got = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
-  close(fd);
-  return got == 1;
-}
-
 std::string Trimmed(const std::string& text) {
   return std::string(absl::StripAsciiWhitespace(text));
 }
@@ -130,14 +119,14 @@ TEST_F(DaemonCgroupE2eTest, RestartedDaemonKillsWhatItsSigkilledPredecessorLeft)
 
   first.Signal(SIGKILL);
   ASSERT_TRUE(first.Wait(kDeadline).ok());
-  EXPECT_FALSE(WaitExited(grandchild, absl::ZeroDuration()))
+  EXPECT_FALSE(testing::WaitProcessExited(grandchild, absl::ZeroDuration()))
       << "the grandchild outlives a SIGKILLed daemon (an orphan)";
   // Restarted once the service has seen the broken Watch stream: before
   // that the node id is still held, and the restarted daemon is refused.
   ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 0; }));
 
   testing::Subprocess& restarted = StartDaemon();
-  EXPECT_TRUE(WaitExited(grandchild, kDeadline))
+  EXPECT_TRUE(testing::WaitProcessExited(grandchild, kDeadline))
       << "grandchild " << grandchild << " outlived the restart\n" << restarted.Output();
   const std::string line = absl::StrCat(" processes left by a previous elastrund for node ", node_);
   ASSERT_TRUE(PollUntil([&] { return absl::StrContains(restarted.Output(), line); }))

@@ -204,6 +204,15 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+bool WaitProcessExited(pid_t pid, absl::Duration timeout) {
+  const int fd = PidfdOpen(pid);
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  const int got = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  close(fd);
+  return got == 1;
+}
+
 std::string WriteOwnerOnlyFile(const std::string& path, const std::string& contents) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return "";

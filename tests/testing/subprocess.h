@@ -69,6 +69,10 @@ std::vector<std::string> ListFiles(const std::string& dir, const std::string& pr
 // that nothing was left behind.
 std::vector<pid_t> ProcessesWithEnv(const std::string& entry);
 
+// Waits until process `pid` (any process, not only a child) has exited:
+// its pidfd becomes readable. True at once when it is gone already.
+bool WaitProcessExited(pid_t pid, absl::Duration timeout);
+
 // A new empty folder under $TMPDIR (or /tmp).
 std::string MakeTempDir(const std::string& tag);
 std::string ReadFile(const std::string& path);
