@@ -160,6 +160,10 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
   const std::string& job = start.job_id();
   const int64_t round = start.assignment().round();
   const int nproc = LocalNproc(start, options_.node_id);
+  // Before the lock: the lookup may block (NSS), and mu_ serves the
+  // heartbeats, the workers' progress and every other command.
+  const absl::StatusOr<WorkerUser> user =
+      ResolveWorkerUser(start.spec(), job, options_.node_id, geteuid(), getegid());
   std::vector<Launched> launches;
   uint64_t stop_id = 0;
   bool refused = false;
@@ -190,6 +194,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
       // An older attempt still stopping (or stale): this one starts when
       // it has ended.
       j.next = start;
+      j.next_user = user;
       if (!j.current->stop_requested) {
         LOG(WARNING) << "attempt " << job << "/" << j.current->round
                      << " still runs; stopping it for round " << round;
@@ -200,7 +205,8 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
       LOG(INFO) << "job " << job << " round " << round << " waits for "
                 << HoldersLocked(job) << " to end";
       j.next = start;
-    } else if (std::optional<Launched> l = Launch(start)) {
+      j.next_user = user;
+    } else if (std::optional<Launched> l = Launch(start, user)) {
       launches.push_back(*std::move(l));
     } else {
       MaybeForgetLocked(job);  // nothing runs: its report is queued
@@ -211,7 +217,8 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
   StartOnRunner(std::move(launches));
 }
 
-std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
+std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
+                                               const absl::StatusOr<WorkerUser>& user) {
   const v1::Assignment& a = start.assignment();
   const v1::NodeAssignment* me = nullptr;
   for (const v1::NodeAssignment& n : a.nodes()) {
@@ -239,8 +246,6 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start) {
       ContextFor(start.job_id(), round, *round.Find(options_.node_id), attempt_dir);
   const std::string cwd = start.spec().working_dir().empty() ? options_.working_dir
                                                              : start.spec().working_dir();
-  absl::StatusOr<WorkerUser> user = ResolveWorkerUser(
-      start.spec(), start.job_id(), options_.node_id, geteuid(), getegid());
   absl::Status made = user.status();
   if (made.ok()) made = CheckWorkingDir(cwd, start.job_id(), options_.node_id);
   if (made.ok()) {
@@ -302,7 +307,7 @@ std::vector<Daemon::Launched> Daemon::LaunchQueuedLocked() {
     if (SlotsOfOthersLocked(job, /*live_only=*/false) + nproc > options_.slots) continue;
     const v1::StartAttempt start = *std::move(j.next);
     j.next.reset();
-    if (std::optional<Launched> l = Launch(start)) {
+    if (std::optional<Launched> l = Launch(start, j.next_user)) {
       out.push_back(*std::move(l));
     } else {
       failed.push_back(job);

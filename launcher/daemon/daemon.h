@@ -59,6 +59,7 @@
 #include "launcher/daemon/client.h"
 #include "launcher/daemon/job_snapshots.h"
 #include "launcher/daemon/metrics.h"
+#include "launcher/daemon/worker_user.h"
 
 namespace elastrun::launcher {
 
@@ -198,6 +199,9 @@ class Daemon {
     // A StartAttempt waiting for `current` to end, or for slots that other
     // jobs' attempts being stopped still take.
     std::optional<v1::StartAttempt> next;
+    // Whom `next`'s workers run as, looked up when it came: never under
+    // mu_, since a user lookup may wait on the network (NSS: LDAP, sssd).
+    absl::StatusOr<WorkerUser> next_user = absl::UnknownError("no attempt queued");
     // Slots held by a JoinRound until its StartAttempt (0: none), and its round.
     int joined_nproc = 0;
     int64_t joined_round = -1;
@@ -213,9 +217,12 @@ class Daemon {
   void HandleJoin(const v1::JoinRoundCommand& join);
   void HandleStart(const v1::StartAttempt& start);
   void HandleStop(const std::string& job_id, std::optional<int64_t> round);
-  // Builds attempt `start` and makes it the job's current one; nullopt when
-  // its log folders cannot be made (then a failure report is queued instead).
-  std::optional<Launched> Launch(const v1::StartAttempt& start)
+  // Builds attempt `start`, its workers run as `user` (ResolveWorkerUser,
+  // looked up outside mu_), and makes it the job's current one; nullopt
+  // when the user or its log folders cannot be had (then a failure report
+  // is queued instead).
+  std::optional<Launched> Launch(const v1::StartAttempt& start,
+                                 const absl::StatusOr<WorkerUser>& user)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Launches the queued StartAttempts that fit now.
   std::vector<Launched> LaunchQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
