@@ -115,7 +115,12 @@ absl::StatusOr<Placement> ResolvePlacement(const TrainOptions& train, int local_
                                            "(--nproc-per-node gpu)"));
     }
     p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-    c10::impl::getDeviceGuardImpl(p.device.type())->setDevice(p.device);
+    try {
+      c10::impl::getDeviceGuardImpl(p.device.type())->setDevice(p.device);
+    } catch (const c10::Error& e) {
+      return absl::UnavailableError(absl::StrCat("cannot use ", p.device.str(), ": ",
+                                                 e.what_without_backtrace()));
+    }
   }
   if (train.amp) {
     p.amp_dtype = train.amp_dtype == "bfloat16" ? at::kBFloat16 : at::kHalf;
