@@ -1,5 +1,5 @@
 // The training loop of elastrun-train: one process per rank, DDP over the
-// job's Gloo group (worker/), YOLOv5's schedule, distributed evaluation,
+// job's process group (worker/: Gloo, NCCL on a GPU), YOLOv5's schedule, distributed evaluation,
 // metrics and the final line. Torch-free interface, so main.cc and other
 // callers compile without LibTorch.
 #ifndef ELASTRUN_TRAINER_TRAINER_H_
