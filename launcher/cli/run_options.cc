@@ -1,9 +1,5 @@
 #include "launcher/cli/run_options.h"
 
-#include <ifaddrs.h>
-#include <netdb.h>
-#include <unistd.h>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -124,8 +120,8 @@ absl::Status ApplyRendezvous(const std::string& flag, const std::string& value,
   if (flag == "rdzv-backend") {
     if (value != "c10d" && value != "static") {
       return absl::InvalidArgumentError(absl::StrCat(
-          shown, " ", value, ": only c10d (several nodes: the endpoint's node hosts ",
-          "the rendezvous) and static (one node) are accepted"));
+          shown, " ", value, ": only c10d (the endpoint's node hosts the rendezvous) ",
+          "and static (--master-addr/--master-port, node rank 0 hosts) are accepted"));
     }
     o.rdzv_backend = value;
   } else if (flag == "start-method") {
@@ -240,33 +236,6 @@ absl::Status ApplyFlag(const CLI::Option& opt, const EnvLookup& env,
 }
 
 }  // namespace
-
-bool IsThisHost(const std::string& host) {
-  if (IsLoopbackHost(host) || host == "localhost") return true;
-  char name[256] = {0};
-  if (gethostname(name, sizeof name - 1) == 0) {
-    const std::string self = name;
-    if (host == self || host == self.substr(0, self.find('.'))) return true;
-  }
-  ifaddrs* addrs = nullptr;
-  if (getifaddrs(&addrs) != 0) return false;
-  bool found = false;
-  for (ifaddrs* a = addrs; a != nullptr && !found; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr) continue;
-    const int family = a->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    char text[NI_MAXHOST] = {0};
-    const socklen_t len =
-        family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    if (getnameinfo(a->ifa_addr, len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0) {
-      std::string address = text;
-      address = address.substr(0, address.find('%'));  // fe80::1%eth0
-      found = address == host;
-    }
-  }
-  freeifaddrs(addrs);
-  return found;
-}
 
 void AddRunFlags(CLI::App* app) {
   for (const FlagDef& f : kFlags) {

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/strings.h"
 #include "launcher/agent/output.h"
+#include "launcher/cli/this_host.h"
 
 namespace CLI {
 class App;
@@ -122,10 +123,6 @@ struct RunOptions {
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // True when a host name or address is this node (--rdzv-endpoint).
 using HostCheck = std::function<bool(const std::string&)>;
-
-// The real HostCheck: loopback, localhost, this host's name, or an address
-// of one of its interfaces.
-bool IsThisHost(const std::string& host);
 
 // Adds `elastrun run`'s flags to `app` (the `run` subcommand, or an app of
 // its own) and stops its parsing at the first word that is not a flag (the

@@ -263,7 +263,10 @@ TEST(RunOptionsTest, StartMethodAndBackendBeyondOneNodeAreRefused) {
                 HasSubstr(std::string("--start-method ") + method + ": only spawn"));
   }
   EXPECT_TRUE(Parse({"--rdzv-backend", "static", "w"}).ok());
-  EXPECT_THAT(Error(Parse({"--rdzv-backend", "etcd", "w"})), HasSubstr("--rdzv-backend etcd"));
+  const std::string etcd = Error(Parse({"--rdzv-backend", "etcd", "w"}));
+  EXPECT_THAT(etcd, HasSubstr("--rdzv-backend etcd: only c10d"));
+  EXPECT_THAT(etcd, HasSubstr("static (--master-addr/--master-port"));
+  EXPECT_THAT(etcd, Not(HasSubstr("one node")));
   EXPECT_THAT(Error(Parse({"--node-rank", "1", "w"})), HasSubstr("--node-rank"));
 }
 
