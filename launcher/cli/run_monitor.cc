@@ -31,10 +31,30 @@ int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s) {
   return f.exit_code() > 0 && f.exit_code() < 256 ? f.exit_code() : 1;
 }
 
+namespace {
+
+// The host's end of a run still waiting for nodes after join_timeout: the
+// job is cancelled with torchrun's reason, and every node says it.
+void EndWaitForNodes(const RunOptions& o, JobsClient* jobs, const v1::JobStatus& s) {
+  int alive = 0;
+  if (absl::StatusOr<v1::ListNodesResponse> nodes = jobs->ListNodes({}); nodes.ok()) {
+    for (const v1::NodeInfo& n : nodes->nodes()) alive += n.state() == v1::NODE_STATE_ALIVE;
+  }
+  const std::string why = absl::StrCat(
+      "rendezvous timed out: only ", alive, " of min_nodes=", s.spec().min_nodes(),
+      " nodes joined within join_timeout=", absl::FormatDuration(o.rdzv_conf.join_timeout),
+      " (--nnodes ", s.spec().min_nodes(), ":", s.spec().max_nodes(), ")");
+  absl::StatusOr<v1::JobStatus> cancelled = jobs->Cancel(s.job_id(), why);
+  if (!cancelled.ok()) LOG(ERROR) << "cannot end the run: " << cancelled.status();
+}
+
+}  // namespace
+
 int RunMonitor::Run(bool* finished) {
   const absl::Duration host_timeout =
       o_.rdzv_conf.keep_alive_interval * o_.rdzv_conf.keep_alive_max_attempt;
   absl::Time last_answer = absl::Now();
+  const absl::Time join_deadline = last_answer + o_.rdzv_conf.join_timeout;
   *finished = false;
   for (;;) {
     if (int sig = stop_->WaitFor(absl::Milliseconds(200)); sig != 0) {
@@ -64,6 +84,12 @@ int RunMonitor::Run(bool* finished) {
         s->state() == v1::JOB_STATE_CANCELLED) {
       *finished = true;
       return FinishedExitCode(o_, *s);
+    }
+    // Queued (placed nowhere yet: round 0 never opened); once placed, the
+    // round's own join_timeout applies.
+    if (hosting_ && s->state() == v1::JOB_STATE_PENDING && !s->pending_reason().empty() &&
+        absl::Now() >= join_deadline) {
+      EndWaitForNodes(o_, jobs_, *s);
     }
   }
 }

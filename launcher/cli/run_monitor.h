@@ -36,8 +36,12 @@ int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s);
 class RunMonitor {
  public:
   // Not owned; all must outlive the monitor.
-  RunMonitor(const RunOptions& o, JobsClient* jobs, StopRequest* stop, std::string job_id)
-      : o_(o), jobs_(jobs), stop_(stop), job_id_(std::move(job_id)) {}
+  // `hosting`: this node hosts the rendezvous; then it also ends a run that
+  // has not got its --nnodes minimum within join_timeout, as torchrun's
+  // rendezvous does (the service itself queues such a job for ever).
+  RunMonitor(const RunOptions& o, JobsClient* jobs, StopRequest* stop, std::string job_id,
+             bool hosting = false)
+      : o_(o), jobs_(jobs), stop_(stop), job_id_(std::move(job_id)), hosting_(hosting) {}
 
   // The exit code (-1: a stop of -1 was requested: the session ended,
   // refused); `*finished` tells whether the job ended. Says why.
@@ -48,6 +52,7 @@ class RunMonitor {
   JobsClient* const jobs_;
   StopRequest* const stop_;
   const std::string job_id_;
+  const bool hosting_;
 };
 
 }  // namespace elastrun::launcher

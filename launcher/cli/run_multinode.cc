@@ -80,6 +80,7 @@ struct NodeSetup {
   bool derived_token = false;
   std::string advertise;  // MASTER_ADDR when this node holds rank 0
   std::string run_dir;    // logs: <run_dir>/<job>/attempt_<round>/<local_rank>/
+  bool hosting = false;   // this node hosts the rendezvous
 };
 
 // An error is a usage error.
@@ -209,7 +210,7 @@ int ServeNode(const RunOptions& o, const NodeSetup& n,
     session_status = session.Run();
     if (!session_status.ok()) stop->Request(-1);
   });
-  int exit_code = RunMonitor(o, jobs, stop, job_id).Run(finished);
+  int exit_code = RunMonitor(o, jobs, stop, job_id, n.hosting).Run(finished);
   if (exit_code < 0) {
     Say(absl::StrCat("the rendezvous refused this node: ", session_status.message()));
     exit_code = 1;
@@ -286,6 +287,7 @@ int RunMultinode(const RunOptions& o) {
     Say(std::string(hosted.status().message()));
     return 1;
   }
+  setup->hosting = *hosted != nullptr;
   std::string job_id;
   if (*hosted != nullptr) {
     v1::SubmitRequest submit;

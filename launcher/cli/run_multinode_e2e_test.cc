@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <regex>
@@ -293,6 +294,25 @@ TEST_P(MultinodeRunTest, LostHostEndsTheOthersWithAnError) {
   }
   // Their workers are gone with them.
   EXPECT_TRUE(testing::ProcessesWithEnv("MARK=" + mark_).empty());
+}
+
+TEST_P(MultinodeRunTest, JoinTimeoutEndsARunShortOfItsNodesNamingTheCount) {
+  // --nnodes 3 and two nodes come: after join_timeout both stop, saying so.
+  Go();
+  for (int h = 0; h < 2; ++h) StartNode(h, Flags("3", h == 0 ? "is_host=1,join_timeout=2"
+                                                               : "is_host=0,join_timeout=2"));
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_NE(ExitOf(h), 0) << AllOutput();
+    const std::string out = nodes_[h]->Output();
+    EXPECT_THAT(out, HasSubstr("run mn1 cancelled: "));
+    EXPECT_THAT(out, HasSubstr("rendezvous timed out: only 2 of min_nodes=3 nodes joined "
+                               "within join_timeout=2s"));
+  }
+  // No worker ever started.
+  EXPECT_TRUE(testing::ProcessesWithEnv("MARK=" + mark_).empty());
+  for (const auto& entry : std::filesystem::directory_iterator(mark_)) {
+    EXPECT_NE(entry.path().filename().string()[0], 'w') << entry.path();
+  }
 }
 
 TEST_P(MultinodeRunTest, StaticBackendGivesNodeRankAsGroupRank) {
