@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The .deb, as a user gets it (issue 12):
 #   1. cpack builds it from this build tree; its control data (name,
-#      version, architecture, Depends, conffiles) is checked;
+#      version, architecture, Depends, conffiles) is checked, and apt
+#      simulates installing it on a system with nothing installed;
 #   2. it is unpacked (dpkg -x) into a fresh root: the files are where the
 #      README says, every program finds its libraries, `elastrun --version`,
 #      `elastrund --help`, the man pages and the bash completion work;
@@ -202,6 +203,20 @@ dpkg-deb -e "$deb" "$tmp/control"
 etc_files=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ {print $6}' | sed -n 's|^\./etc/|/etc/|p' | sort)
 conffiles=$(sort "$tmp/control/conffiles" 2>/dev/null || true)
 [ "$etc_files" = "$conffiles" ] || fail "conffiles [$conffiles] are not the /etc files [$etc_files]"
+
+# The Depends resolve on a Debian with nothing installed: apt simulates the
+# install against an empty dpkg status, so every dependency (and theirs)
+# must come from the archive apt knows, as on a fresh Debian 12.
+if command -v apt-get > /dev/null && [ -n "$(ls /var/lib/apt/lists/*_Packages* 2> /dev/null)" ]; then
+  log "apt install simulated on an empty system"
+  : > "$tmp/empty-status"
+  apt-get install -s --no-install-recommends -o Dir::State::status="$tmp/empty-status" \
+    "$deb" > "$tmp/apt.log" 2>&1 || fail "apt cannot install the package: $(tail -20 "$tmp/apt.log")"
+  grep -q '^Inst elastrun ' "$tmp/apt.log" || fail "apt would not install elastrun: $(tail -20 "$tmp/apt.log")"
+  echo "apt would install $(grep -c '^Inst ' "$tmp/apt.log") packages"
+else
+  echo "skipping the simulated apt install: no apt package lists (apt-get update)"
+fi
 
 log "dpkg -x into a fresh root"
 root=$tmp/root
