@@ -263,6 +263,19 @@ std::optional<int> Register(const RunOptions& o, const SessionOptions& session_o
   return 1;
 }
 
+// The host submits the run's one job to the rendezvous it hosts.
+absl::StatusOr<std::string> SubmitRun(const RunOptions& o, const NodeSetup& n,
+                                      rendezvous::Coordinator& coordinator) {
+  v1::SubmitRequest submit;
+  *submit.mutable_spec() = MultinodeJobSpec(o, n.nproc, WorkerArgv(o, "python3"));
+  absl::StatusOr<v1::SubmitResponse> r = coordinator.Submit(submit);
+  if (!r.ok()) {
+    return absl::Status(r.status().code(), absl::StrCat("the rendezvous refused the run: ",
+                                                        r.status().message()));
+  }
+  return r->job_id();
+}
+
 }  // namespace
 
 int RunMultinode(const RunOptions& o) {
@@ -290,14 +303,12 @@ int RunMultinode(const RunOptions& o) {
   setup->hosting = *hosted != nullptr;
   std::string job_id;
   if (*hosted != nullptr) {
-    v1::SubmitRequest submit;
-    *submit.mutable_spec() = MultinodeJobSpec(o, n.nproc, WorkerArgv(o, "python3"));
-    absl::StatusOr<v1::SubmitResponse> r = (*hosted)->coordinator().Submit(submit);
-    if (!r.ok()) {
-      Say(absl::StrCat("the rendezvous refused the run: ", r.status().message()));
+    absl::StatusOr<std::string> submitted = SubmitRun(o, n, (*hosted)->coordinator());
+    if (!submitted.ok()) {
+      Say(std::string(submitted.status().message()));
       return 1;
     }
-    job_id = r->job_id();
+    job_id = *submitted;
   }
   Say(absl::StrCat("run ", o.run_id, ": node ", n.node_id, " (", n.advertise, "), ",
                    n.nproc, " worker(s), nnodes ", o.nnodes.min, ":", o.nnodes.max,
