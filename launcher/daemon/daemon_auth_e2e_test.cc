@@ -2,8 +2,9 @@
 // file in the test's folder), a real elastrund serving credentials, and the
 // real `elastrun` run as root and, through runuser, as the unprivileged
 // user nobody: nobody's job is nobody's, nobody cannot cancel or read
-// root's job, a forged credential and a stray node's logs are refused, and
-// a token file open to others stops the service.
+// root's job, a forged credential and a stray node's logs are refused; a
+// token file open to others stops the service, and so does a state folder
+// that is a link, another user's or writable by others.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -245,6 +246,78 @@ TEST(ServiceTokenFileE2eTest, TokenFileOpenToOthersStopsTheService) {
   EXPECT_THAT((*service)->Output(), HasSubstr("created the token file " + made));
   (*service)->Signal(SIGTERM);
   EXPECT_TRUE((*service)->Wait(daemon_testing::kDeadline).ok());
+}
+
+// elastrun-rendezvous with its state in `state` and its token file in
+// `token_file`, to its exit; an accepted folder has it serve until the
+// deadline, which fails the test.
+testing::RunResult RunServiceOn(const std::string& state, const std::string& token_file) {
+  absl::StatusOr<testing::RunResult> r =
+      testing::Run({BinDir() + "/elastrun-rendezvous", "--listen", "127.0.0.1:0",
+                    "--state-dir", state, "--token-file", token_file},
+                   {}, daemon_testing::kDeadline);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : testing::RunResult{};
+}
+
+TEST(ServiceStateFolderE2eTest, UnsafeStateFolderStopsTheService) {
+  const std::string dir = testing::MakeTempDir("state_folder");
+  const std::string token = testing::WriteOwnerOnlyFile(dir + "/token", "s3cret\n");
+  ASSERT_FALSE(token.empty());
+  // A link is never followed, even to a folder of the service's own user.
+  const std::string target = dir + "/target", link = dir + "/link";
+  ASSERT_EQ(mkdir(target.c_str(), 0700), 0);
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  testing::RunResult r = RunServiceOn(link, token);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("elastrun-rendezvous: --state-dir: folder " + link +
+                                  " is a symlink; refusing to follow it (remove it)"));
+  EXPECT_THAT(testing::ListFiles(target), ::testing::IsEmpty());
+
+  // One others may write to: they could swap state.db or logs.db.
+  const std::string open = dir + "/open";
+  ASSERT_EQ(mkdir(open.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(open.c_str(), 0770), 0);
+  r = RunServiceOn(open, token);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--state-dir: folder " + open +
+                                  " has mode 0770: others may write to it"));
+  EXPECT_THAT(r.output, HasSubstr("chmod go-w " + open));
+  EXPECT_THAT(testing::ListFiles(open), ::testing::IsEmpty());
+
+  if (geteuid() != 0) return;  // only root can give a folder away
+  const std::string theirs = dir + "/theirs";
+  ASSERT_EQ(mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(chown(theirs.c_str(), kNobody, kNobody), 0);
+  r = RunServiceOn(theirs, token);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--state-dir: folder " + theirs +
+                                  " belongs to uid 65534, not to this process (uid 0)"));
+  EXPECT_THAT(testing::ListFiles(theirs), ::testing::IsEmpty());
+}
+
+TEST(ServiceStateFolderE2eTest, StateFolderIsMadeOrKeptOwnerOnly) {
+  const std::string dir = testing::MakeTempDir("state_kept");
+  const std::string token = testing::WriteOwnerOnlyFile(dir + "/token", "s3cret\n");
+  ASSERT_FALSE(token.empty());
+  const std::string made = dir + "/made", kept = dir + "/kept";
+  ASSERT_EQ(mkdir(kept.c_str(), 0755), 0);  // the service's own; others may read
+  for (const std::string& state : {made, kept}) {
+    auto service = testing::Subprocess::Start({BinDir() + "/elastrun-rendezvous",
+                                               "--listen", "127.0.0.1:0", "--state-dir",
+                                               state, "--token-file", token});
+    ASSERT_TRUE(service.ok()) << service.status();
+    ASSERT_TRUE(PollUntil([&] {
+      return (*service)->Output().find("listening on") != std::string::npos;
+    })) << (*service)->Output();
+    struct stat st;
+    ASSERT_EQ(stat(state.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << state;
+    EXPECT_TRUE(testing::FileExists(state + "/state.db")) << state;
+    EXPECT_TRUE(testing::FileExists(state + "/logs.db")) << state;
+    (*service)->Signal(SIGTERM);
+    EXPECT_TRUE((*service)->Wait(daemon_testing::kDeadline).ok());
+  }
 }
 
 }  // namespace
