@@ -1,10 +1,12 @@
 // End to end: who may call the service. The real elastrun-rendezvous (token
 // file in the test's folder), a real elastrund serving credentials, and the
 // real `elastrun` run as root and, through runuser, as the unprivileged
-// user nobody: nobody's job is nobody's, nobody cannot cancel or read
-// root's job, a forged credential and a stray node's logs are refused; a
-// token file open to others stops the service, and so does a state folder
-// that is a link, another user's or writable by others.
+// user nobody: nobody's job is nobody's and runs as nobody, nobody cannot
+// cancel or read root's job, a forged credential and a stray node's logs
+// are refused, progress and barrier datagrams nobody forges on the root
+// daemon's agent socket are dropped; a token file open to others stops the
+// service, and so does a state folder that is a link, another user's or
+// writable by others.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/auth.h"
@@ -214,6 +217,130 @@ TEST_F(DaemonAuthE2eTest, ForgedCredentialAndStrayNodeAreRefused) {
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("forged by intruder")));
   EXPECT_EQ(AsRoot({"cancel", job}).exit_code, 0);
   cluster_->WaitFinished(job);
+}
+
+TEST_F(DaemonAuthE2eTest, NobodysJobRunsAsNobodyThroughTheRootDaemon) {
+  // The whole chain: nobody's elastrun gets a credential from the root
+  // daemon's socket, the service makes nobody the job's owner, and the
+  // root daemon runs the worker as nobody.
+  testing::RunResult submit = AsNobody(
+      {"submit", "--wait", "--name", "whoami", "--working-dir", "/", "--", "id", "-u"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output << cluster_->DaemonOutput();
+  const std::string job = submit.output.substr(0, submit.output.find('\n'));
+  testing::RunResult logs = AsNobody({"logs", job});
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_THAT(logs.output, HasSubstr("[rank0]:65534\n"));
+  const std::string status = AsNobody({"status", job}).output;
+  EXPECT_THAT(status, HasSubstr("nobody (uid 65534)"));
+  EXPECT_THAT(status, HasSubstr("SUCCEEDED"));
+}
+
+// Two workers (ranks 0 and 1) of one attempt: each reports step 1 and
+// meets the other at barrier "gate" over the agent socket, in the
+// datagrams of common/progress.h; rank 1 arrives only once the file "go"
+// exists. Each prints what the agent answered and whether "go" existed.
+constexpr char kGateWorker[] = R"(import os, socket, sys, time
+folder = sys.argv[1]
+rank = os.environ["RANK"]
+head = "job=%s secret=%s rank=%s" % (os.environ["TORCHELASTIC_RUN_ID"],
+                                     os.environ["ELASTRUN_AGENT_SECRET"], rank)
+agent = os.environ["ELASTRUN_AGENT_SOCKET"]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("")  # an address of its own (autobind), for the barrier's answer
+s.sendto((head + " step=1 real=1").encode(), agent)
+if rank == "1":
+    print("rank 1 waits for go", flush=True)
+    while not os.path.exists(folder + "/go"):
+        time.sleep(0.02)
+s.sendto(("barrier " + head + " local_world_size=2 name=gate").encode(), agent)
+print("rank %s at gate" % rank, flush=True)
+answer = s.recv(1024).decode()
+print("rank %s passed gate: %s go=%s" % (rank, answer, os.path.exists(folder + "/go")),
+      flush=True)
+)";
+
+// Run as nobody: AGENT_SOCKET JOB FOLDER. Forges, for JOB, progress of
+// step 1000 and rank 1's arrival at "gate", without a secret and with a
+// well-formed one of no worker; then prints any answer until FOLDER/done
+// exists (a forged arrival that counted would be answered with the others).
+constexpr char kForger[] = R"(import os, select, socket, sys
+agent, job, folder = sys.argv[1:4]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("")
+for secret in ["", " secret=" + "0" * 32]:
+    s.sendto(("job=%s%s rank=0 step=1000 forged=1" % (job, secret)).encode(), agent)
+    s.sendto(("barrier job=%s%s rank=1 local_world_size=2 name=gate" % (job, secret)).encode(),
+             agent)
+print("sent as uid %d" % os.getuid(), flush=True)
+while True:
+    done = os.path.exists(folder + "/done")
+    while select.select([s], [], [], 0 if done else 0.05)[0]:
+        print("answer: " + s.recv(1024).decode(), flush=True)
+    if done:
+        break
+print("forger done", flush=True)
+)";
+
+TEST_F(DaemonAuthE2eTest, DatagramsForgedByNobodyAreDropped) {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    GTEST_SKIP()
+        << "needs /usr/bin/python3 (Debian's python3) for the worker and the forger";
+  }
+  const std::string worker = dir_ + "/gate_worker.py", forger = dir_ + "/forger.py";
+  std::ofstream(worker) << kGateWorker;
+  std::ofstream(forger) << kForger;
+  ASSERT_EQ(chmod(forger.c_str(), 0644), 0);  // nobody reads it
+  v1::JobSpec spec = daemon_testing::Spec("gate", 1, 1, 2, 0);
+  for (const std::string& a : {std::string("/usr/bin/python3"), worker, dir_})
+    spec.add_argv(a);
+  const std::string job = cluster_->SubmitSpec(spec);
+  ASSERT_TRUE(PollUntil([&] {
+    const std::string logs = cluster_->Logs(job, 0);
+    return logs.find("rank 0 at gate") != std::string::npos &&
+           logs.find("rank 1 waits for go") != std::string::npos;
+  })) << cluster_->Logs(job, 0)
+      << cluster_->DaemonOutput();
+
+  // The root daemon's agent socket is 0666 (workers of any user reach it):
+  // nobody's datagrams arrive, and are dropped for want of a worker's secret.
+  const std::string socket = dir_ + "/state-node0/agent.sock";
+  auto forging = testing::Subprocess::Start(
+      {"runuser", "-u", "nobody", "--", "/usr/bin/python3", forger, socket, job, dir_},
+      {marker_});
+  ASSERT_TRUE(forging.ok()) << forging.status();
+  ASSERT_TRUE(PollUntil([&] {
+    return (*forging)->Output().find("sent as uid 65534") != std::string::npos;
+  })) << (*forging)->Output();
+  // Dropped (the daemon says so once), or, were the forgery to count,
+  // rank 0 let through the barrier.
+  const std::string dropped =
+      "dropped a progress report on the agent socket: its secret is no live worker's";
+  ASSERT_TRUE(PollUntil([&] {
+    return absl::StrContains(cluster_->DaemonOutput(), dropped) ||
+           absl::StrContains(cluster_->Logs(job, 0), "rank 0 passed");
+  }));
+  EXPECT_THAT(cluster_->DaemonOutput(), HasSubstr(dropped));
+  EXPECT_THAT(cluster_->Logs(job, 0), ::testing::Not(HasSubstr("rank 0 passed")));
+
+  // Only rank 1's own arrival, after "go", lets rank 0 through.
+  std::ofstream(dir_ + "/go") << "go\n";
+  const v1::JobStatus st = cluster_->WaitFinished(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED)
+      << st.DebugString() << cluster_->Logs(job, 0);
+  const std::string logs = cluster_->Logs(job, 0);
+  EXPECT_THAT(logs, HasSubstr("rank 0 passed gate: ok go=True"));
+  EXPECT_THAT(logs, HasSubstr("rank 1 passed gate: ok go=True"));
+  std::ofstream(dir_ + "/done") << "done\n";
+  ASSERT_TRUE((*forging)->Wait(daemon_testing::kDeadline).ok());
+  EXPECT_EQ((*forging)->exit_code(), 0) << (*forging)->Output();
+  EXPECT_THAT((*forging)->Output(), HasSubstr("forger done"));
+  EXPECT_THAT((*forging)->Output(), ::testing::Not(HasSubstr("answer:")));
+  // The job's progress is the workers' own.
+  const std::string status = AsRoot({"status", job}).output;
+  EXPECT_THAT(status,
+              ::testing::ContainsRegex("progress: +step 1 \\(rank [01] on node0"));
+  EXPECT_THAT(status, HasSubstr("real=1"));
+  EXPECT_THAT(status, ::testing::Not(HasSubstr("forged")));
 }
 
 TEST(ServiceTokenFileE2eTest, TokenFileOpenToOthersStopsTheService) {
