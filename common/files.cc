@@ -40,8 +40,9 @@ absl::Status CheckPrivateDir(int fd, const std::string& dir) {
   }
   if ((st.st_mode & 022) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "folder %s has mode %04o: others may write to it; refusing to use it", dir,
-        st.st_mode & 07777));
+        "folder %s has mode %04o: others may write to it; refusing to use it "
+        "(chmod go-w %s, or give another folder)",
+        dir, st.st_mode & 07777, dir));
   }
   return absl::OkStatus();
 }

@@ -63,6 +63,8 @@ TEST_F(FilesTest, UnsafeFoldersAreRefusedAndLinksNeverFollowed) {
   ASSERT_EQ(chmod(open.c_str(), 0777), 0);
   st = MakePrivateDir(open, 0700, /*must_be_new=*/false);
   EXPECT_THAT(st.message(), HasSubstr("has mode 0777: others may write to it"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("(chmod go-w " + open + ", or give another folder)"));
   EXPECT_EQ(ModeOf(open), 0777u);  // left as it was
 
   if (geteuid() == 0) {

@@ -150,6 +150,10 @@ def check_daemon_unit():
 def start_both(bin_dir, tmp):
     """The units' command lines, with their config files, start and meet."""
     s = parse_unit(os.path.join(HERE, UNITS[0]))
+    # The state folder as systemd makes it (StateDirectory=, the unit's
+    # user's, StateDirectoryMode=): the service checks it and must accept it.
+    os.mkdir(os.path.join(tmp, "state"))
+    os.chmod(os.path.join(tmp, "state"), int(one(UNITS[0], s, "StateDirectoryMode"), 8))
     service, port = util.start_service(bin_dir, exec_start(UNITS[0], s, bin_dir)[1:], tmp)
     try:
         d = parse_unit(os.path.join(HERE, UNITS[1]))

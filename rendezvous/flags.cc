@@ -44,8 +44,11 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "token travels in clear.")
       ->type_name("HOST:PORT");
   app->add_option("--state-dir", flags->state_dir,
-                  "keep state in DIR/state.db (SQLite; DIR is created).\n"
-                  "Jobs, rounds, history and nodes survive a restart.\n"
+                  "keep state in DIR/state.db (SQLite) and logs in\n"
+                  "DIR/logs.db. DIR is made 0700; an existing one that is\n"
+                  "a symlink, another user's or writable by others is\n"
+                  "refused (exit 1). Jobs, rounds, history and nodes\n"
+                  "survive a restart.\n"
                   "Without it, state is in memory only.")
       ->type_name("DIR");
   app->add_option("--metrics-listen", flags->metrics_listen,

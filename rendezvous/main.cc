@@ -2,13 +2,10 @@
 // CLI (elastrun) talk to. Thin: parse flags, build a RendezvousServer, wait
 // for SIGINT/SIGTERM.
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -16,6 +13,7 @@
 #include <vector>
 
 #include "common/auth.h"
+#include "common/files.h"
 #include "common/flags.h"
 #include "glog/logging.h"
 #include "rendezvous/flags.h"
@@ -61,6 +59,21 @@ int main(int argc, char** argv) {
   }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  // The state folder holds state.db and logs.db, every user's job logs:
+  // private to the service's user (0700), never reached through a link,
+  // never a folder another user made or may write to, so that no one else
+  // reads it or steers where the service writes (as elastrund's folders).
+  // Checked first: the token file may live in it.
+  const std::string& state_dir = flags.state_dir;
+  if (!state_dir.empty()) {
+    if (absl::Status st =
+            elastrun::MakePrivateDir(state_dir, 0700, /*must_be_new=*/false);
+        !st.ok()) {
+      std::fprintf(stderr, "elastrun-rendezvous: --state-dir: %s\n",
+                   std::string(st.message()).c_str());
+      return 1;
+    }
+  }
   absl::StatusOr<std::string> token = ServiceToken(flags);
   if (!token.ok()) {
     std::fprintf(stderr, "elastrun-rendezvous: %s\n",
@@ -76,13 +89,7 @@ int main(int argc, char** argv) {
   options.coordinator.lease.lease_timeout = flags.lease_timeout;
   options.coordinator.lease.node_expiry = flags.node_expiry;
   options.coordinator.max_nodes = flags.max_nodes;
-  const std::string& state_dir = flags.state_dir;
   if (!state_dir.empty()) {
-    if (::mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      std::fprintf(stderr, "elastrun-rendezvous: --state-dir %s: cannot create: %s\n",
-                   state_dir.c_str(), std::strerror(errno));
-      return 1;
-    }
     options.coordinator.state_path = state_dir + "/state.db";
     options.logs_path = state_dir + "/logs.db";
   }

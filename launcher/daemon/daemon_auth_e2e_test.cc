@@ -1,9 +1,12 @@
 // End to end: who may call the service. The real elastrun-rendezvous (token
 // file in the test's folder), a real elastrund serving credentials, and the
 // real `elastrun` run as root and, through runuser, as the unprivileged
-// user nobody: nobody's job is nobody's, nobody cannot cancel or read
-// root's job, a forged credential and a stray node's logs are refused, and
-// a token file open to others stops the service.
+// user nobody: nobody's job is nobody's and runs as nobody, nobody cannot
+// cancel or read root's job, a forged credential and a stray node's logs
+// are refused, progress and barrier datagrams nobody forges on the root
+// daemon's agent socket are dropped; a token file open to others stops the
+// service, and so does a state folder that is a link, another user's or
+// writable by others.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -14,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/auth.h"
@@ -215,6 +219,130 @@ TEST_F(DaemonAuthE2eTest, ForgedCredentialAndStrayNodeAreRefused) {
   cluster_->WaitFinished(job);
 }
 
+TEST_F(DaemonAuthE2eTest, NobodysJobRunsAsNobodyThroughTheRootDaemon) {
+  // The whole chain: nobody's elastrun gets a credential from the root
+  // daemon's socket, the service makes nobody the job's owner, and the
+  // root daemon runs the worker as nobody.
+  testing::RunResult submit = AsNobody(
+      {"submit", "--wait", "--name", "whoami", "--working-dir", "/", "--", "id", "-u"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output << cluster_->DaemonOutput();
+  const std::string job = submit.output.substr(0, submit.output.find('\n'));
+  testing::RunResult logs = AsNobody({"logs", job});
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_THAT(logs.output, HasSubstr("[rank0]:65534\n"));
+  const std::string status = AsNobody({"status", job}).output;
+  EXPECT_THAT(status, HasSubstr("nobody (uid 65534)"));
+  EXPECT_THAT(status, HasSubstr("SUCCEEDED"));
+}
+
+// Two workers (ranks 0 and 1) of one attempt: each reports step 1 and
+// meets the other at barrier "gate" over the agent socket, in the
+// datagrams of common/progress.h; rank 1 arrives only once the file "go"
+// exists. Each prints what the agent answered and whether "go" existed.
+constexpr char kGateWorker[] = R"(import os, socket, sys, time
+folder = sys.argv[1]
+rank = os.environ["RANK"]
+head = "job=%s secret=%s rank=%s" % (os.environ["TORCHELASTIC_RUN_ID"],
+                                     os.environ["ELASTRUN_AGENT_SECRET"], rank)
+agent = os.environ["ELASTRUN_AGENT_SOCKET"]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("")  # an address of its own (autobind), for the barrier's answer
+s.sendto((head + " step=1 real=1").encode(), agent)
+if rank == "1":
+    print("rank 1 waits for go", flush=True)
+    while not os.path.exists(folder + "/go"):
+        time.sleep(0.02)
+s.sendto(("barrier " + head + " local_world_size=2 name=gate").encode(), agent)
+print("rank %s at gate" % rank, flush=True)
+answer = s.recv(1024).decode()
+print("rank %s passed gate: %s go=%s" % (rank, answer, os.path.exists(folder + "/go")),
+      flush=True)
+)";
+
+// Run as nobody: AGENT_SOCKET JOB FOLDER. Forges, for JOB, progress of
+// step 1000 and rank 1's arrival at "gate", without a secret and with a
+// well-formed one of no worker; then prints any answer until FOLDER/done
+// exists (a forged arrival that counted would be answered with the others).
+constexpr char kForger[] = R"(import os, select, socket, sys
+agent, job, folder = sys.argv[1:4]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("")
+for secret in ["", " secret=" + "0" * 32]:
+    s.sendto(("job=%s%s rank=0 step=1000 forged=1" % (job, secret)).encode(), agent)
+    s.sendto(("barrier job=%s%s rank=1 local_world_size=2 name=gate" % (job, secret)).encode(),
+             agent)
+print("sent as uid %d" % os.getuid(), flush=True)
+while True:
+    done = os.path.exists(folder + "/done")
+    while select.select([s], [], [], 0 if done else 0.05)[0]:
+        print("answer: " + s.recv(1024).decode(), flush=True)
+    if done:
+        break
+print("forger done", flush=True)
+)";
+
+TEST_F(DaemonAuthE2eTest, DatagramsForgedByNobodyAreDropped) {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    GTEST_SKIP()
+        << "needs /usr/bin/python3 (Debian's python3) for the worker and the forger";
+  }
+  const std::string worker = dir_ + "/gate_worker.py", forger = dir_ + "/forger.py";
+  std::ofstream(worker) << kGateWorker;
+  std::ofstream(forger) << kForger;
+  ASSERT_EQ(chmod(forger.c_str(), 0644), 0);  // nobody reads it
+  v1::JobSpec spec = daemon_testing::Spec("gate", 1, 1, 2, 0);
+  for (const std::string& a : {std::string("/usr/bin/python3"), worker, dir_})
+    spec.add_argv(a);
+  const std::string job = cluster_->SubmitSpec(spec);
+  ASSERT_TRUE(PollUntil([&] {
+    const std::string logs = cluster_->Logs(job, 0);
+    return logs.find("rank 0 at gate") != std::string::npos &&
+           logs.find("rank 1 waits for go") != std::string::npos;
+  })) << cluster_->Logs(job, 0)
+      << cluster_->DaemonOutput();
+
+  // The root daemon's agent socket is 0666 (workers of any user reach it):
+  // nobody's datagrams arrive, and are dropped for want of a worker's secret.
+  const std::string socket = dir_ + "/state-node0/agent.sock";
+  auto forging = testing::Subprocess::Start(
+      {"runuser", "-u", "nobody", "--", "/usr/bin/python3", forger, socket, job, dir_},
+      {marker_});
+  ASSERT_TRUE(forging.ok()) << forging.status();
+  ASSERT_TRUE(PollUntil([&] {
+    return (*forging)->Output().find("sent as uid 65534") != std::string::npos;
+  })) << (*forging)->Output();
+  // Dropped (the daemon says so once), or, were the forgery to count,
+  // rank 0 let through the barrier.
+  const std::string dropped =
+      "dropped a progress report on the agent socket: its secret is no live worker's";
+  ASSERT_TRUE(PollUntil([&] {
+    return absl::StrContains(cluster_->DaemonOutput(), dropped) ||
+           absl::StrContains(cluster_->Logs(job, 0), "rank 0 passed");
+  }));
+  EXPECT_THAT(cluster_->DaemonOutput(), HasSubstr(dropped));
+  EXPECT_THAT(cluster_->Logs(job, 0), ::testing::Not(HasSubstr("rank 0 passed")));
+
+  // Only rank 1's own arrival, after "go", lets rank 0 through.
+  std::ofstream(dir_ + "/go") << "go\n";
+  const v1::JobStatus st = cluster_->WaitFinished(job);
+  EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED)
+      << st.DebugString() << cluster_->Logs(job, 0);
+  const std::string logs = cluster_->Logs(job, 0);
+  EXPECT_THAT(logs, HasSubstr("rank 0 passed gate: ok go=True"));
+  EXPECT_THAT(logs, HasSubstr("rank 1 passed gate: ok go=True"));
+  std::ofstream(dir_ + "/done") << "done\n";
+  ASSERT_TRUE((*forging)->Wait(daemon_testing::kDeadline).ok());
+  EXPECT_EQ((*forging)->exit_code(), 0) << (*forging)->Output();
+  EXPECT_THAT((*forging)->Output(), HasSubstr("forger done"));
+  EXPECT_THAT((*forging)->Output(), ::testing::Not(HasSubstr("answer:")));
+  // The job's progress is the workers' own.
+  const std::string status = AsRoot({"status", job}).output;
+  EXPECT_THAT(status,
+              ::testing::ContainsRegex("progress: +step 1 \\(rank [01] on node0"));
+  EXPECT_THAT(status, HasSubstr("real=1"));
+  EXPECT_THAT(status, ::testing::Not(HasSubstr("forged")));
+}
+
 TEST(ServiceTokenFileE2eTest, TokenFileOpenToOthersStopsTheService) {
   const std::string dir = testing::MakeTempDir("token_file");
   const std::string file = dir + "/token";
@@ -245,6 +373,78 @@ TEST(ServiceTokenFileE2eTest, TokenFileOpenToOthersStopsTheService) {
   EXPECT_THAT((*service)->Output(), HasSubstr("created the token file " + made));
   (*service)->Signal(SIGTERM);
   EXPECT_TRUE((*service)->Wait(daemon_testing::kDeadline).ok());
+}
+
+// elastrun-rendezvous with its state in `state` and its token file in
+// `token_file`, to its exit; an accepted folder has it serve until the
+// deadline, which fails the test.
+testing::RunResult RunServiceOn(const std::string& state, const std::string& token_file) {
+  absl::StatusOr<testing::RunResult> r =
+      testing::Run({BinDir() + "/elastrun-rendezvous", "--listen", "127.0.0.1:0",
+                    "--state-dir", state, "--token-file", token_file},
+                   {}, daemon_testing::kDeadline);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : testing::RunResult{};
+}
+
+TEST(ServiceStateFolderE2eTest, UnsafeStateFolderStopsTheService) {
+  const std::string dir = testing::MakeTempDir("state_folder");
+  const std::string token = testing::WriteOwnerOnlyFile(dir + "/token", "s3cret\n");
+  ASSERT_FALSE(token.empty());
+  // A link is never followed, even to a folder of the service's own user.
+  const std::string target = dir + "/target", link = dir + "/link";
+  ASSERT_EQ(mkdir(target.c_str(), 0700), 0);
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  testing::RunResult r = RunServiceOn(link, token);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("elastrun-rendezvous: --state-dir: folder " + link +
+                                  " is a symlink; refusing to follow it (remove it)"));
+  EXPECT_THAT(testing::ListFiles(target), ::testing::IsEmpty());
+
+  // One others may write to: they could swap state.db or logs.db.
+  const std::string open = dir + "/open";
+  ASSERT_EQ(mkdir(open.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(open.c_str(), 0770), 0);
+  r = RunServiceOn(open, token);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--state-dir: folder " + open +
+                                  " has mode 0770: others may write to it"));
+  EXPECT_THAT(r.output, HasSubstr("chmod go-w " + open));
+  EXPECT_THAT(testing::ListFiles(open), ::testing::IsEmpty());
+
+  if (geteuid() != 0) return;  // only root can give a folder away
+  const std::string theirs = dir + "/theirs";
+  ASSERT_EQ(mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(chown(theirs.c_str(), kNobody, kNobody), 0);
+  r = RunServiceOn(theirs, token);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--state-dir: folder " + theirs +
+                                  " belongs to uid 65534, not to this process (uid 0)"));
+  EXPECT_THAT(testing::ListFiles(theirs), ::testing::IsEmpty());
+}
+
+TEST(ServiceStateFolderE2eTest, StateFolderIsMadeOrKeptOwnerOnly) {
+  const std::string dir = testing::MakeTempDir("state_kept");
+  const std::string token = testing::WriteOwnerOnlyFile(dir + "/token", "s3cret\n");
+  ASSERT_FALSE(token.empty());
+  const std::string made = dir + "/made", kept = dir + "/kept";
+  ASSERT_EQ(mkdir(kept.c_str(), 0755), 0);  // the service's own; others may read
+  for (const std::string& state : {made, kept}) {
+    auto service = testing::Subprocess::Start({BinDir() + "/elastrun-rendezvous",
+                                               "--listen", "127.0.0.1:0", "--state-dir",
+                                               state, "--token-file", token});
+    ASSERT_TRUE(service.ok()) << service.status();
+    ASSERT_TRUE(PollUntil([&] {
+      return (*service)->Output().find("listening on") != std::string::npos;
+    })) << (*service)->Output();
+    struct stat st;
+    ASSERT_EQ(stat(state.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << state;
+    EXPECT_TRUE(testing::FileExists(state + "/state.db")) << state;
+    EXPECT_TRUE(testing::FileExists(state + "/logs.db")) << state;
+    (*service)->Signal(SIGTERM);
+    EXPECT_TRUE((*service)->Wait(daemon_testing::kDeadline).ok());
+  }
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // End to end: the real elastrun-rendezvous, a real elastrund and shell
 // workers (no torch). The daemon's state folder (refused when another user
-// made it or it is a link; a link planted where a log goes is never
-// followed), workers run as the job's owner (a root daemon), and `elastrun
-// submit` sending its working folder and environment. Snapshots go to the
-// test's own temporary folder, never the real /dev/shm.
+// made it or it is a link, nobody's plants in a sticky folder included, as
+// the service's is; a link planted where a log goes is never followed),
+// workers run as the job's owner (a root daemon), and `elastrun submit`
+// sending its working folder and environment. Snapshots go to the test's
+// own temporary folder, never the real /dev/shm.
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -137,6 +138,49 @@ TEST_F(DaemonRunAsE2eTest, GroupWritableStateFolderIsRefused) {
   ASSERT_EQ(chmod(state_.c_str(), 0770), 0);
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   EXPECT_THAT(DaemonRefuses(), HasSubstr("has mode 0770: others may write to it"));
+}
+
+TEST_F(DaemonRunAsE2eTest, StateFoldersPlantedByNobodyAreRefused) {
+  if (!HaveNobody() || !FileExists("/usr/sbin/runuser")) {
+    GTEST_SKIP() << "needs root, runuser and the user nobody (uid 65534)";
+  }
+  // A sticky folder anyone may write to, as /tmp is: nobody plants there
+  // the state folders a root daemon and a root service are then told to
+  // use: a folder of nobody's, and nobody's link to a folder of root's.
+  const std::string tmp = dir_ + "/tmp", victim = dir_ + "/victim";
+  ASSERT_EQ(mkdir(tmp.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(tmp.c_str(), 01777), 0);
+  ASSERT_EQ(mkdir(victim.c_str(), 0700), 0);
+  const std::string planted = tmp + "/planted", link = tmp + "/link";
+  for (const std::vector<std::string>& plant :
+       {std::vector<std::string>{"mkdir", planted}, {"ln", "-s", victim, link}}) {
+    std::vector<std::string> argv = {"/usr/sbin/runuser", "-u", "nobody", "--"};
+    argv.insert(argv.end(), plant.begin(), plant.end());
+    absl::StatusOr<testing::RunResult> r = testing::Run(argv, {marker_}, kDeadline);
+    ASSERT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
+  }
+  const std::pair<std::string, std::string> cases[] = {
+      {planted, "belongs to uid 65534, not to this process (uid 0)"},
+      {link, "is a symlink; refusing to follow it (remove it)"}};
+  for (const auto& [folder, why] : cases) {
+    state_ = folder;
+    ASSERT_NO_FATAL_FAILURE(StartDaemon());
+    EXPECT_THAT(DaemonRefuses(), HasSubstr("--state-dir: folder " + folder + " " + why));
+    // The service's token file in it too, as the systemd unit has it: not
+    // made there either.
+    absl::StatusOr<testing::RunResult> service =
+        testing::Run({BinDir() + "/elastrun-rendezvous", "--listen", "127.0.0.1:0",
+                      "--state-dir", folder, "--token-file", folder + "/token"},
+                     {marker_}, kDeadline);
+    ASSERT_TRUE(service.ok()) << service.status();
+    EXPECT_EQ(service->exit_code, 1) << service->output;
+    EXPECT_THAT(service->output, HasSubstr("elastrun-rendezvous: --state-dir: folder " +
+                                           folder + " " + why));
+  }
+  // Nothing was written through them.
+  EXPECT_THAT(testing::ListFiles(planted), ::testing::IsEmpty());
+  EXPECT_THAT(testing::ListFiles(victim), ::testing::IsEmpty());
 }
 
 TEST_F(DaemonRunAsE2eTest, LinkPlantedWhereALogGoesIsNotFollowed) {
