@@ -321,6 +321,15 @@ int RunNode(const DaemonFlags& flags, const SessionOptions& session_options,
             std::atomic<Daemon*>* router, StopRequest* stop) {
   elastrun::metrics::Registry registry;
   DaemonMetrics metrics(registry);
+  // Datagrams on the agent socket (0666) from no live worker: a process
+  // that is not a worker, or a worker's secret after it ended.
+  registry.AddCollector([agent] {
+    return std::vector<elastrun::metrics::Family>{
+        {"elastrund_agent_datagrams_dropped_total",
+         "Datagrams on the agent socket dropped: their secret is no live worker's.",
+         "counter",
+         {{{}, static_cast<double>(agent->dropped_datagrams())}}}};
+  });
   std::unique_ptr<elastrun::metrics::MetricsServer> metrics_server;
   if (!flags.metrics_listen.empty()) {
     elastrun::metrics::MetricsServerOptions mo;
