@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "rendezvous/codec.h"
 
 namespace elastrun::rendezvous {
@@ -44,9 +45,8 @@ absl::Status CheckDuration(const google::protobuf::Duration& d, bool set,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+// The job's name and shape: nodes, workers per node.
+absl::Status CheckShape(const v1::JobSpec& spec) {
   if (spec.name().size() > kMaxJobNameLength) {
     return Bad("name", absl::StrFormat("%d characters; at most %d", spec.name().size(),
                                        kMaxJobNameLength));
@@ -76,6 +76,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
                                                  spec.nproc_per_node(),
                                                  kMaxLocalWorldSize));
   }
+  return absl::OkStatus();
+}
+
+// What runs: restarts, the command, its environment and folder.
+absl::Status CheckCommand(const v1::JobSpec& spec) {
   if (spec.max_restarts() < 0) {
     return Bad("max_restarts",
                absl::StrFormat("%d is negative; must be >= 0", spec.max_restarts()));
@@ -109,6 +114,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.working_dir().size() > kMaxSpecStringLength) {
     return Bad("working_dir", "too long");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTimeouts(const v1::JobSpec& spec) {
   const absl::Duration kWeek = absl::Hours(24 * 7);
   if (absl::Status st = CheckDuration(spec.last_call_timeout(),
                                       spec.has_last_call_timeout(), "last_call_timeout",
@@ -135,6 +144,14 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
                                                absl::FormatDuration(kWeek)));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  RETURN_IF_ERROR(CheckShape(spec));
+  RETURN_IF_ERROR(CheckCommand(spec));
+  return CheckTimeouts(spec);
 }
 
 v1::JobSpec WithDefaults(v1::JobSpec spec) {
