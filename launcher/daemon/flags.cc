@@ -54,6 +54,46 @@ struct Raw {
   std::string slots, labels, token_file, shutdown_timeout;
 };
 
+// How the daemon proves itself to the service, and vouches for its users.
+void AddCredentialFlags(CLI::App* app, DaemonFlags* f, Raw* raw) {
+  CLI::Option* token =
+      app->add_option("--token", f->token,
+                      "send \"authorization: Bearer TOKEN\" (default:\n"
+                      "$ELASTRUN_TOKEN; visible in ps: prefer --token-file).\n"
+                      "Never passed on to workers.")
+          ->type_name("TOKEN");
+  app->add_option("--token-file", raw->token_file,
+                  "read the token from FILE (this user's, mode 0600;\n"
+                  "default: $ELASTRUN_TOKEN_FILE, else the service's\n"
+                  "default token file).")
+      ->type_name("FILE")
+      ->excludes(token);
+  app->add_option("--tls-ca", f->tls.ca,
+                  "speak TLS to the service and verify its certificate\n"
+                  "against this PEM CA (default: $ELASTRUN_TLS_CA).")
+      ->type_name("FILE");
+  app->add_option("--tls-cert", f->tls.cert,
+                  "client certificate (PEM) for a service with mutual\n"
+                  "TLS; needs --tls-key and --tls-ca (default:\n"
+                  "$ELASTRUN_TLS_CERT).")
+      ->type_name("FILE");
+  app->add_option("--tls-key", f->tls.key,
+                  "the PEM private key of --tls-cert (default:\n"
+                  "$ELASTRUN_TLS_KEY).")
+      ->type_name("FILE");
+  app->add_option("--tls-server-name", f->tls.server_name,
+                  "the name the service's certificate must carry, when\n"
+                  "--rendezvous's host is not in it (default:\n"
+                  "$ELASTRUN_TLS_SERVER_NAME).")
+      ->type_name("NAME");
+  app->add_option("--cred-socket", f->cred_socket,
+                  "unix socket where local users get a credential for\n"
+                  "their own uid (default: $ELASTRUN_CRED_SOCKET, else\n"
+                  "/run/elastrund/cred.sock for root, else\n"
+                  "$XDG_RUNTIME_DIR/elastrund-cred.sock; none: off).")
+      ->type_name("PATH");
+}
+
 std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
   std::unique_ptr<CLI::App> app = flags::NewApp(kBinary, kIntro, kFooter);
   app->add_option("--rendezvous", f->rendezvous,
@@ -93,42 +133,7 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
                   "{stdout,stderr}.log and error.json, under the same\n"
                   "rules as --state-dir (default: <state dir>/logs).")
       ->type_name("DIR");
-  CLI::Option* token =
-      app->add_option("--token", f->token,
-                      "send \"authorization: Bearer TOKEN\" (default:\n"
-                      "$ELASTRUN_TOKEN; visible in ps: prefer --token-file).\n"
-                      "Never passed on to workers.")
-          ->type_name("TOKEN");
-  app->add_option("--token-file", raw->token_file,
-                  "read the token from FILE (this user's, mode 0600;\n"
-                  "default: $ELASTRUN_TOKEN_FILE, else the service's\n"
-                  "default token file).")
-      ->type_name("FILE")
-      ->excludes(token);
-  app->add_option("--tls-ca", f->tls.ca,
-                  "speak TLS to the service and verify its certificate\n"
-                  "against this PEM CA (default: $ELASTRUN_TLS_CA).")
-      ->type_name("FILE");
-  app->add_option("--tls-cert", f->tls.cert,
-                  "client certificate (PEM) for a service with mutual\n"
-                  "TLS; needs --tls-key and --tls-ca (default:\n"
-                  "$ELASTRUN_TLS_CERT).")
-      ->type_name("FILE");
-  app->add_option("--tls-key", f->tls.key,
-                  "the PEM private key of --tls-cert (default:\n"
-                  "$ELASTRUN_TLS_KEY).")
-      ->type_name("FILE");
-  app->add_option("--tls-server-name", f->tls.server_name,
-                  "the name the service's certificate must carry, when\n"
-                  "--rendezvous's host is not in it (default:\n"
-                  "$ELASTRUN_TLS_SERVER_NAME).")
-      ->type_name("NAME");
-  app->add_option("--cred-socket", f->cred_socket,
-                  "unix socket where local users get a credential for\n"
-                  "their own uid (default: $ELASTRUN_CRED_SOCKET, else\n"
-                  "/run/elastrund/cred.sock for root, else\n"
-                  "$XDG_RUNTIME_DIR/elastrund-cred.sock; none: off).")
-      ->type_name("PATH");
+  AddCredentialFlags(app.get(), f, raw);
   app->add_option("--shutdown-timeout", raw->shutdown_timeout,
                   "grace between SIGTERM to workers and SIGKILL (default 30s).")
       ->type_name("DUR");
