@@ -49,6 +49,24 @@ absl::StatusOr<std::string> ServiceToken(const elastrun::rendezvous::ServiceFlag
   return token;
 }
 
+elastrun::rendezvous::ServerOptions MakeServerOptions(
+    const elastrun::rendezvous::ServiceFlags& flags, const std::string& token) {
+  elastrun::rendezvous::ServerOptions options;
+  options.listen = flags.listen;
+  options.token = token;
+  options.tls = flags.tls;
+  options.metrics_listen = flags.metrics_listen;
+  options.coordinator.lease.heartbeat_interval = flags.heartbeat_interval;
+  options.coordinator.lease.lease_timeout = flags.lease_timeout;
+  options.coordinator.lease.node_expiry = flags.node_expiry;
+  options.coordinator.max_nodes = flags.max_nodes;
+  if (const std::string& state_dir = flags.state_dir; !state_dir.empty()) {
+    options.coordinator.state_path = state_dir + "/state.db";
+    options.logs_path = state_dir + "/logs.db";
+  }
+  return options;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,19 +98,7 @@ int main(int argc, char** argv) {
                  std::string(token.status().message()).c_str());
     return 1;
   }
-  elastrun::rendezvous::ServerOptions options;
-  options.listen = flags.listen;
-  options.token = *token;
-  options.tls = flags.tls;
-  options.metrics_listen = flags.metrics_listen;
-  options.coordinator.lease.heartbeat_interval = flags.heartbeat_interval;
-  options.coordinator.lease.lease_timeout = flags.lease_timeout;
-  options.coordinator.lease.node_expiry = flags.node_expiry;
-  options.coordinator.max_nodes = flags.max_nodes;
-  if (!state_dir.empty()) {
-    options.coordinator.state_path = state_dir + "/state.db";
-    options.logs_path = state_dir + "/logs.db";
-  }
+  const elastrun::rendezvous::ServerOptions options = MakeServerOptions(flags, *token);
 
   // Block the stop signals in every thread (gRPC's inherit the mask); one
   // thread waits for them.
