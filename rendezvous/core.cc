@@ -138,23 +138,18 @@ void RendezvousCore::AddJoined(WaitingNode node, std::vector<Event>& events) {
   if (n >= s_.config.max_nodes) CloseRound(when, events);
 }
 
-void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
+// A rank asked for (the static backend's node rank) comes first: to the
+// node that held it in the latest closed round, else to the earliest node
+// that asked for it. Then stable ranks: a node keeps its rank of the latest
+// closed round while it is < n; the others fill the free ranks in join
+// order. rank_index_ still describes that previous round here. O(n).
+std::vector<NodeAssignment> RendezvousCore::AssignRanks() const {
   const int n = joined_count();
-  RoundAssignment a;
-  a.round = round();
-  a.restart_count = s_.restart_count;
-  a.group_world_size = n;
-  a.nodes.resize(n);
-  // A rank asked for (the static backend's node rank) comes first: to the
-  // node that held it in the latest closed round, else to the earliest node
-  // that asked for it. Then stable ranks: a node keeps its rank of the
-  // latest closed round while it is < n; the others fill the free ranks in
-  // join order. rank_index_ still describes that previous round here. O(n).
+  std::vector<NodeAssignment> nodes(n);
   std::vector<bool> taken(n, false);
-  std::vector<const JoinRequest*> movers;
-  auto place = [&a, &taken](int rank, const JoinRequest& r) {
+  auto place = [&nodes, &taken](int rank, const JoinRequest& r) {
     taken[rank] = true;
-    NodeAssignment& slot = a.nodes[rank];
+    NodeAssignment& slot = nodes[rank];
     slot.node_id = r.node_id;
     slot.addr = r.addr;
     slot.local_world_size = r.local_world_size;
@@ -171,7 +166,7 @@ void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
   for (const auto& [seq, w] : s_.joined) {
     const int wanted = w.request.wanted_group_rank;
     if (wanted >= 0 && wanted < n && taken[wanted] &&
-        a.nodes[wanted].node_id == w.request.node_id) {
+        nodes[wanted].node_id == w.request.node_id) {
       continue;  // placed above
     }
     if (wanted >= 0 && wanted < n && !taken[wanted]) {
@@ -180,6 +175,7 @@ void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
       unplaced.push_back(&w.request);
     }
   }
+  std::vector<const JoinRequest*> movers;
   for (const JoinRequest* r : unplaced) {
     auto prev = rank_index_.find(r->node_id);
     if (prev != rank_index_.end() && prev->second < n && !taken[prev->second]) {
@@ -191,19 +187,26 @@ void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
   int free_rank = 0;
   for (const JoinRequest* r : movers) {
     while (taken[free_rank]) ++free_rank;
-    taken[free_rank] = true;
-    NodeAssignment& slot = a.nodes[free_rank];
-    slot.node_id = r->node_id;
-    slot.addr = r->addr;
-    slot.local_world_size = r->local_world_size;
+    place(free_rank, *r);
   }
   int offset = 0;
   for (int rank = 0; rank < n; ++rank) {
-    a.nodes[rank].group_rank = rank;
-    a.nodes[rank].rank_offset = offset;
-    offset += a.nodes[rank].local_world_size;
+    nodes[rank].group_rank = rank;
+    nodes[rank].rank_offset = offset;
+    offset += nodes[rank].local_world_size;
   }
-  a.world_size = offset;
+  return nodes;
+}
+
+void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
+  const int n = joined_count();
+  RoundAssignment a;
+  a.round = round();
+  a.restart_count = s_.restart_count;
+  a.group_world_size = n;
+  a.nodes = AssignRanks();
+  a.world_size = 0;
+  for (const NodeAssignment& node : a.nodes) a.world_size += node.local_world_size;
   const JoinRequest& master = s_.joined.at(joined_index_.at(a.nodes[0].node_id)).request;
   a.master_addr = master.addr;
   a.master_port = master.master_port;

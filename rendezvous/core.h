@@ -151,6 +151,8 @@ class RendezvousCore {
   // Adds a node to the JOINING round; closes the round at max_nodes.
   void AddJoined(WaitingNode node, std::vector<Event>& events);
   void CloseRound(absl::Time now, std::vector<Event>& events);
+  // The joined nodes by group rank, with their rank offsets (CloseRound).
+  std::vector<NodeAssignment> AssignRanks() const;
   // Ends the running round and opens the next one (spares enter it).
   void EndRoundAndOpenNext(absl::string_view reason, bool restart, absl::Time now,
                            std::vector<Event>& events);
