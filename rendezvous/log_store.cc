@@ -61,7 +61,8 @@ void LogStore::Append(const std::string& job_id, const std::vector<v1::LogChunk>
   {
     absl::MutexLock lock(&mu_);
     if (persisting_ && closing_) {
-      answer = absl::UnavailableError("the service is stopping: its worker logs are closed");
+      answer =
+          absl::UnavailableError("the service is stopping: its worker logs are closed");
     } else {
       auto it = jobs_.find(job_id);
       if (it == jobs_.end()) {
@@ -78,7 +79,9 @@ void LogStore::Append(const std::string& job_id, const std::vector<v1::LogChunk>
         log.bytes += copy.data().size();
         if (persisting_) {
           Span& span = pending_.spans[job_id];
-          if (span.created != log.created) span = Span{log.created, copy.seq(), copy.seq()};
+          if (span.created != log.created) {
+            span = Span{log.created, copy.seq(), copy.seq()};
+          }
           span.last = copy.seq();
           pending_.batch.chunks.emplace_back(job_id, copy);
         }
@@ -201,9 +204,10 @@ absl::Status LogStore::Flush() {
   // again, so keeping them too would store them twice.
   carry_.chunks.clear();
   if (st.ok()) carry_ = LogDb::Batch();
-  absl::Status answer = st.ok() ? st
-                                : absl::UnavailableError(absl::StrCat(
-                                      "worker logs not saved, send them again: ", st.message()));
+  absl::Status answer =
+      st.ok() ? st
+              : absl::UnavailableError(absl::StrCat(
+                    "worker logs not saved, send them again: ", st.message()));
   for (Done& done : next.waiters) done(answer);
   return st;
 }
@@ -211,14 +215,18 @@ absl::Status LogStore::Flush() {
 void LogStore::SettleLocked(const std::map<std::string, Span>& spans, bool committed) {
   for (const auto& [job, span] : spans) {
     auto it = jobs_.find(job);
-    if (it == jobs_.end() || it->second.created != span.created) continue;  // evicted since
+    // Evicted since (and maybe made again): nothing of the batch is left.
+    if (it == jobs_.end() || it->second.created != span.created) continue;
     JobLog& log = it->second;
     if (committed) {
       log.visible_seq = std::max(log.visible_seq, span.last);
       continue;
     }
-    auto in_span = [&span](const v1::LogChunk& c) {
-      return c.seq() >= span.first && c.seq() <= span.last;
+    // By value: a C++17 lambda cannot capture a structured binding.
+    const int64_t first = span.first;
+    const int64_t last = span.last;
+    auto in_span = [first, last](const v1::LogChunk& c) {
+      return c.seq() >= first && c.seq() <= last;
     };
     for (const v1::LogChunk& c : log.chunks) {
       if (in_span(c)) log.bytes -= c.data().size();

@@ -76,7 +76,8 @@ class LogStore {
   // failed (a full disk: the chunks are dropped here, and the sender, told
   // so, may send them again without duplicating them) or the store is
   // closed. `done` runs with no lock of the store held.
-  void Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks, Done done);
+  void Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks,
+              Done done);
   // Append that waits for `done` and returns its status.
   absl::Status Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks);
 

@@ -128,9 +128,12 @@ TEST_F(LogStorePersistTest, AnAcknowledgedChunkSurvivesAKillOfTheService) {
         LogStore::Options o;
         o.flush_interval = absl::Hours(1);
         LogStore* store = new LogStore(o);  // never destroyed: killed
-        absl::StatusOr<std::unique_ptr<LogDb>> db = LogDb::Open(getenv("ELASTRUN_TEST_LOG_DB"));
+        absl::StatusOr<std::unique_ptr<LogDb>> db =
+            LogDb::Open(getenv("ELASTRUN_TEST_LOG_DB"));
         if (!db.ok() || !store->Persist(*std::move(db)).ok()) _exit(3);
-        if (!store->Append("j", {Chunk(0, "acked 1\n"), Chunk(1, "acked 2\n")}).ok()) _exit(4);
+        if (!store->Append("j", {Chunk(0, "acked 1\n"), Chunk(1, "acked 2\n")}).ok()) {
+          _exit(4);
+        }
         raise(SIGKILL);
       },
       ::testing::KilledBySignal(SIGKILL), "");
@@ -200,7 +203,8 @@ TEST_F(LogStorePersistTest, PushThroughputInMemoryAndPersisted) {
         pushers, memory_us, persisted_us, 1e6 / persisted_us);
     persisted.reset();
     auto reopened = Open(1);
-    EXPECT_EQ(reopened->Read("j0", 0, -1, 1 << 30).chunks.size(), 2u * (kCalls / pushers));
+    EXPECT_EQ(reopened->Read("j0", 0, -1, 1 << 30).chunks.size(),
+              2u * (kCalls / pushers));
     reopened.reset();
     std::remove(path_.c_str());
     std::remove((path_ + "-wal").c_str());

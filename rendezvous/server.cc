@@ -340,8 +340,9 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
     // Answered once the chunks are stored (committed, with --state-dir): an
     // OK lets the daemon forget them; Unavailable (not saved) makes it send
     // them again. No gRPC thread waits meanwhile.
-    logs_->Append(req->job_id(), {req->chunks().begin(), req->chunks().end()},
-                  [reactor](absl::Status stored) { reactor->Finish(ToGrpcStatus(stored)); });
+    logs_->Append(
+        req->job_id(), {req->chunks().begin(), req->chunks().end()},
+        [reactor](absl::Status stored) { reactor->Finish(ToGrpcStatus(stored)); });
     return reactor;
   }
 

@@ -377,7 +377,8 @@ std::string FormatEvents(const v1::EventsResponse& r) {
   return Table(rows);
 }
 
-std::string RankPrefixer::Prefix(int rank, std::string_view stream, std::string_view data) {
+std::string RankPrefixer::Prefix(int rank, std::string_view stream,
+                                 std::string_view data) {
   if (data.empty()) return "";
   Key key(rank, std::string(stream));
   std::string out;

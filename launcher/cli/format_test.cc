@@ -325,10 +325,10 @@ TEST(RankPrefixerTest, InterleavedStdoutAndStderrOfOneRankKeepTheirPrefixes) {
   out += p.Prefix(0, "stderr", "warn");
   out += p.Prefix(0, "stdout", "step 3\n");
   out += p.Prefix(0, "stderr", "ing 2\n");
-  EXPECT_THAT(Lines(out), ::testing::ElementsAre(
-                              "[rank0]:step 1 loss", "[rank0]:warning: slow",
-                              "[rank0]: 0.5", "[rank0]:step 2", "[rank0]:warn",
-                              "[rank0]:step 3", "[rank0]:ing 2"));
+  EXPECT_THAT(Lines(out),
+              ::testing::ElementsAre("[rank0]:step 1 loss", "[rank0]:warning: slow",
+                                     "[rank0]: 0.5", "[rank0]:step 2", "[rank0]:warn",
+                                     "[rank0]:step 3", "[rank0]:ing 2"));
 }
 
 TEST(RankPrefixerTest, AnotherRanksOutputEndsAHalfLineAndItsRestIsPrefixed) {
@@ -339,8 +339,7 @@ TEST(RankPrefixerTest, AnotherRanksOutputEndsAHalfLineAndItsRestIsPrefixed) {
   out += p.Prefix(2, "stdout", "lo\nnext");
   out += p.Prefix(3, "stdout", "\n");  // ends "y", which was cut: no empty line
   out += p.Prefix(2, "stdout", "\n");
-  EXPECT_EQ(out,
-            "[rank2]:hel\n[rank3]:x\n[rank3]:y\n[rank2]:lo\n[rank2]:next\n");
+  EXPECT_EQ(out, "[rank2]:hel\n[rank3]:x\n[rank3]:y\n[rank2]:lo\n[rank2]:next\n");
 }
 
 }  // namespace elastrun::launcher

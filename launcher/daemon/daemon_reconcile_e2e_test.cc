@@ -184,8 +184,8 @@ NumberedLines ParseNumbered(const std::string& output) {
         ++n.count[{rank, m[2], number}];
       }
     } else {
-      EXPECT_FALSE(std::regex_search(text, kAny)) << "a worker line without its prefix: "
-                                                  << text;
+      EXPECT_FALSE(std::regex_search(text, kAny))
+          << "a worker line without its prefix: " << text;
     }
   }
   return n;
