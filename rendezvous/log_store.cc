@@ -187,28 +187,33 @@ void LogStore::WriterLoop() {
 }
 
 absl::Status LogStore::Flush() {
-  absl::MutexLock write_lock(&write_mu_);
-  if (db_ == nullptr) return absl::OkStatus();
-  Pending next;
+  std::vector<Done> waiters;
+  absl::Status st;
   {
-    absl::MutexLock lock(&mu_);
-    std::swap(next, pending_);
+    absl::MutexLock write_lock(&write_mu_);
+    if (db_ == nullptr) return absl::OkStatus();
+    Pending next;
+    {
+      absl::MutexLock lock(&mu_);
+      std::swap(next, pending_);
+    }
+    Merge(carry_, std::move(next.batch));
+    st = db_->Write(carry_);
+    {
+      absl::MutexLock lock(&mu_);
+      SettleLocked(next.spans, st.ok());
+    }
+    // The deletions are still due; the chunks' senders are told to send
+    // them again, so keeping them too would store them twice.
+    carry_.chunks.clear();
+    if (st.ok()) carry_ = LogDb::Batch();
+    waiters = std::move(next.waiters);
   }
-  Merge(carry_, std::move(next.batch));
-  absl::Status st = db_->Write(carry_);
-  {
-    absl::MutexLock lock(&mu_);
-    SettleLocked(next.spans, st.ok());
-  }
-  // The deletions are still due; the chunks' senders are told to send them
-  // again, so keeping them too would store them twice.
-  carry_.chunks.clear();
-  if (st.ok()) carry_ = LogDb::Batch();
-  absl::Status answer =
+  const absl::Status answer =
       st.ok() ? st
               : absl::UnavailableError(absl::StrCat(
                     "worker logs not saved, send them again: ", st.message()));
-  for (Done& done : next.waiters) done(answer);
+  for (Done& done : waiters) done(answer);
   return st;
 }
 
