@@ -71,11 +71,14 @@ class LogStore {
   using Done = std::function<void(absl::Status)>;
   // Appends chunks of `job_id` (their seq is assigned here) and calls `done`
   // once they are stored: without a db at once, before Append returns; with
-  // one from the writer thread once the transaction holding them committed
-  // (readers see them only then). `done` gets Unavailable when that write
-  // failed (a full disk: the chunks are dropped here, and the sender, told
-  // so, may send them again without duplicating them) or the store is
-  // closed. `done` runs with no lock of the store held.
+  // one once the transaction holding them committed (readers see them only
+  // then), from the thread that wrote it (the writer's, or a Flush or
+  // Close caller's). `done` gets Unavailable when that write failed (a full
+  // disk: the chunks are dropped here, and the sender, told so, may send
+  // them again without duplicating them) or the store is closed. `done`
+  // runs with no lock of the store held. Left open: a service killed
+  // between a commit and its answer reaching the sender gets those chunks
+  // again from it and keeps both copies (chunks carry no sender's id).
   void Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks,
               Done done);
   // Append that waits for `done` and returns its status.
