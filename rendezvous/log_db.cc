@@ -55,7 +55,8 @@ absl::Status LogDb::Write(const Batch& batch) {
 }
 
 absl::Status LogDb::WriteLocked(const Batch& batch) {
-  // One statement per kind, bound again per row.
+  // One statement per kind, bound again per row; none for an empty kind
+  // (most batches only add chunks).
   auto run = [this](const char* sql, const auto& bind) -> absl::Status {
     sqlite3_stmt* stmt = nullptr;
     int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
@@ -70,13 +71,16 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
       return Error(rc, absl::StrFormat("writing logs of \"%s\"", job));
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(run("DELETE FROM chunks WHERE job = ?1", [&](sqlite3_stmt* stmt) {
-    for (const std::string& job : batch.dropped_jobs) {
-      sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()), SQLITE_STATIC);
-      RETURN_IF_ERROR(step(stmt, job));
-    }
-    return absl::OkStatus();
-  }));
+  if (!batch.dropped_jobs.empty()) {
+    RETURN_IF_ERROR(run("DELETE FROM chunks WHERE job = ?1", [&](sqlite3_stmt* stmt) {
+      for (const std::string& job : batch.dropped_jobs) {
+        sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()),
+                          SQLITE_STATIC);
+        RETURN_IF_ERROR(step(stmt, job));
+      }
+      return absl::OkStatus();
+    }));
+  }
   RETURN_IF_ERROR(
       run("INSERT OR REPLACE INTO chunks (job, seq, data) VALUES (?1, ?2, ?3)",
           [&](sqlite3_stmt* stmt) {
@@ -92,6 +96,7 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
             }
             return absl::OkStatus();
           }));
+  if (batch.trim_below.empty()) return absl::OkStatus();
   return run("DELETE FROM chunks WHERE job = ?1 AND seq < ?2", [&](sqlite3_stmt* stmt) {
     for (const auto& [job, below] : batch.trim_below) {
       sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()), SQLITE_STATIC);
@@ -100,6 +105,16 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
     }
     return absl::OkStatus();
   });
+}
+
+absl::Status LogDb::LimitGrowthForTest(int64_t more_pages) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, "PRAGMA page_count", -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, "reading the page count");
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  if ((rc = sqlite3_step(stmt)) != SQLITE_ROW) return Error(rc, "reading the page count");
+  const int64_t pages = sqlite3_column_int64(stmt, 0);
+  return Exec(absl::StrCat("PRAGMA max_page_count=", pages + more_pages).c_str());
 }
 
 absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> LogDb::Load() {

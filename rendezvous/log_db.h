@@ -55,6 +55,11 @@ class LogDb {
 
   const std::string& path() const { return path_; }
 
+  // Caps the file at its current size plus `more_pages` pages (SQLite's
+  // max_page_count), so that a write growing it further fails as on a full
+  // disk (Unavailable). A large cap lifts it again. For tests.
+  absl::Status LimitGrowthForTest(int64_t more_pages);
+
  private:
   LogDb(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   absl::Status Exec(const char* sql);

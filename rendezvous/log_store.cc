@@ -3,24 +3,20 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "glog/logging.h"
 
 namespace elastrun::rendezvous {
 namespace {
 
-// A batch kept after failed writes (full disk) holds at most this much
-// output; older chunks go first. The nodes keep the files.
-constexpr size_t kMaxCarryBytes = 64 << 20;
-
-// Appends `next` to `carry`, keeping the order the LogDb applies: a job
-// dropped in `next` loses the chunks `carry` still had for it.
+// Appends the deletions of `next` to `carry` (which holds no chunks: a
+// failed write's chunks are dropped), keeping the order the LogDb applies:
+// jobs dropped, chunks added, trims.
 void Merge(LogDb::Batch& carry, LogDb::Batch next) {
-  for (const std::string& job : next.dropped_jobs) {
-    carry.chunks.erase(std::remove_if(carry.chunks.begin(), carry.chunks.end(),
-                                      [&](const auto& c) { return c.first == job; }),
-                       carry.chunks.end());
+  for (std::string& job : next.dropped_jobs) {
     carry.trim_below.erase(job);
-    carry.dropped_jobs.push_back(job);
+    carry.dropped_jobs.push_back(std::move(job));
   }
   for (auto& c : next.chunks) carry.chunks.push_back(std::move(c));
   for (const auto& [job, below] : next.trim_below) {
@@ -38,49 +34,81 @@ void LogStore::TrimLocked(const std::string& job_id, JobLog& log) {
     trimmed = true;
   }
   if (trimmed && persisting_) {
-    pending_.trim_below[job_id] =
+    pending_.batch.trim_below[job_id] =
         log.chunks.empty() ? log.next_seq : log.chunks.front().seq();
   }
 }
 
-void LogStore::Append(const std::string& job_id,
-                      const std::vector<v1::LogChunk>& chunks) {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    if (jobs_.size() >= options_.max_jobs) {
-      auto oldest =
-          std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
-            return a.second.created < b.second.created;
-          });
-      if (persisting_) {
-        const std::string gone = oldest->first;
-        auto& p = pending_.chunks;
-        p.erase(std::remove_if(p.begin(), p.end(),
-                               [&](const auto& c) { return c.first == gone; }),
-                p.end());
-        pending_.trim_below.erase(gone);
-        pending_.dropped_jobs.push_back(gone);
+void LogStore::EvictOldestLocked() {
+  auto oldest = std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
+    return a.second.created < b.second.created;
+  });
+  if (persisting_) {
+    const std::string gone = oldest->first;
+    auto& p = pending_.batch.chunks;
+    p.erase(std::remove_if(p.begin(), p.end(), [&](const auto& c) { return c.first == gone; }),
+            p.end());
+    pending_.batch.trim_below.erase(gone);
+    pending_.batch.dropped_jobs.push_back(gone);
+    pending_.spans.erase(gone);
+  }
+  jobs_.erase(oldest);
+}
+
+void LogStore::Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks,
+                      Done done) {
+  absl::Status answer;
+  {
+    absl::MutexLock lock(&mu_);
+    if (persisting_ && closing_) {
+      answer =
+          absl::UnavailableError("the service is stopping: its worker logs are closed");
+    } else {
+      auto it = jobs_.find(job_id);
+      if (it == jobs_.end()) {
+        if (jobs_.size() >= options_.max_jobs) EvictOldestLocked();
+        it = jobs_.emplace(job_id, JobLog{}).first;
+        it->second.created = ++jobs_created_;
+        it->second.next_seq = options_.first_seq;
       }
-      jobs_.erase(oldest);
+      JobLog& log = it->second;
+      for (const v1::LogChunk& c : chunks) {
+        if (c.data().empty()) continue;
+        v1::LogChunk copy = c;
+        copy.set_seq(log.next_seq++);
+        log.bytes += copy.data().size();
+        if (persisting_) {
+          Span& span = pending_.spans[job_id];
+          if (span.created != log.created) {
+            span = Span{log.created, copy.seq(), copy.seq()};
+          }
+          span.last = copy.seq();
+          pending_.batch.chunks.emplace_back(job_id, copy);
+        }
+        log.chunks.push_back(std::move(copy));
+      }
+      if (!persisting_) log.visible_seq = log.next_seq - 1;
+      TrimLocked(job_id, log);
+      if (persisting_) {
+        // Answered by the writer, which this wakes.
+        pending_.waiters.push_back(std::move(done));
+        return;
+      }
     }
-    it = jobs_.emplace(job_id, JobLog{}).first;
-    it->second.created = ++jobs_created_;
-    it->second.next_seq = options_.first_seq;
   }
-  JobLog& log = it->second;
-  for (const v1::LogChunk& c : chunks) {
-    if (c.data().empty()) continue;
-    v1::LogChunk copy = c;
-    copy.set_seq(log.next_seq++);
-    log.bytes += copy.data().size();
-    if (persisting_) {
-      pending_bytes_ += copy.data().size();
-      pending_.chunks.emplace_back(job_id, copy);
-    }
-    log.chunks.push_back(std::move(copy));
-  }
-  TrimLocked(job_id, log);
+  done(std::move(answer));
+}
+
+absl::Status LogStore::Append(const std::string& job_id,
+                              const std::vector<v1::LogChunk>& chunks) {
+  absl::Notification answered;
+  absl::Status result;
+  Append(job_id, chunks, [&](absl::Status st) {
+    result = std::move(st);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  return result;
 }
 
 LogStore::ReadResult LogStore::Read(const std::string& job_id, int64_t after_seq,
@@ -97,6 +125,7 @@ LogStore::ReadResult LogStore::Read(const std::string& job_id, int64_t after_seq
                        [](int64_t seq, const v1::LogChunk& c) { return seq < c.seq(); });
   size_t bytes = 0;
   for (auto c = first; c != log.chunks.end(); ++c) {
+    if (c->seq() > log.visible_seq) break;  // not committed yet
     if (rank >= 0 && c->rank() != rank) continue;
     if (!r.chunks.empty() && bytes + c->data().size() > max_bytes) break;
     bytes += c->data().size();
@@ -118,6 +147,7 @@ absl::Status LogStore::Persist(std::unique_ptr<LogDb> db) {
       // Above every stored chunk, and above what the service before may
       // have numbered without saving it (first_seq is this start's time).
       log.next_seq = std::max(options_.first_seq, chunks.back().seq() + 1);
+      log.visible_seq = chunks.back().seq();
       for (v1::LogChunk& c : chunks) {
         log.bytes += c.data().size();
         log.chunks.push_back(std::move(c));
@@ -140,45 +170,75 @@ void LogStore::WriterLoop() {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
+      // A waiting Append is answered at once; Appends that come during the
+      // write wait for the next one, and share it.
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return closing_ || pending_bytes_ >= options_.flush_bytes;
+        return closing_ || !pending_.waiters.empty();
       };
       mu_.AwaitWithTimeout(absl::Condition(&ready), options_.flush_interval);
       if (closing_) return;
     }
     if (absl::Status st = Flush(); !st.ok()) {
-      LOG_EVERY_N(WARNING, 50) << "worker logs not saved yet (kept, retried): " << st;
+      LOG_EVERY_N(WARNING, 50) << "worker logs not saved (the senders were told, and "
+                                  "send them again): "
+                               << st;
     }
   }
 }
 
 absl::Status LogStore::Flush() {
-  absl::MutexLock write_lock(&write_mu_);
-  if (db_ == nullptr) return absl::OkStatus();
-  LogDb::Batch next;
+  std::vector<Done> waiters;
+  absl::Status st;
   {
-    absl::MutexLock lock(&mu_);
-    std::swap(next, pending_);
-    pending_bytes_ = 0;
+    absl::MutexLock write_lock(&write_mu_);
+    if (db_ == nullptr) return absl::OkStatus();
+    Pending next;
+    {
+      absl::MutexLock lock(&mu_);
+      std::swap(next, pending_);
+    }
+    Merge(carry_, std::move(next.batch));
+    st = db_->Write(carry_);
+    {
+      absl::MutexLock lock(&mu_);
+      SettleLocked(next.spans, st.ok());
+    }
+    // The deletions are still due; the chunks' senders are told to send
+    // them again, so keeping them too would store them twice.
+    carry_.chunks.clear();
+    if (st.ok()) carry_ = LogDb::Batch();
+    waiters = std::move(next.waiters);
   }
-  Merge(carry_, std::move(next));
-  absl::Status st = db_->Write(carry_);
-  if (st.ok()) {
-    carry_ = LogDb::Batch();
-    return st;
-  }
-  size_t bytes = 0;
-  for (const auto& c : carry_.chunks) bytes += c.second.data().size();
-  size_t drop = 0;
-  while (bytes > kMaxCarryBytes && drop < carry_.chunks.size()) {
-    bytes -= carry_.chunks[drop++].second.data().size();
-  }
-  if (drop > 0) {
-    LOG(WARNING) << "dropping " << drop << " unsaved log chunks (over "
-                 << (kMaxCarryBytes >> 20) << " MiB kept while the log database fails)";
-    carry_.chunks.erase(carry_.chunks.begin(), carry_.chunks.begin() + drop);
-  }
+  const absl::Status answer =
+      st.ok() ? st
+              : absl::UnavailableError(absl::StrCat(
+                    "worker logs not saved, send them again: ", st.message()));
+  for (Done& done : waiters) done(answer);
   return st;
+}
+
+void LogStore::SettleLocked(const std::map<std::string, Span>& spans, bool committed) {
+  for (const auto& [job, span] : spans) {
+    auto it = jobs_.find(job);
+    // Evicted since (and maybe made again): nothing of the batch is left.
+    if (it == jobs_.end() || it->second.created != span.created) continue;
+    JobLog& log = it->second;
+    if (committed) {
+      log.visible_seq = std::max(log.visible_seq, span.last);
+      continue;
+    }
+    // By value: a C++17 lambda cannot capture a structured binding.
+    const int64_t first = span.first;
+    const int64_t last = span.last;
+    auto in_span = [first, last](const v1::LogChunk& c) {
+      return c.seq() >= first && c.seq() <= last;
+    };
+    for (const v1::LogChunk& c : log.chunks) {
+      if (in_span(c)) log.bytes -= c.data().size();
+    }
+    log.chunks.erase(std::remove_if(log.chunks.begin(), log.chunks.end(), in_span),
+                     log.chunks.end());
+  }
 }
 
 void LogStore::Close() {

@@ -2,10 +2,14 @@
 // newest chunks up to a byte bound (oldest dropped first), each with a
 // sequence number increasing per job, so a reader can resume after the last
 // chunk it saw. In memory, and, once Persist() gave it a LogDb (a service
-// with --state-dir), also on disk: a writer thread saves what changed in
-// batches, off the PushLogs path, so Append stays a memory copy; a
-// restarted service reloads it and numbers new chunks above the stored
-// ones. Logs also stay in files on each node.
+// with --state-dir), also on disk: a chunk is acknowledged (Append's `done`)
+// and shown to readers only once the transaction holding it committed, so
+// what a daemon was told is stored, or a follower saw, survives a SIGKILL
+// of the service (SQLite's WAL commit, without fsync: not an OS crash).
+// One writer thread commits (group commit): a waiting Append wakes it at
+// once, and the Appends that arrive while it writes share its next
+// transaction. A restarted service reloads the logs and numbers new chunks
+// above the stored ones. Logs also stay in files on each node.
 //
 // Thread-safe.
 #ifndef ELASTRUN_RENDEZVOUS_LOG_STORE_H_
@@ -13,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,10 +44,9 @@ class LogStore {
     // empty) numbers above what a follower (`logs -f`) saw from the one
     // before, and the follower's next read gets the new chunks.
     int64_t first_seq = 1;
-    // With a LogDb: the writer saves pending chunks at least this often,
-    // and sooner once `flush_bytes` are pending.
+    // With a LogDb: the writer retries deletions (trims, evicted jobs) a
+    // failed write left this often; chunks are written as soon as they come.
     absl::Duration flush_interval = absl::Milliseconds(200);
-    size_t flush_bytes = 1 << 20;
   };
   LogStore() : LogStore(Options{}) {}
   explicit LogStore(Options options) : options_(options) {}
@@ -55,15 +59,30 @@ class LogStore {
   // first_seq) and keeps the logs there from now on. Call once, before any
   // Append or Read. Errors: the db's Load errors (nothing changes).
   absl::Status Persist(std::unique_ptr<LogDb> db);
-  // Writes what is pending now, with what an earlier failed write left, and
-  // returns the write's status (a failed batch is kept for the next one).
-  // OK without a db. For shutdown and tests.
+  // Writes what is pending now, with the deletions an earlier failed write
+  // left, and returns the write's status. OK without a db. For shutdown and
+  // tests.
   absl::Status Flush();
-  // Stops the writer thread after a last Flush. Idempotent.
+  // Stops the writer thread after a last Flush; later Appends are refused
+  // (Unavailable). Idempotent.
   void Close();
 
-  // Appends chunks of `job_id` (their seq is assigned here).
-  void Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks);
+  // Called once with the outcome of an Append.
+  using Done = std::function<void(absl::Status)>;
+  // Appends chunks of `job_id` (their seq is assigned here) and calls `done`
+  // once they are stored: without a db at once, before Append returns; with
+  // one once the transaction holding them committed (readers see them only
+  // then), from the thread that wrote it (the writer's, or a Flush or
+  // Close caller's). `done` gets Unavailable when that write failed (a full
+  // disk: the chunks are dropped here, and the sender, told so, may send
+  // them again without duplicating them) or the store is closed. `done`
+  // runs with no lock of the store held. Left open: a service killed
+  // between a commit and its answer reaching the sender gets those chunks
+  // again from it and keeps both copies (chunks carry no sender's id).
+  void Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks,
+              Done done);
+  // Append that waits for `done` and returns its status.
+  absl::Status Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks);
 
   struct ReadResult {
     std::vector<v1::LogChunk> chunks;
@@ -80,11 +99,31 @@ class LogStore {
     std::deque<v1::LogChunk> chunks;
     size_t bytes = 0;
     int64_t next_seq = 0;  // Set to Options::first_seq when the job's log is made.
+    // Readers see chunks up to this seq: those committed (all, without a db).
+    int64_t visible_seq = 0;
+    int64_t created = 0;  // tells a job's log from a later one of the same id
+  };
+  // The chunks of one job in a batch: seqs [first, last] of its log `created`.
+  struct Span {
     int64_t created = 0;
+    int64_t first = 0;
+    int64_t last = 0;
+  };
+  // What the writer's next transaction holds.
+  struct Pending {
+    LogDb::Batch batch;
+    std::map<std::string, Span> spans;
+    std::vector<Done> waiters;
   };
   void WriterLoop();
+  // Evicts the oldest job's log to make room for a new one.
+  void EvictOldestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the job's oldest chunks while over the byte bound.
   void TrimLocked(const std::string& job_id, JobLog& log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a write of `spans`: shows their chunks (committed) or drops them
+  // (the write failed).
+  void SettleLocked(const std::map<std::string, Span>& spans, bool committed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -94,12 +133,12 @@ class LogStore {
   // Persistence (after Persist): what changed since the last batch.
   bool persisting_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  LogDb::Batch pending_ ABSL_GUARDED_BY(mu_);
-  size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  Pending pending_ ABSL_GUARDED_BY(mu_);
   // Serializes writes (the writer thread, Flush, Close); taken before mu_.
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::unique_ptr<LogDb> db_ ABSL_GUARDED_BY(write_mu_);
-  LogDb::Batch carry_ ABSL_GUARDED_BY(write_mu_);  // a batch whose write failed
+  // The deletions (trims, evicted jobs) of a batch whose write failed.
+  LogDb::Batch carry_ ABSL_GUARDED_BY(write_mu_);
   std::thread writer_;
 };
 

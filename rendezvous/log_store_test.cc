@@ -18,12 +18,12 @@ v1::LogChunk Chunk(int rank, const std::string& data) {
 // that saw chunk N of the service before reads the new chunks after N.
 TEST(LogStoreTest, NumberingStartsAtFirstSeqSoARestartedServiceNumbersAbove) {
   LogStore before(LogStore::Options{});
-  before.Append("j", {Chunk(0, "old\n"), Chunk(0, "old2\n")});
+  ASSERT_TRUE(before.Append("j", {Chunk(0, "old\n"), Chunk(0, "old2\n")}).ok());
   const int64_t seen = before.Read("j", 0, -1, 1 << 20).chunks.back().seq();
   LogStore::Options later;
   later.first_seq = 1000;
   LogStore after(later);
-  after.Append("j", {Chunk(0, "new\n")});
+  ASSERT_TRUE(after.Append("j", {Chunk(0, "new\n")}).ok());
   auto read = after.Read("j", seen, -1, 1 << 20);
   ASSERT_EQ(read.chunks.size(), 1u);
   EXPECT_EQ(read.chunks[0].seq(), 1000);
@@ -32,8 +32,8 @@ TEST(LogStoreTest, NumberingStartsAtFirstSeqSoARestartedServiceNumbersAbove) {
 
 TEST(LogStoreTest, ReadsInOrderAfterACursorAndByRank) {
   LogStore store;
-  store.Append("j", {Chunk(0, "a\n"), Chunk(1, "b\n")});
-  store.Append("j", {Chunk(0, "c\n")});
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "a\n"), Chunk(1, "b\n")}).ok());
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "c\n")}).ok());
   auto all = store.Read("j", 0, -1, 1 << 20);
   ASSERT_EQ(all.chunks.size(), 3u);
   EXPECT_EQ(all.chunks[0].seq(), 1);
@@ -50,21 +50,21 @@ TEST(LogStoreTest, ReadsInOrderAfterACursorAndByRank) {
 
 TEST(LogStoreTest, BoundedPerJobOldestDroppedAndReported) {
   LogStore store(LogStore::Options{/*max_bytes_per_job=*/10, /*max_jobs=*/2});
-  store.Append("j", {Chunk(0, "12345\n"), Chunk(0, "abcde\n")});
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "12345\n"), Chunk(0, "abcde\n")}).ok());
   auto r = store.Read("j", 0, -1, 1 << 20);
   ASSERT_EQ(r.chunks.size(), 1u);  // 12 bytes > 10: the first chunk went
   EXPECT_EQ(r.chunks[0].data(), "abcde\n");
   EXPECT_TRUE(r.dropped);
   // A third job evicts the oldest job.
-  store.Append("k", {Chunk(0, "x\n")});
-  store.Append("l", {Chunk(0, "y\n")});
+  ASSERT_TRUE(store.Append("k", {Chunk(0, "x\n")}).ok());
+  ASSERT_TRUE(store.Append("l", {Chunk(0, "y\n")}).ok());
   EXPECT_TRUE(store.Read("j", 0, -1, 1 << 20).chunks.empty());
   EXPECT_EQ(store.Read("l", 0, -1, 1 << 20).chunks.size(), 1u);
 }
 
 TEST(LogStoreTest, ReadHonoursByteBudgetButReturnsAtLeastOneChunk) {
   LogStore store;
-  store.Append("j", {Chunk(0, std::string(100, 'x')), Chunk(0, "y\n")});
+  ASSERT_TRUE(store.Append("j", {Chunk(0, std::string(100, 'x')), Chunk(0, "y\n")}).ok());
   auto r = store.Read("j", 0, -1, 10);
   ASSERT_EQ(r.chunks.size(), 1u);
   EXPECT_EQ(r.chunks[0].data().size(), 100u);

@@ -330,31 +330,45 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
   grpc::ServerUnaryReactor* PushLogs(grpc::CallbackServerContext* ctx,
                                      const v1::PushLogsRequest* req,
                                      v1::PushLogsResponse* resp) override {
-    return Unary(ctx, policy_, Audience::kCluster, "PushLogs", resp,
-                 [&](const Caller&) -> absl::Status {
-      if (req->job_id().empty()) return absl::InvalidArgumentError("job_id: empty");
-      size_t bytes = 0;
-      for (const v1::LogChunk& c : req->chunks()) bytes += c.data().size();
-      if (bytes > kMaxPushLogsBytes) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "chunks: %d bytes in one PushLogs; at most %d", bytes, kMaxPushLogsBytes));
-      }
-      // Only jobs the service knows, from their own nodes: a stale or
-      // stray daemon cannot fill memory or write into another job's logs.
-      v1::GetJobRequest get;
-      get.set_job_id(req->job_id());
-      ASSIGN_OR_RETURN(v1::JobStatus job, c_->GetJob(get));
-      if (!NodeInJob(job, req->node_id())) {
-        return absl::PermissionDeniedError(absl::StrFormat(
-            "node \"%s\" is not and was not in a round of job %s: its log chunks are dropped",
-            req->node_id(), req->job_id()));
-      }
-      logs_->Append(req->job_id(), {req->chunks().begin(), req->chunks().end()});
-      return absl::OkStatus();
-    });
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    absl::Status st = CheckCluster(ctx, policy_, "PushLogs");
+    if (st.ok()) st = CheckPush(*req);
+    if (!st.ok()) {
+      reactor->Finish(ToGrpcStatus(st));
+      return reactor;
+    }
+    // Answered once the chunks are stored (committed, with --state-dir): an
+    // OK lets the daemon forget them; Unavailable (not saved) makes it send
+    // them again. No gRPC thread waits meanwhile.
+    logs_->Append(
+        req->job_id(), {req->chunks().begin(), req->chunks().end()},
+        [reactor](absl::Status stored) { reactor->Finish(ToGrpcStatus(stored)); });
+    return reactor;
   }
 
  private:
+  // Whether the service takes `req`'s chunks.
+  absl::Status CheckPush(const v1::PushLogsRequest& req) {
+    if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: empty");
+    size_t bytes = 0;
+    for (const v1::LogChunk& c : req.chunks()) bytes += c.data().size();
+    if (bytes > kMaxPushLogsBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunks: %d bytes in one PushLogs; at most %d", bytes, kMaxPushLogsBytes));
+    }
+    // Only jobs the service knows, from their own nodes: a stale or
+    // stray daemon cannot fill memory or write into another job's logs.
+    v1::GetJobRequest get;
+    get.set_job_id(req.job_id());
+    ASSIGN_OR_RETURN(v1::JobStatus job, c_->GetJob(get));
+    if (!NodeInJob(job, req.node_id())) {
+      return absl::PermissionDeniedError(absl::StrFormat(
+          "node \"%s\" is not and was not in a round of job %s: its log chunks are dropped",
+          req.node_id(), req.job_id()));
+    }
+    return absl::OkStatus();
+  }
+
   Coordinator* const c_;
   LogStore* const logs_;
   const AuthPolicy policy_;

@@ -452,12 +452,13 @@ TEST_F(CliTest, LogsFollowReadsUntilTheJobHasEnded) {
 TEST_F(CliTest, LogsFollowResumesAfterARestartWithoutRepeats) {
   service_.gets = {Job(v1::JOB_STATE_RUNNING), Job(v1::JOB_STATE_RUNNING),
                    Job(v1::JOB_STATE_SUCCEEDED)};
-  // Rank 0's "b" line is split across two chunks: prefixed once.
+  // Rank 0's line "bc" is split across two chunks with rank 1's line
+  // between: "b" is ended there, and "c" gets a prefix of its own.
   service_.logs = {Line(1, 0, "a"), Line(2, 0, "b"), Line(3, 1, "x"), Line(4, 0, "c")};
   service_.logs[1].set_data("b");
   service_.read_logs_failures = 2;
   EXPECT_EQ(Run("logs", {"j-1", "-f"}), kExitOk);
-  EXPECT_EQ(out_.str(), "[rank0]:a\n[rank0]:b[rank1]:x\nc\n");
+  EXPECT_EQ(out_.str(), "[rank0]:a\n[rank0]:b\n[rank1]:x\n[rank0]:c\n");
   EXPECT_GE(service_.read_logs_calls, 3);
   EXPECT_THAT(err_.str(), HasSubstr("retrying"));
 }

@@ -452,7 +452,7 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
       // With every rank, each line says whose it is, as on `elastrun run`'s
       // console; with --rank R the lines are as the worker wrote them.
       if (rank < 0) {
-        *ctx.out << prefixer.Prefix(c.rank(), c.data());
+        *ctx.out << prefixer.Prefix(c.rank(), c.stream(), c.data());
       } else {
         *ctx.out << c.data();
       }

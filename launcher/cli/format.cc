@@ -377,10 +377,21 @@ std::string FormatEvents(const v1::EventsResponse& r) {
   return Table(rows);
 }
 
-std::string RankPrefixer::Prefix(int rank, std::string_view data) {
-  const std::string prefix = absl::StrCat("[rank", rank, "]:");
-  bool& mid_line = mid_line_[rank];
+std::string RankPrefixer::Prefix(int rank, std::string_view stream,
+                                 std::string_view data) {
+  if (data.empty()) return "";
+  Key key(rank, std::string(stream));
   std::string out;
+  if (open_ && *open_ != key) {
+    out += '\n';  // another's half line must not run into this output
+    cut_.insert(*std::move(open_));
+    open_.reset();
+  }
+  // Continuing its own half line: the first piece gets no prefix.
+  bool mid_line = open_.has_value();
+  // Its half line was ended for it: a bare '\n' finishing it is printed already.
+  if (cut_.erase(key) > 0 && data.front() == '\n') data.remove_prefix(1);
+  const std::string prefix = absl::StrCat("[rank", rank, "]:");
   size_t pos = 0;
   while (pos < data.size()) {
     if (!mid_line) out += prefix;
@@ -389,6 +400,11 @@ std::string RankPrefixer::Prefix(int rank, std::string_view data) {
     out.append(data.substr(pos, end - pos));
     mid_line = nl == std::string_view::npos;
     pos = end;
+  }
+  if (mid_line) {
+    open_ = std::move(key);
+  } else {
+    open_.reset();
   }
   return out;
 }

@@ -18,8 +18,11 @@
 
 #include <nlohmann/json.hpp>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "elastrun/v1/jobs.pb.h"
 #include "google/protobuf/message.h"
@@ -61,17 +64,25 @@ std::string FormatEvents(const v1::EventsResponse& r);
 
 // Puts "[rankN]:" before every line of forwarded worker output, as
 // `elastrun run`'s console does. A chunk may hold several lines or end in
-// the middle of one; the rest of that line in the rank's next chunk gets no
-// prefix, so the prefixer keeps, per rank, whether its output stands at the
-// start of a line. Not thread-safe: one per `logs` command.
+// the middle of one, and chunks of several ranks and of a rank's stdout and
+// stderr interleave: a half line is continued, unprefixed, only by the next
+// chunk of the same rank and stream. When another's output comes first, the
+// half line is ended there (a '\n' of ours) and its rest is printed later
+// as a prefixed line of its own; a rest that is only its '\n' is dropped.
+// So every printed line has one prefix and holds one rank's one stream.
+// Not thread-safe: one per `logs` command.
 class RankPrefixer {
  public:
-  // `data` of `rank`, every line that starts in it prefixed.
-  std::string Prefix(int rank, std::string_view data);
+  // `data` of `rank`'s `stream` ("stdout" or "stderr"), every line that
+  // starts in it prefixed.
+  std::string Prefix(int rank, std::string_view stream, std::string_view data);
 
  private:
-  // Ranks whose last chunk ended in the middle of a line.
-  std::map<int, bool> mid_line_;
+  using Key = std::pair<int, std::string>;  // rank, stream
+  // The rank and stream whose half line ends the output so far, if any.
+  std::optional<Key> open_;
+  // Ranks and streams whose half line was ended early by another's output.
+  std::set<Key> cut_;
 };
 
 }  // namespace elastrun::launcher

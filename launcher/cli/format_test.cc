@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -294,20 +295,51 @@ TEST(CliFormatTest, EventsTextIsOneAlignedLinePerEvent) {
 
 TEST(RankPrefixerTest, EveryLineOfAChunkIsPrefixed) {
   RankPrefixer p;
-  EXPECT_EQ(p.Prefix(0, "a\nb\nc\n"), "[rank0]:a\n[rank0]:b\n[rank0]:c\n");
-  EXPECT_EQ(p.Prefix(1, "\n\n"), "[rank1]:\n[rank1]:\n");
-  EXPECT_EQ(p.Prefix(1, ""), "");
+  EXPECT_EQ(p.Prefix(0, "stdout", "a\nb\nc\n"), "[rank0]:a\n[rank0]:b\n[rank0]:c\n");
+  EXPECT_EQ(p.Prefix(1, "stdout", "\n\n"), "[rank1]:\n[rank1]:\n");
+  EXPECT_EQ(p.Prefix(1, "stdout", ""), "");
 }
 
 TEST(RankPrefixerTest, ALineSplitAcrossChunksIsPrefixedOnce) {
   RankPrefixer p;
-  EXPECT_EQ(p.Prefix(2, "hel"), "[rank2]:hel");
-  // Another rank's output between the two halves keeps its own state.
-  EXPECT_EQ(p.Prefix(3, "x\ny"), "[rank3]:x\n[rank3]:y");
-  EXPECT_EQ(p.Prefix(2, "lo\nnext"), "lo\n[rank2]:next");
-  EXPECT_EQ(p.Prefix(3, "z\n"), "z\n");
-  EXPECT_EQ(p.Prefix(2, "\n"), "\n");
-  EXPECT_EQ(p.Prefix(2, "new\n"), "[rank2]:new\n");
+  EXPECT_EQ(p.Prefix(2, "stdout", "hel"), "[rank2]:hel");
+  EXPECT_EQ(p.Prefix(2, "stdout", "lo\nnext"), "lo\n[rank2]:next");
+  EXPECT_EQ(p.Prefix(2, "stdout", "\n"), "\n");
+  EXPECT_EQ(p.Prefix(2, "stdout", "new\n"), "[rank2]:new\n");
+}
+
+// The chunks as printed, split into lines: each must start with its rank's
+// prefix and hold one worker line (or a piece of one), never two glued.
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+TEST(RankPrefixerTest, InterleavedStdoutAndStderrOfOneRankKeepTheirPrefixes) {
+  RankPrefixer p;
+  std::string out;
+  out += p.Prefix(0, "stdout", "step 1 loss");
+  out += p.Prefix(0, "stderr", "warning: slow\n");
+  out += p.Prefix(0, "stdout", " 0.5\nstep 2\n");
+  out += p.Prefix(0, "stderr", "warn");
+  out += p.Prefix(0, "stdout", "step 3\n");
+  out += p.Prefix(0, "stderr", "ing 2\n");
+  EXPECT_THAT(Lines(out),
+              ::testing::ElementsAre("[rank0]:step 1 loss", "[rank0]:warning: slow",
+                                     "[rank0]: 0.5", "[rank0]:step 2", "[rank0]:warn",
+                                     "[rank0]:step 3", "[rank0]:ing 2"));
+}
+
+TEST(RankPrefixerTest, AnotherRanksOutputEndsAHalfLineAndItsRestIsPrefixed) {
+  RankPrefixer p;
+  std::string out;
+  out += p.Prefix(2, "stdout", "hel");
+  out += p.Prefix(3, "stdout", "x\ny");
+  out += p.Prefix(2, "stdout", "lo\nnext");
+  out += p.Prefix(3, "stdout", "\n");  // ends "y", which was cut: no empty line
+  out += p.Prefix(2, "stdout", "\n");
+  EXPECT_EQ(out, "[rank2]:hel\n[rank3]:x\n[rank3]:y\n[rank2]:lo\n[rank2]:next\n");
 }
 
 }  // namespace elastrun::launcher

@@ -11,12 +11,16 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -154,6 +158,113 @@ TEST_F(DaemonReconcileE2eTest, LogsSurviveAServiceRestart) {
       {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
   ASSERT_TRUE(logs.ok()) << logs.status();
   EXPECT_THAT(logs->output, HasSubstr("hello from rank 1")) << logs->output;
+}
+
+// The numbered lines of a LinesAcrossAKill worker as `elastrun logs` printed
+// them: how often each (rank, stream, number) appears, and each rank's last
+// number (its "total" line). A line that names a rank's output without its
+// own "[rankN]:" prefix (lost, or run into another line) is a failure.
+struct NumberedLines {
+  std::map<std::tuple<int, std::string, int>, int> count;
+  std::map<int, int> total;
+};
+NumberedLines ParseNumbered(const std::string& output) {
+  NumberedLines n;
+  static const std::regex kLine(R"(\[rank(\d+)\]:(out|err|total) (\d+) (\d+))");
+  static const std::regex kAny(R"((out|err|total) \d+ \d+)");
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    const std::string text(line);
+    std::smatch m;
+    if (std::regex_match(text, m, kLine) && m[1] == m[3]) {
+      const int rank = std::stoi(m[1]), number = std::stoi(m[4]);
+      if (m[2] == "total") {
+        n.total[rank] = number;
+        ++n.count[{rank, "total", number}];
+      } else {
+        ++n.count[{rank, m[2], number}];
+      }
+    } else {
+      EXPECT_FALSE(std::regex_search(text, kAny))
+          << "a worker line without its prefix: " << text;
+    }
+  }
+  return n;
+}
+
+// Every line of both ranks, stdout and stderr, exactly once.
+void ExpectEveryLineOnce(const NumberedLines& n, const std::string& what) {
+  ASSERT_EQ(n.total.size(), 2u) << what << ": the workers' last lines are missing";
+  size_t lines = 0;
+  for (const auto& [rank, total] : n.total) {
+    for (int i = 1; i <= total; ++i) {
+      for (const char* stream : {"out", "err"}) {
+        EXPECT_EQ(n.count.count({rank, stream, i}) ? n.count.at({rank, stream, i}) : 0, 1)
+            << what << ": rank " << rank << " " << stream << " line " << i;
+      }
+    }
+    lines += 2 * total + 1;
+  }
+  EXPECT_EQ(n.count.size(), lines) << what << ": lines the workers did not print";
+}
+
+// A service SIGKILLed while a job prints, and restarted on its state dir and
+// port: `elastrun wait` and `elastrun logs -f`, started before, go on
+// through the restart. Every line the workers printed (before, during and
+// after the restart, stdout and stderr) is shown once, with its prefix, by
+// the follower and by a `logs` afterwards: none that the service had
+// acknowledged is lost, and none the daemon sent again is repeated.
+TEST_F(DaemonReconcileE2eTest, WaitAndLogsFollowGoOnThroughAServiceKill) {
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_));
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }));
+  // Numbered lines on stdout and stderr until dir/go appears, 20 more, and
+  // the count.
+  const std::string go = dir_ + "/go";
+  const std::string job = Submit(
+      "lines",
+      absl::StrCat("i=0; while [ ! -e ", go, " ]; do i=$((i+1)); echo \"out $RANK $i\"; ",
+                   "echo \"err $RANK $i\" >&2; sleep 0.02; done; j=0; ",
+                   "while [ $j -lt 20 ]; do i=$((i+1)); j=$((j+1)); echo \"out $RANK $i\"; ",
+                   "echo \"err $RANK $i\" >&2; done; echo \"total $RANK $i\""));
+  ASSERT_FALSE(job.empty());
+  const std::vector<std::string> env = {marker_,
+                                        "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()};
+  auto cli = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BinDir() + "/elastrun"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--rendezvous", cluster_->address(), job});
+    return testing::Subprocess::Start(argv, env);
+  };
+  auto wait = cli({"wait"});
+  ASSERT_TRUE(wait.ok()) << wait.status();
+  auto follow = cli({"logs", "-f"});
+  ASSERT_TRUE(follow.ok()) << follow.status();
+
+  // Both streams of both ranks flow; then the service dies mid-job, with
+  // lines pushed, being pushed and still buffered on the node.
+  ASSERT_TRUE(PollUntil([&] {
+    const std::string out = (*follow)->Output();
+    return absl::StrContains(out, "[rank0]:err 0 10\n") &&
+           absl::StrContains(out, "[rank1]:out 1 10\n");
+  })) << (*follow)->Output() << cluster_->DaemonOutput();
+  ASSERT_NO_FATAL_FAILURE(RestartService(/*empty_state=*/false));
+  ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; }))
+      << cluster_->DaemonOutput();
+  EXPECT_EQ(cluster_->Get(job).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_FALSE(testing::WriteOwnerOnlyFile(go, "").empty());
+
+  ASSERT_TRUE((*wait)->Wait(kDeadline).ok()) << (*wait)->Output();
+  EXPECT_EQ((*wait)->exit_code(), 0) << (*wait)->Output();
+  EXPECT_THAT((*wait)->Output(), HasSubstr(job + " SUCCEEDED")) << (*wait)->Output();
+  ASSERT_TRUE((*follow)->Wait(kDeadline).ok()) << (*follow)->Output();
+  EXPECT_EQ((*follow)->exit_code(), 0) << (*follow)->Output();
+  ExpectEveryLineOnce(ParseNumbered((*follow)->Output()), "logs -f");
+
+  absl::StatusOr<testing::RunResult> logs = testing::Run(
+      {BinDir() + "/elastrun", "logs", "--rendezvous", cluster_->address(), job}, env);
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  EXPECT_EQ(logs->exit_code, 0) << logs->output;
+  ExpectEveryLineOnce(ParseNumbered(logs->output), "logs");
 }
 
 TEST_F(DaemonReconcileE2eTest, RunningJobWhoseDaemonNeverComesBackFailsAndFreesTheNode) {
