@@ -85,6 +85,16 @@ TEST(CliEventsE2eTest, TimelineAndMetricsOfAFailureANodeLossAndSuccess) {
 
   ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 3, kDeadline).ok())
       << cluster.DaemonOutput();
+  // Every daemon's view of round 0's failure, read while all three are up:
+  // rank 1 may be on node2, killed next. A daemon records the restart when
+  // it starts round 1's workers, before they write their ready files.
+  std::vector<double> failing_exits, restarts_timed;
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string addr = MetricsAddress(cluster.daemon(i));
+    failing_exits.push_back(
+        Scrape(addr, "elastrund_worker_exits_total{cause=\"exit_code\"}"));
+    restarts_timed.push_back(Scrape(addr, "elastrund_restart_seconds_count"));
+  }
   cluster.daemon(2).Signal(SIGKILL);
   ASSERT_TRUE(cluster.daemon(2).Wait(kDeadline).ok());
   const v1::JobStatus st = cluster.WaitFinished(job);
@@ -149,10 +159,13 @@ TEST(CliEventsE2eTest, TimelineAndMetricsOfAFailureANodeLossAndSuccess) {
   EXPECT_EQ(Scrape(node0, "elastrund_worker_exits_total{cause=\"success\"}"), 1);
   EXPECT_EQ(Scrape(node0, "elastrund_running_workers"), 0);
   EXPECT_GT(Scrape(node0, "elastrund_log_bytes_forwarded_total"), 0);
-  if (failed_node == "node0" || failed_node == "node1") {
-    const std::string failed = MetricsAddress(cluster.daemon(failed_node == "node0" ? 0 : 1));
-    EXPECT_EQ(Scrape(failed, "elastrund_worker_exits_total{cause=\"exit_code\"}"), 1);
-    EXPECT_EQ(Scrape(failed, "elastrund_restart_seconds_count"), 1);
+  // The node that held rank 1 counted its failing exit and timed one
+  // restart of its workers; the others' workers were stopped, not failed.
+  ASSERT_THAT(failed_node, ::testing::AnyOf("node0", "node1", "node2")) << js->output;
+  for (size_t i = 0; i < 3; ++i) {
+    const bool failed_here = failed_node == absl::StrCat("node", i);
+    EXPECT_EQ(failing_exits[i], failed_here ? 1 : 0) << "node" << i;
+    EXPECT_EQ(restarts_timed[i], failed_here ? 1 : 0) << "node" << i;
   }
   cluster.StopAll();
 }
