@@ -29,12 +29,19 @@ void RecordEvent(JobRecord& job, absl::Time time, const std::string& kind, int64
 }
 
 void RecordFailure(JobRecord& job, const Failure& f, bool hung, absl::Time now) {
+  if (hung) {
+    // The daemon's "rank R hung at step S (no progress for T)" alone: the
+    // signal that then ended the worker is the launcher's own stop, and
+    // "killed by signal 15" first would read as another cause.
+    RecordEvent(job, now, kEventHang, f.round, f.node_id, f.rank,
+                f.message.empty() ? std::string("hung") : FirstLine(f.message));
+    return;
+  }
   std::string what = f.signal != 0 ? absl::StrFormat("killed by signal %d", f.signal)
                                    : absl::StrFormat("exit code %d", f.exit_code);
   if (f.cannot_start) what = "cannot start: " + what;
   if (!f.message.empty()) absl::StrAppend(&what, ": ", FirstLine(f.message));
-  RecordEvent(job, now, hung ? kEventHang : kEventWorkerFailed, f.round, f.node_id, f.rank,
-              what);
+  RecordEvent(job, now, kEventWorkerFailed, f.round, f.node_id, f.rank, what);
 }
 
 }  // namespace elastrun::rendezvous

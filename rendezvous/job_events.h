@@ -36,8 +36,9 @@ inline constexpr size_t kMaxJobEvents = 1000;
 void RecordEvent(JobRecord& job, absl::Time time, const std::string& kind, int64_t round,
                  const std::string& node_id, int rank, const std::string& message);
 
-// A worker's failure: "worker_failed" (or "hang" when `hung`), with its
-// exit code or signal and the first line of its message.
+// A worker's failure: "worker_failed" with its exit code or signal and the
+// first line of its message; or, when `hung`, "hang" with the first line of
+// the message alone (the daemon's "rank R hung at step S ...").
 void RecordFailure(JobRecord& job, const Failure& failure, bool hung, absl::Time now);
 
 // Whether a reported failure says the worker hung: WorkerFailure.hung

@@ -157,6 +157,45 @@ TEST_F(ObserveTest, MetricsCountRoundsRestartsByCauseJobsAndNodes) {
   EXPECT_THAT(text, HasSubstr("# TYPE elastrun_rendezvous_seconds histogram\n"));
 }
 
+// A failure the daemon reports as a hang (WorkerFailure.hung): a "hang"
+// event naming the rank and step, a restart caused by a hang, counted as
+// such; a plain failure whose message mentions hanging is not one.
+TEST_F(ObserveTest, HungWorkerIsAHangEventAndAHangRestart) {
+  for (const char* id : {"a", "b"}) AddNode(id);
+  const std::string job = Submit(2, 2, 2);
+  for (const char* id : {"a", "b"}) Join(id, job, 0);
+  v1::ReportExitRequest hung = ExitRequest("b", job, 0, false);
+  v1::WorkerFailure& f = *hung.mutable_failure();
+  f.set_rank(1);
+  f.set_exit_code(0);
+  f.set_signal(15);  // the launcher's own stop, after the stack dump
+  f.set_hung(true);
+  f.set_hung_step(5);
+  f.set_message("rank 1 hung at step 5 (no progress for 2.1s)");
+  ASSERT_TRUE(c_->ReportExit(hung).ok());
+  for (const char* id : {"a", "b"}) Join(id, job, 1);
+  v1::ReportExitRequest plain = ExitRequest("a", job, 1, false);
+  plain.mutable_failure()->set_rank(0);
+  plain.mutable_failure()->set_message("the data loader hung up");
+  ASSERT_TRUE(c_->ReportExit(plain).ok());
+
+  const std::vector<v1::JobEvent> events = Events(job);
+  ASSERT_THAT(Kinds(events),
+              ElementsAre("submitted@0", "round_opened@0", "round_closed@0", "hang@0",
+                          "restart@0", "round_opened@1", "round_closed@1",
+                          "worker_failed@1", "restart@1", "round_opened@2"));
+  EXPECT_EQ(events[3].node_id(), "b");
+  EXPECT_EQ(events[3].rank(), 1);
+  // The hang is the cause: not the signal that ended the worker afterwards.
+  EXPECT_EQ(events[3].message(), "rank 1 hung at step 5 (no progress for 2.1s)");
+  EXPECT_EQ(events[4].message(), "hang (restart 1 of 2)");
+  EXPECT_EQ(events[7].message(), "exit code 3: the data loader hung up");
+  EXPECT_EQ(events[8].message(), "failure (restart 2 of 2)");
+  const std::string text = c_->metrics().Render();
+  EXPECT_EQ(Sample(text, "elastrun_restarts_total{cause=\"hang\"}"), 1) << text;
+  EXPECT_EQ(Sample(text, "elastrun_restarts_total{cause=\"failure\"}"), 1) << text;
+}
+
 TEST_F(ObserveTest, StepsPerSecondAndGoodputOfARunningJob) {
   AddNode("a");
   const std::string job = Submit(1, 1, 0);

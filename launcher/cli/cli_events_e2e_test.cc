@@ -1,10 +1,13 @@
 // End to end: a job's timeline (`elastrun events`) and the metrics of the
-// service and the daemons, with the real elastrun-rendezvous, three real
-// elastrund and shell workers. The job sees a worker failure (a restart), a
-// node loss (its daemon SIGKILLed) and then succeeds. Every wait is on an
-// event or a poll with a generous deadline.
+// service and the daemons, with the real elastrun-rendezvous, real elastrund
+// and shell or Python workers. One job sees a worker failure (a restart), a
+// node loss (its daemon SIGKILLed) and then succeeds; another has a rank
+// hang (it stops itself), is restarted for it and succeeds. Every wait is on
+// an event or a poll with a generous deadline.
 #include <signal.h>
+#include <unistd.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -85,6 +88,16 @@ TEST(CliEventsE2eTest, TimelineAndMetricsOfAFailureANodeLossAndSuccess) {
 
   ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 3, kDeadline).ok())
       << cluster.DaemonOutput();
+  // Every daemon's view of round 0's failure, read while all three are up:
+  // rank 1 may be on node2, killed next. A daemon records the restart when
+  // it starts round 1's workers, before they write their ready files.
+  std::vector<double> failing_exits, restarts_timed;
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string addr = MetricsAddress(cluster.daemon(i));
+    failing_exits.push_back(
+        Scrape(addr, "elastrund_worker_exits_total{cause=\"exit_code\"}"));
+    restarts_timed.push_back(Scrape(addr, "elastrund_restart_seconds_count"));
+  }
   cluster.daemon(2).Signal(SIGKILL);
   ASSERT_TRUE(cluster.daemon(2).Wait(kDeadline).ok());
   const v1::JobStatus st = cluster.WaitFinished(job);
@@ -149,11 +162,120 @@ TEST(CliEventsE2eTest, TimelineAndMetricsOfAFailureANodeLossAndSuccess) {
   EXPECT_EQ(Scrape(node0, "elastrund_worker_exits_total{cause=\"success\"}"), 1);
   EXPECT_EQ(Scrape(node0, "elastrund_running_workers"), 0);
   EXPECT_GT(Scrape(node0, "elastrund_log_bytes_forwarded_total"), 0);
-  if (failed_node == "node0" || failed_node == "node1") {
-    const std::string failed = MetricsAddress(cluster.daemon(failed_node == "node0" ? 0 : 1));
-    EXPECT_EQ(Scrape(failed, "elastrund_worker_exits_total{cause=\"exit_code\"}"), 1);
-    EXPECT_EQ(Scrape(failed, "elastrund_restart_seconds_count"), 1);
+  // The node that held rank 1 counted its failing exit and timed one
+  // restart of its workers; the others' workers were stopped, not failed.
+  ASSERT_THAT(failed_node, ::testing::AnyOf("node0", "node1", "node2")) << js->output;
+  for (size_t i = 0; i < 3; ++i) {
+    const bool failed_here = failed_node == absl::StrCat("node", i);
+    EXPECT_EQ(failing_exits[i], failed_here ? 1 : 0) << "node" << i;
+    EXPECT_EQ(restarts_timed[i], failed_here ? 1 : 0) << "node" << i;
   }
+  cluster.StopAll();
+}
+
+// The Python worker of the hang test: both ranks report 5 steps through the
+// helper the daemon puts on PYTHONPATH; in the first attempt rank 1 then
+// stops itself (SIGSTOP) and rank 0 waits for it forever, as in a
+// collective. The second attempt runs through.
+constexpr char kHangScript[] = R"(import os, signal
+import elastrun
+rank = int(os.environ["RANK"])
+for step in range(1, 6):
+    elastrun.report(step, loss=1.0 / step)
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    while True:  # the stack dump's SIGUSR1 ends a pause()
+        signal.pause()
+print("rank", rank, "done", flush=True)
+)";
+
+TEST(CliEventsE2eTest, HungRankRestartsTheJobAndShowsInEventsMetricsAndItsLog) {
+  // An absolute interpreter: the daemon resolves argv[0] on its own PATH.
+  constexpr char kPython[] = "/usr/bin/python3";
+  if (access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " is not installed";
+  const std::string dir = testing::MakeTempDir("cli_hang_e2e");
+  setenv("ELASTRUN_SNAPSHOT_BASE", dir.c_str(), 1);
+  const std::string script = dir + "/worker.py";
+  std::ofstream(script) << kHangScript;
+  Cluster cluster(dir, absl::StrCat("ELASTRUN_TEST_MARKER=cli-hang-", getpid(), "-", dir));
+  ASSERT_NO_FATAL_FAILURE(
+      cluster.StartService("127.0.0.1:0", {"--metrics-listen", "127.0.0.1:0"}));
+  ASSERT_NO_FATAL_FAILURE(cluster.StartDaemon());
+  ASSERT_TRUE(PollUntil([&] { return cluster.AliveNodes() == 1; })) << cluster.DaemonOutput();
+  const std::string cli = testing::BinDir() + "/elastrun";
+  const std::vector<std::string> service = {"--rendezvous", cluster.address(), "--token-file",
+                                            cluster.token_file()};
+  // `elastrun COMMAND` with the service's flags, then `args` (a worker's
+  // argv after "--" stays last).
+  auto run_cli = [&](const std::string& command, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {cli, command};
+    argv.insert(argv.end(), service.begin(), service.end());
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<testing::RunResult> r = testing::Run(argv);
+    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
+    return r.ok() ? r->output : "";
+  };
+
+  const std::string job(absl::StripAsciiWhitespace(
+      run_cli("submit", {"--name", "hang", "--nproc-per-node", "2", "--max-restarts", "1",
+               "--hang-timeout", "2s", "--", kPython, script})));
+  ASSERT_FALSE(job.empty());
+  const v1::JobStatus st = cluster.WaitFinished(job);
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << cluster.DaemonOutput();
+  EXPECT_EQ(st.restarts(), 1) << st.DebugString();
+  EXPECT_EQ(st.history_size(), 2) << st.DebugString();
+
+  // The timeline names the hung rank, its step and node; the restart says
+  // why it happened. Rank 1, stopped, is the cause as soon as rank 0 times
+  // out, which may be just before its own time is up: its idle time may
+  // read a little under the timeout.
+  const nlohmann::json events = nlohmann::json::parse(run_cli("events", {job, "--json"}));
+  std::vector<std::string> kinds;
+  for (const nlohmann::json& e : events) {
+    kinds.push_back(e.at("kind").get<std::string>());
+    if (e.at("kind") == "hang") {
+      EXPECT_EQ(e.at("rank").get<int>(), 1) << e;
+      EXPECT_EQ(e.at("round").get<int64_t>(), 0) << e;
+      EXPECT_EQ(e.at("node_id"), "node0") << e;
+      EXPECT_THAT(e.at("message").get<std::string>(),
+                  ::testing::StartsWith("rank 1 hung at step 5 (no progress for "))
+          << e;
+    }
+    if (e.at("kind") == "restart") {
+      EXPECT_EQ(e.at("message"), "hang (restart 1 of 1)") << e;
+    }
+  }
+  EXPECT_THAT(kinds, ::testing::ElementsAre("submitted", "round_opened", "round_closed",
+                                            "hang", "restart", "round_opened",
+                                            "round_closed", "job_finished"))
+      << events.dump();
+  const std::string text = run_cli("events", {job});
+  EXPECT_THAT(text, HasSubstr("rank 1 hung at step 5 (no progress for ")) << text;
+  EXPECT_THAT(text, HasSubstr("hang (restart 1 of 1)")) << text;
+
+  // The service counts the restart as a hang's, not a plain failure's.
+  const std::string svc = MetricsAddress(cluster.service());
+  EXPECT_EQ(Scrape(svc, "elastrun_restarts_total{cause=\"hang\"}"), 1);
+  EXPECT_EQ(Scrape(svc, "elastrun_restarts_total{cause=\"failure\"}"), 0);
+  EXPECT_EQ(Scrape(svc, "elastrun_jobs{state=\"succeeded\"}"), 1);
+
+  // The hung rank's log: the declaration, then its stacks (Python's own,
+  // from faulthandler, and the native ones from eu-stack when installed).
+  const std::string log =
+      testing::ReadFile(absl::StrCat(dir, "/node0/", job, "/attempt_0/1/stderr.log"));
+  EXPECT_THAT(log, HasSubstr("elastrun: rank 1 hung at step 5 (no progress for "));
+  EXPECT_THAT(log, HasSubstr("most recent call first"));
+  EXPECT_THAT(log, HasSubstr("worker.py\", line "));
+  if (system("command -v eu-stack >/dev/null 2>&1") == 0) {
+    EXPECT_THAT(log, HasSubstr("TID "));
+  } else {
+    std::cerr << "eu-stack is not installed (elfutils): native stacks not checked\n";
+  }
+  // Rank 0 was waiting, not the cause; both ran through the second attempt.
+  EXPECT_THAT(testing::ReadFile(absl::StrCat(dir, "/node0/", job, "/attempt_0/0/stderr.log")),
+              ::testing::Not(HasSubstr("hung")));
+  EXPECT_THAT(cluster.Logs(job, 1), HasSubstr("rank 1 done"));
   cluster.StopAll();
 }
 

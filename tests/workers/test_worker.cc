@@ -37,7 +37,10 @@ constexpr char kUsage[] =
     "  --steps N            after the first barrier, N steps of allreduce + sleep\n"
     "  --step-ms M          sleep per step, milliseconds (default 0)\n"
     "  --fail-rank R        rank R fails (default: none)\n"
-    "  --fail-mode MODE     sigkill | segv | exit:CODE | throw (default throw)\n"
+    "  --fail-mode MODE     sigkill | segv | exit:CODE | throw | stall (default\n"
+    "                       throw); stall: spend --step-ms, report progress for the\n"
+    "                       step it was to run, then block without entering its\n"
+    "                       allreduce, so the other ranks wait there forever\n"
     "  --fail-restarts K    fail while TORCHELASTIC_RESTART_COUNT < K; -1: always\n"
     "                       (default 1: only the first attempt)\n"
     "  --fail-at-step S     fail at the start of step S instead of right after\n"
@@ -54,7 +57,7 @@ constexpr char kUsage[] =
     "  --delay-rank R       rank R sleeps --delay-ms before that barrier\n"
     "  --delay-ms M         (default 0)\n";
 
-enum class FailMode { kSigkill, kSegv, kExit, kThrow };
+enum class FailMode { kSigkill, kSegv, kExit, kThrow, kStall };
 
 struct Flags {
   int steps = 0;
@@ -80,6 +83,8 @@ absl::Status ParseFailMode(absl::string_view text, Flags* flags) {
     flags->fail_mode = FailMode::kSegv;
   } else if (text == "throw") {
     flags->fail_mode = FailMode::kThrow;
+  } else if (text == "stall") {
+    flags->fail_mode = FailMode::kStall;
   } else if (absl::ConsumePrefix(&text, "exit:")) {
     absl::StatusOr<int64_t> code = ParseInt(text, "--fail-mode exit:CODE", 0, 255);
     if (!code.ok()) return code.status();
@@ -87,7 +92,7 @@ absl::Status ParseFailMode(absl::string_view text, Flags* flags) {
     flags->fail_exit_code = static_cast<int>(*code);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--fail-mode: '", text, "' is not sigkill, segv, exit:CODE or throw"));
+        "--fail-mode: '", text, "' is not sigkill, segv, exit:CODE, throw or stall"));
   }
   return absl::OkStatus();
 }
@@ -204,13 +209,24 @@ void PrintEnv() {
   std::fflush(stdout);
 }
 
-// Fails as asked. Never returns.
-[[noreturn]] void Fail(const Flags& flags, const WorkerEnv& env, const std::string& where) {
+// Fails as asked, in place of running step `step` (0: right after the
+// first barrier, before any step). Never returns.
+[[noreturn]] void Fail(const Flags& flags, const WorkerEnv& env, const std::string& where,
+                       int step) {
   std::fprintf(stderr, "rank %d: injected failure %s (restart %d)\n", env.rank,
                where.c_str(), env.restart_count);
   std::fflush(stdout);
   std::fflush(stderr);
   switch (flags.fail_mode) {
+    case FailMode::kStall:
+      // A rank busy elsewhere (a slow data loader, a deadlock of its own):
+      // it still reports the step, newer than any other rank's last, so
+      // that a hang detector finds the ranks left inside the collective.
+      if (flags.step_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(flags.step_ms));
+      }
+      worker::ReportProgress(step + 1, {});
+      for (;;) ::pause();
     case FailMode::kSigkill:
       ::raise(SIGKILL);
       break;
@@ -280,14 +296,14 @@ int Main(int argc, char** argv) {
     Check(worker::AgentBarrier(flags.agent_barrier, absl::Seconds(120)));
     if (!flags.ready_dir.empty()) WriteReadyFile(flags.ready_dir, env, "passed");
   }
-  if (fails && flags.fail_at_step < 0) Fail(flags, env, "after the first barrier");
+  if (fails && flags.fail_at_step < 0) Fail(flags, env, "after the first barrier", 0);
   if (flags.hang) {
     for (;;) ::pause();
   }
 
   for (int step = 0; step < flags.steps; ++step) {
     if (fails && step == flags.fail_at_step) {
-      Fail(flags, env, absl::StrCat("at step ", step));
+      Fail(flags, env, absl::StrCat("at step ", step), step);
     }
     at::Tensor ones = at::ones({1}, at::kLong);
     Check(group->AllReduce(ones));
