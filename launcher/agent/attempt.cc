@@ -71,6 +71,7 @@ AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
   }
   AttemptSpec spec;
   spec.hang_timeout = group.hang_timeout;
+  spec.other_nodes = ctx.group_world_size > 1;
   spec.standby_argv = group.argv;
   spec.standby_env = common;  // nothing that depends on the attempt
   auto set = [](std::vector<std::string>& v, const char* name, const auto& value) {

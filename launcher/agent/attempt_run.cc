@@ -63,6 +63,13 @@ std::vector<int> RanksOf(const AttemptSpec& spec) {
 constexpr absl::Duration kOwnDumpWait = absl::Seconds(2);
 constexpr absl::Duration kStackToolWait = absl::Seconds(20);
 
+HangPolicy HangPolicyOf(const AttemptSpec& spec) {
+  HangPolicy policy;
+  policy.timeout = spec.hang_timeout;
+  policy.other_nodes = spec.other_nodes;
+  return policy;
+}
+
 }  // namespace
 
 AttemptRun::AttemptRun(AttemptEnv env, AttemptSpec spec)
@@ -74,7 +81,7 @@ AttemptRun::AttemptRun(AttemptEnv env, AttemptSpec spec)
       processes_(env_.processes, env_.poller),
       pump_(env_.poller),
       gate_(GateCloses(spec_), spec_.store_port, env_.is_listening),
-      liveness_(HangPolicy{spec_.hang_timeout}, RanksOf(spec_), env_.clock->Now()) {
+      liveness_(HangPolicyOf(spec_), RanksOf(spec_), env_.clock->Now()) {
   for (const WorkerSpec& w : spec_.workers) ranks_.emplace_back(w.local_rank, w.rank);
   if (!spec_.on_output_line) spec_.on_output_line = env_.on_output_line;
 }

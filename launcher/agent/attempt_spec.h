@@ -65,6 +65,8 @@ struct AttemptSpec {
   // measured step time, < 0 off. Off unless set: BuildAttempt sets it from
   // GroupSpec (where the default is derived), specs built by hand opt in.
   absl::Duration hang_timeout = absl::Seconds(-1);
+  // Other nodes run ranks of this attempt's round (HangPolicy::other_nodes).
+  bool other_nodes = false;
 };
 
 // How long activations wait for the store to listen once rank 0 runs (a

@@ -191,9 +191,16 @@ absl::Duration Liveness::SampleInterval() const {
   return std::clamp(Timeout() / 10, absl::Milliseconds(100), absl::Seconds(5));
 }
 
+absl::Duration Liveness::SettleTime() const {
+  if (!policy_.other_nodes || !enabled()) return absl::ZeroDuration();
+  return 2 * SampleInterval() + absl::Seconds(3);
+}
+
 std::optional<Hang> Liveness::Check(absl::Time now) const {
   if (!enabled()) return std::nullopt;
-  const absl::Duration timeout = Timeout();
+  bool stopped_here = false;
+  for (const Worker& w : workers_) stopped_here = stopped_here || (!w.gone && w.stopped);
+  const absl::Duration timeout = Timeout() + (stopped_here ? absl::ZeroDuration() : SettleTime());
   const Worker* cause = nullptr;
   size_t cause_index = 0;
   // Whether `a` stopped making progress before `b` (see the class comment).

@@ -12,7 +12,9 @@
 //  - A stopped or traced process (state T or t) makes no progress whatever
 //    it reports or spends.
 //  - A worker is hung once it made no progress for the timeout, counted
-//    from its last progress, or from the attempt's start when it made none.
+//    from its last progress, or from the attempt's start when it made none;
+//    with ranks on other nodes and no stopped worker here, for the timeout
+//    and a settle time (HangPolicy::other_nodes).
 //  - The timeout: the one given (> 0); 0 derives it as max(floor, k x the
 //    median step time measured in this attempt; the floor alone before two
 //    steps were seen); < 0 (`off`) never declares a hang.
@@ -50,6 +52,12 @@ struct HangPolicy {
   absl::Duration floor = absl::Minutes(5);
   // The derived timeout is at least this many median step times.
   int step_multiple = 10;
+  // Other nodes run ranks of the same round. Each node judges only its own
+  // workers and the service keeps the first node's verdict, so a node with
+  // no stopped worker waits SettleTime() past the timeout before it
+  // declares a hang: a node holding a stopped worker (the likely culprit,
+  // which the others wait for in a collective) is heard first.
+  bool other_nodes = false;
 };
 
 // What /proc says about one worker.
@@ -113,6 +121,12 @@ class Liveness {
   absl::Duration Timeout() const;
   // How often to sample: a tenth of the timeout, between 100 ms and 5 s.
   absl::Duration SampleInterval() const;
+  // With other_nodes, how much later a hang without a stopped worker here
+  // is declared: two samples and 3 s, time for another node to see its
+  // stopped worker, collect its stacks (a Python worker gets 2 s for its
+  // own dump) and stop it, and for the service's stop to arrive. 0
+  // otherwise.
+  absl::Duration SettleTime() const;
 
   // The root cause among the workers hung at `now`, if any.
   std::optional<Hang> Check(absl::Time now) const;

@@ -183,4 +183,46 @@ TEST(RealProcReaderTest, ReadsThisProcess) {
 }
 
 }  // namespace
+// Ranks on other nodes: the node holding the stopped rank (the culprit the
+// others wait for) declares at the timeout; a node whose ranks only wait
+// declares a settle time later, so the service hears the culprit's node
+// first (it keeps the first verdict).
+TEST_F(LivenessTest, WithOtherNodesOnlyAStoppedRankIsDeclaredAtTheTimeout) {
+  HangPolicy policy;
+  policy.timeout = absl::Seconds(10);
+  policy.other_nodes = true;
+  // This node: rank 0, waiting in a collective on rank 1 of another node.
+  Liveness waiting(policy, {0}, clock_.Now());
+  // The other node: rank 1, stopped right after its last report.
+  Liveness culprit(policy, {1}, clock_.Now());
+  waiting.OnReport(0, 5, clock_.Now());
+  culprit.OnReport(0, 5, clock_.Now());
+  proc_.samples[100] = Running(10);
+  clock_.Advance(absl::Milliseconds(100));
+  waiting.OnSample(0, proc_.Read(100), clock_.Now());
+  culprit.OnSample(0, Stopped(10), clock_.Now());
+  EXPECT_EQ(waiting.SettleTime(), 2 * waiting.SampleInterval() + absl::Seconds(3));
+  EXPECT_EQ(waiting.SettleTime(), absl::Seconds(5));
+
+  clock_.Advance(absl::Milliseconds(9900));  // the timeout
+  auto first = culprit.Check(clock_.Now());
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->rank, 1);
+  EXPECT_TRUE(first->stopped);
+  EXPECT_FALSE(waiting.Check(clock_.Now()));
+  clock_.Advance(absl::Seconds(5) - absl::Milliseconds(1));
+  EXPECT_FALSE(waiting.Check(clock_.Now()));
+  clock_.Advance(absl::Milliseconds(1));
+  auto late = waiting.Check(clock_.Now());
+  ASSERT_TRUE(late);  // no other node spoke: this one does
+  EXPECT_EQ(late->rank, 0);
+  EXPECT_EQ(late->idle, absl::Seconds(15));
+
+  // One node alone judges at the timeout, stopped rank or not.
+  Liveness alone({absl::Seconds(10)}, {0}, clock_.Now());
+  EXPECT_EQ(alone.SettleTime(), absl::ZeroDuration());
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_TRUE(alone.Check(clock_.Now()));
+}
+
 }  // namespace elastrun::launcher
