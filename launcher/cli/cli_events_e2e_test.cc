@@ -27,33 +27,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The address after "metrics on " in a process's output, once printed.
-std::string MetricsAddress(const testing::Subprocess& p) {
-  std::string addr;
-  EXPECT_TRUE(PollUntil([&] {
-    const std::string out = p.Output();
-    const size_t at = out.find("metrics on ");
-    if (at == std::string::npos) return false;
-    const size_t end = out.find('\n', at);
-    if (end == std::string::npos) return false;
-    addr = out.substr(at + 11, end - at - 11);
-    return true;
-  })) << p.Output();
-  return addr;
-}
-
-// The value of sample `key` scraped from `addr`, or -1 when absent.
-double Scrape(const std::string& addr, const std::string& key) {
-  absl::StatusOr<testing::HttpAnswer> a = testing::HttpGet(addr, "/metrics");
-  EXPECT_TRUE(a.ok()) << a.status();
-  if (!a.ok()) return -1;
-  for (absl::string_view line : absl::StrSplit(a->body, '\n')) {
-    double v = 0;
-    if (absl::ConsumePrefix(&line, key + " ") && absl::SimpleAtod(line, &v)) return v;
-  }
-  return -1;
-}
-
 // Round 0: rank 1 exits 3 (a restart). Round 1: every worker says it is
 // ready and waits (a node is then lost). Round 2: every worker exits 0.
 constexpr char kScript[] = R"(echo "rank $RANK round $ELASTRUN_ROUND"

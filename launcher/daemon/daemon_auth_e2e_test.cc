@@ -31,7 +31,9 @@ namespace elastrun {
 namespace {
 
 using daemon_testing::Cluster;
+using daemon_testing::MetricsAddress;
 using daemon_testing::PollUntil;
+using daemon_testing::Scrape;
 using testing::BinDir;
 using ::testing::HasSubstr;
 
@@ -56,7 +58,7 @@ class DaemonAuthE2eTest : public ::testing::Test {
     marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=daemon-auth-", getpid(), "-", dir_);
     cluster_ = std::make_unique<Cluster>(dir_, marker_);
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
-    ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+    ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon({}, {"--metrics-listen", "127.0.0.1:0"}));
     ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
         << cluster_->DaemonOutput();
   }
@@ -263,6 +265,9 @@ print("rank %s passed gate: %s go=%s" % (rank, answer, os.path.exists(folder + "
 // step 1000 and rank 1's arrival at "gate", without a secret and with a
 // well-formed one of no worker; then prints any answer until FOLDER/done
 // exists (a forged arrival that counted would be answered with the others).
+// Sends kForgedDatagrams: a progress report and a barrier arrival, without
+// a secret and with a made-up one.
+constexpr int kForgedDatagrams = 4;
 constexpr char kForger[] = R"(import os, select, socket, sys
 agent, job, folder = sys.argv[1:4]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -321,6 +326,12 @@ TEST_F(DaemonAuthE2eTest, DatagramsForgedByNobodyAreDropped) {
   }));
   EXPECT_THAT(cluster_->DaemonOutput(), HasSubstr(dropped));
   EXPECT_THAT(cluster_->Logs(job, 0), ::testing::Not(HasSubstr("rank 0 passed")));
+  // Every forged datagram is counted, not only the first said.
+  const std::string metrics = MetricsAddress(cluster_->daemon(0));
+  EXPECT_TRUE(PollUntil([&] {
+    return Scrape(metrics, "elastrund_agent_datagrams_dropped_total") >= kForgedDatagrams;
+  }));
+  EXPECT_EQ(Scrape(metrics, "elastrund_agent_datagrams_dropped_total"), kForgedDatagrams);
 
   // Only rank 1's own arrival, after "go", lets rank 0 through.
   std::ofstream(dir_ + "/go") << "go\n";

@@ -15,10 +15,13 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/testing/http.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun::daemon_testing {
@@ -40,6 +43,33 @@ inline bool PollUntil(const std::function<bool()>& done) {
 inline bool Finished(v1::JobState s) {
   return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
          s == v1::JOB_STATE_CANCELLED;
+}
+
+// The address after "metrics on " in a process's output, once printed.
+inline std::string MetricsAddress(const testing::Subprocess& p) {
+  std::string addr;
+  EXPECT_TRUE(PollUntil([&] {
+    const std::string out = p.Output();
+    const size_t at = out.find("metrics on ");
+    if (at == std::string::npos) return false;
+    const size_t end = out.find('\n', at);
+    if (end == std::string::npos) return false;
+    addr = out.substr(at + 11, end - at - 11);
+    return true;
+  })) << p.Output();
+  return addr;
+}
+
+// The value of sample `key` scraped from `addr`, or -1 when absent.
+inline double Scrape(const std::string& addr, const std::string& key) {
+  absl::StatusOr<testing::HttpAnswer> a = testing::HttpGet(addr, "/metrics");
+  EXPECT_TRUE(a.ok()) << a.status();
+  if (!a.ok()) return -1;
+  for (absl::string_view line : absl::StrSplit(a->body, '\n')) {
+    double v = 0;
+    if (absl::ConsumePrefix(&line, key + " ") && absl::SimpleAtod(line, &v)) return v;
+  }
+  return -1;
 }
 
 // The service and its daemons. Every process gets `marker` in its
