@@ -247,7 +247,17 @@ TEST_F(DaemonReconcileE2eTest, WaitAndLogsFollowGoOnThroughAServiceKill) {
     return absl::StrContains(out, "[rank0]:err 0 10\n") &&
            absl::StrContains(out, "[rank1]:out 1 10\n");
   })) << (*follow)->Output() << cluster_->DaemonOutput();
-  ASSERT_NO_FATAL_FAILURE(RestartService(/*empty_state=*/false));
+  cluster_->service().Signal(SIGKILL);
+  ASSERT_TRUE(cluster_->service().Wait(kDeadline).ok());
+  // Commands started while the service is down wait for it (--retry-for,
+  // 60 s) instead of exiting 3 at once: still running half a second later.
+  auto late_wait = cli({"wait"});
+  ASSERT_TRUE(late_wait.ok()) << late_wait.status();
+  auto late_follow = cli({"logs", "-f"});
+  ASSERT_TRUE(late_follow.ok()) << late_follow.status();
+  EXPECT_FALSE((*late_wait)->Wait(absl::Milliseconds(500)).ok()) << (*late_wait)->Output();
+  EXPECT_FALSE((*late_follow)->Wait(absl::Milliseconds(1)).ok()) << (*late_follow)->Output();
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_));
   ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; }))
       << cluster_->DaemonOutput();
   EXPECT_EQ(cluster_->Get(job).state(), v1::JOB_STATE_RUNNING);
@@ -259,6 +269,12 @@ TEST_F(DaemonReconcileE2eTest, WaitAndLogsFollowGoOnThroughAServiceKill) {
   ASSERT_TRUE((*follow)->Wait(kDeadline).ok()) << (*follow)->Output();
   EXPECT_EQ((*follow)->exit_code(), 0) << (*follow)->Output();
   ExpectEveryLineOnce(ParseNumbered((*follow)->Output()), "logs -f");
+  for (auto* late : {&*late_wait, &*late_follow}) {
+    ASSERT_TRUE((*late)->Wait(kDeadline).ok()) << (*late)->Output();
+    EXPECT_EQ((*late)->exit_code(), 0) << (*late)->Output();
+  }
+  EXPECT_THAT((*late_wait)->Output(), HasSubstr(job + " SUCCEEDED"));
+  ExpectEveryLineOnce(ParseNumbered((*late_follow)->Output()), "logs -f started late");
 
   absl::StatusOr<testing::RunResult> logs = testing::Run(
       {BinDir() + "/elastrun", "logs", "--rendezvous", cluster_->address(), job}, env);
