@@ -10,10 +10,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/config/config.h"
 #include "common/flags.h"
 #include "common/version.h"
@@ -42,6 +44,49 @@ void KeepFreedBuffersInTheHeap() {
   }
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
+}
+
+// What the launcher's environment says of this run: the worker's place in
+// its group (when started by a launcher), and the test and benchmark hooks.
+absl::StatusOr<elastrun::trainer::RunOptions> RunOptionsFromEnvironment(
+    const std::optional<std::string>& resume) {
+  using namespace elastrun;
+  trainer::RunOptions run;
+  run.resume = resume;
+  // Started by a launcher (RANK set): join its group; by hand: one process.
+  // (A standby worker learned its RANK in Main, when it was activated.)
+  if (std::getenv("RANK") != nullptr) {
+    absl::StatusOr<worker::WorkerEnv> env = worker::WorkerEnv::FromEnvironment();
+    if (!env.ok()) return env.status();
+    run.env = *env;
+    // The run's id: with it, any restart or re-form (whatever the restart
+    // count) continues from the newest checkpoint of this run.
+    run.run_id = env->run_id;
+    // Tests: ELASTRUN_TRAIN_FAIL_AT=RANK:ITERATION kills that rank there, in
+    // the first attempt only.
+    if (const char* fail = std::getenv("ELASTRUN_TRAIN_FAIL_AT");
+        fail != nullptr && env->restart_count == 0) {
+      if (std::sscanf(fail, "%d:%lld", &run.fail_rank,
+                      reinterpret_cast<long long*>(&run.fail_at_iteration)) != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ELASTRUN_TRAIN_FAIL_AT=", fail, " is not RANK:ITERATION"));
+      }
+    }
+  }
+  // Benchmarks: ELASTRUN_TRAIN_READY_DIR=DIR marks the first batch done
+  // (RunOptions::ready_dir).
+  if (const char* dir = std::getenv("ELASTRUN_TRAIN_READY_DIR"); dir != nullptr) {
+    run.ready_dir = dir;
+    run.attempt = run.env ? run.env->restart_count : 0;
+  }
+  // Tests: ELASTRUN_TRAIN_SAMPLE_LOG=DIR logs the samples of every batch to
+  // DIR/rank<RANK>.log (trainer.h, RunOptions::sample_log).
+  if (const char* dir = std::getenv("ELASTRUN_TRAIN_SAMPLE_LOG"); dir != nullptr && *dir != 0) {
+    run.sample_log = std::string(dir) + "/rank" + std::to_string(run.env ? run.env->rank : 0) +
+                     ".log";
+    run.attempt = run.env ? run.env->restart_count : 0;
+  }
+  return run;
 }
 
 int Main(int argc, char** argv) {
@@ -83,47 +128,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "elastrun-train: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  trainer::RunOptions run;
-  run.resume = flags->resume;
-  // Started by a launcher (RANK set): join its group; by hand: one process.
-  // (A standby worker learned its RANK above, when it was activated.)
-  if (std::getenv("RANK") != nullptr) {
-    absl::StatusOr<worker::WorkerEnv> env = worker::WorkerEnv::FromEnvironment();
-    if (!env.ok()) {
-      std::fprintf(stderr, "elastrun-train: %s\n", std::string(env.status().message()).c_str());
-      return 2;
-    }
-    run.env = *env;
-    // The run's id: with it, any restart or re-form (whatever the restart
-    // count) continues from the newest checkpoint of this run.
-    run.run_id = env->run_id;
-    // Tests: ELASTRUN_TRAIN_FAIL_AT=RANK:ITERATION kills that rank there, in
-    // the first attempt only.
-    if (const char* fail = std::getenv("ELASTRUN_TRAIN_FAIL_AT");
-        fail != nullptr && env->restart_count == 0) {
-      if (std::sscanf(fail, "%d:%lld", &run.fail_rank,
-                      reinterpret_cast<long long*>(&run.fail_at_iteration)) != 2) {
-        std::fprintf(stderr, "elastrun-train: ELASTRUN_TRAIN_FAIL_AT=%s is not RANK:ITERATION\n",
-                     fail);
-        return 2;
-      }
-    }
+  absl::StatusOr<trainer::RunOptions> run = RunOptionsFromEnvironment(flags->resume);
+  if (!run.ok()) {
+    std::fprintf(stderr, "elastrun-train: %s\n", std::string(run.status().message()).c_str());
+    return 2;
   }
-  // Benchmarks: ELASTRUN_TRAIN_READY_DIR=DIR marks the first batch done
-  // (RunOptions::ready_dir).
-  if (const char* dir = std::getenv("ELASTRUN_TRAIN_READY_DIR"); dir != nullptr) {
-    run.ready_dir = dir;
-    run.attempt = run.env ? run.env->restart_count : 0;
-  }
-  // Tests: ELASTRUN_TRAIN_SAMPLE_LOG=DIR logs the samples of every batch to
-  // DIR/rank<RANK>.log (trainer.h, RunOptions::sample_log).
-  if (const char* dir = std::getenv("ELASTRUN_TRAIN_SAMPLE_LOG"); dir != nullptr && *dir != 0) {
-    run.sample_log = std::string(dir) + "/rank" + std::to_string(run.env ? run.env->rank : 0) +
-                     ".log";
-    run.attempt = run.env ? run.env->restart_count : 0;
-  }
-  run.tty = ::isatty(STDOUT_FILENO) == 1;
-  absl::StatusOr<trainer::TrainResult> result = trainer::Train(*cfg, run);
+  run->tty = ::isatty(STDOUT_FILENO) == 1;
+  absl::StatusOr<trainer::TrainResult> result = trainer::Train(*cfg, *run);
   // Thrown so that RunRecorded leaves the launcher an error file.
   if (!result.ok()) throw std::runtime_error(std::string(result.status().message()));
   return 0;
