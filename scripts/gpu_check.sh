@@ -18,11 +18,13 @@
 # Default: every step, in that order. Each step's output goes to
 # OUT/<step>.log and one line per step to OUT/summary.txt (step, exit code,
 # seconds) as it ends, so a call cut short by a time limit still leaves what
-# was done. Exit 0 only if every step asked for passed.
+# was done. Exit 0 only if every step asked for passed. TORCH_DIR=DIR (the
+# folder of TorchConfig.cmake) builds against another LibTorch than pip's;
+# PYTHON names the interpreter (default python3).
 set -uo pipefail
 
 if [ $# -lt 2 ]; then
-  sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//' >&2
+  awk 'NR >= 3 && /^#/ { sub(/^# ?/, ""); print; next } NR >= 3 { exit }' "$0" >&2
   exit 2
 fi
 KIT=$(cd "$1" && pwd) || exit 2
@@ -53,8 +55,9 @@ machine() {
 }
 
 build() {
-  local torch_dir
-  torch_dir=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch
+  local torch_dir=${TORCH_DIR:-}
+  [ -n "$torch_dir" ] ||
+    torch_dir=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch
   "$KIT/build.sh" "$SRC" "$BUILD" "$torch_dir" elastrun elastrund elastrun-rendezvous \
     elastrun-train elastrun-test-worker worker_process_group_test trainer_test
 }
