@@ -124,8 +124,8 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
           }));
   if (!batch.senders.empty()) {
     RETURN_IF_ERROR(run(
-        "INSERT OR REPLACE INTO senders (job, node, incarnation, chunk) "
-        "VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO senders (job, node, incarnation, chunk) VALUES (?1, ?2, ?3, ?4) "
+        "ON CONFLICT (job, node) DO UPDATE SET incarnation = ?3, chunk = ?4",
         [&](sqlite3_stmt* stmt) {
           for (const auto& [job, nodes] : batch.senders) {
             for (const auto& [node, sender] : nodes) {
