@@ -30,11 +30,36 @@ absl::StatusOr<std::unique_ptr<LogDb>> LogDb::Open(const std::string& path) {
   RETURN_IF_ERROR(out->Exec(
       "CREATE TABLE IF NOT EXISTS chunks (job TEXT NOT NULL, seq INTEGER NOT NULL, "
       "  data BLOB NOT NULL, PRIMARY KEY (job, seq)) WITHOUT ROWID"));
+  // Written in the same transaction as the chunks it counts, so it survives
+  // exactly what they survive. One row per job and node: small.
+  RETURN_IF_ERROR(out->Exec(
+      "CREATE TABLE IF NOT EXISTS senders (job TEXT NOT NULL, node TEXT NOT NULL, "
+      "  incarnation TEXT NOT NULL, chunk INTEGER NOT NULL, PRIMARY KEY (job, node)) "
+      "  WITHOUT ROWID"));
   return out;
 }
 
 LogDb::~LogDb() {
+  for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
   if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+absl::StatusOr<sqlite3_stmt*> LogDb::Statement(const char* sql) {
+  auto it = statements_.find(sql);
+  if (it != statements_.end()) return it->second;
+  sqlite3_stmt* stmt = nullptr;
+  const int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, absl::StrFormat("preparing \"%.40s\"", sql));
+  statements_.emplace(sql, stmt);
+  return stmt;
+}
+
+absl::Status LogDb::StepOnce(const char* sql) {
+  ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Statement(sql));
+  const int rc = sqlite3_step(stmt);
+  sqlite3_reset(stmt);
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrFormat("executing \"%.40s\"", sql));
+  return absl::OkStatus();
 }
 
 absl::Status LogDb::Exec(const char* sql) {
@@ -45,9 +70,9 @@ absl::Status LogDb::Exec(const char* sql) {
 
 absl::Status LogDb::Write(const Batch& batch) {
   if (batch.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Exec("BEGIN"));
+  RETURN_IF_ERROR(StepOnce("BEGIN"));
   absl::Status st = WriteLocked(batch);
-  if (st.ok()) st = Exec("COMMIT");
+  if (st.ok()) st = StepOnce("COMMIT");
   // After a failed COMMIT too: SQLite may have rolled back already, and a
   // second ROLLBACK's error says nothing new.
   if (!st.ok()) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -55,13 +80,10 @@ absl::Status LogDb::Write(const Batch& batch) {
 }
 
 absl::Status LogDb::WriteLocked(const Batch& batch) {
-  // One statement per kind, bound again per row; none for an empty kind
-  // (most batches only add chunks).
+  // One statement per kind, prepared once and bound again per row; none
+  // run for an empty kind (most batches only add chunks and a sender).
   auto run = [this](const char* sql, const auto& bind) -> absl::Status {
-    sqlite3_stmt* stmt = nullptr;
-    int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
-    if (rc != SQLITE_OK) return Error(rc, "preparing a write");
-    absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+    ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Statement(sql));
     return bind(stmt);
   };
   auto step = [this](sqlite3_stmt* stmt, const std::string& job) -> absl::Status {
@@ -71,15 +93,19 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
       return Error(rc, absl::StrFormat("writing logs of \"%s\"", job));
     return absl::OkStatus();
   };
-  if (!batch.dropped_jobs.empty()) {
-    RETURN_IF_ERROR(run("DELETE FROM chunks WHERE job = ?1", [&](sqlite3_stmt* stmt) {
+  auto drop = [&](const char* sql) {
+    return run(sql, [&](sqlite3_stmt* stmt) {
       for (const std::string& job : batch.dropped_jobs) {
         sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()),
                           SQLITE_STATIC);
         RETURN_IF_ERROR(step(stmt, job));
       }
       return absl::OkStatus();
-    }));
+    });
+  };
+  if (!batch.dropped_jobs.empty()) {
+    RETURN_IF_ERROR(drop("DELETE FROM chunks WHERE job = ?1"));
+    RETURN_IF_ERROR(drop("DELETE FROM senders WHERE job = ?1"));
   }
   RETURN_IF_ERROR(
       run("INSERT OR REPLACE INTO chunks (job, seq, data) VALUES (?1, ?2, ?3)",
@@ -96,6 +122,26 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
             }
             return absl::OkStatus();
           }));
+  if (!batch.senders.empty()) {
+    RETURN_IF_ERROR(run(
+        "INSERT INTO senders (job, node, incarnation, chunk) VALUES (?1, ?2, ?3, ?4) "
+        "ON CONFLICT (job, node) DO UPDATE SET incarnation = ?3, chunk = ?4",
+        [&](sqlite3_stmt* stmt) {
+          for (const auto& [job, nodes] : batch.senders) {
+            for (const auto& [node, sender] : nodes) {
+              sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()),
+                                SQLITE_STATIC);
+              sqlite3_bind_text(stmt, 2, node.data(), static_cast<int>(node.size()),
+                                SQLITE_STATIC);
+              sqlite3_bind_text(stmt, 3, sender.incarnation.data(),
+                                static_cast<int>(sender.incarnation.size()), SQLITE_STATIC);
+              sqlite3_bind_int64(stmt, 4, sender.chunk);
+              RETURN_IF_ERROR(step(stmt, job));
+            }
+          }
+          return absl::OkStatus();
+        }));
+  }
   if (batch.trim_below.empty()) return absl::OkStatus();
   return run("DELETE FROM chunks WHERE job = ?1 AND seq < ?2", [&](sqlite3_stmt* stmt) {
     for (const auto& [job, below] : batch.trim_below) {
@@ -136,6 +182,24 @@ absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> LogDb::Load() {
     }
   }
   if (rc != SQLITE_DONE) return Error(rc, "reading the logs");
+  return out;
+}
+
+absl::StatusOr<LogDb::Senders> LogDb::LoadSenders() {
+  Senders out;
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, "SELECT job, node, incarnation, chunk FROM senders", -1,
+                              &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, "reading the log senders");
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  auto text = [stmt](int column) {
+    const char* s = reinterpret_cast<const char*>(sqlite3_column_text(stmt, column));
+    return std::string(s != nullptr ? s : "");
+  };
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    out[text(0)][text(1)] = Sender{text(2), sqlite3_column_int64(stmt, 3)};
+  }
+  if (rc != SQLITE_DONE) return Error(rc, "reading the log senders");
   return out;
 }
 

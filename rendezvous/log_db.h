@@ -19,6 +19,7 @@
 #include "elastrun/v1/types.pb.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace elastrun::rendezvous {
 
@@ -34,15 +35,26 @@ class LogDb {
   LogDb(const LogDb&) = delete;
   LogDb& operator=(const LogDb&) = delete;
 
-  // Changes written in one transaction, in this order: jobs dropped whole,
-  // chunks added (each with its seq), then per job every chunk below a seq
-  // removed (the in-memory bound dropped them).
+  // Where a node's pushes to a job stand: the daemon incarnation that sent
+  // them and the highest chunk number of it stored (PushLogsRequest).
+  struct Sender {
+    std::string incarnation;
+    int64_t chunk = 0;
+  };
+  // Per job, per node id.
+  using Senders = std::map<std::string, std::map<std::string, Sender>>;
+  // Changes written in one transaction, in this order: jobs dropped whole
+  // (their senders too), chunks added (each with its seq), senders set
+  // (replacing the row of the node's older incarnation), then per job every
+  // chunk below a seq removed (the in-memory bound dropped them).
   struct Batch {
     std::vector<std::string> dropped_jobs;
     std::vector<std::pair<std::string, v1::LogChunk>> chunks;
+    Senders senders;
     std::map<std::string, int64_t> trim_below;
     bool empty() const {
-      return dropped_jobs.empty() && chunks.empty() && trim_below.empty();
+      return dropped_jobs.empty() && chunks.empty() && senders.empty() &&
+             trim_below.empty();
     }
   };
   // All or nothing. Unavailable for a full or failing disk (the caller
@@ -52,6 +64,8 @@ class LogDb {
   // Every stored chunk, per job, in seq order. DataLoss naming the file and
   // job for a chunk that does not parse.
   absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> Load();
+  // Every stored sender row, per job and node.
+  absl::StatusOr<Senders> LoadSenders();
 
   const std::string& path() const { return path_; }
 
@@ -63,11 +77,18 @@ class LogDb {
  private:
   LogDb(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   absl::Status Exec(const char* sql);
+  // `sql` prepared once (the writes run thousands of times a second:
+  // preparing costs as much as a small commit).
+  absl::StatusOr<sqlite3_stmt*> Statement(const char* sql);
+  // Runs `sql`, a statement without result rows, from Statement.
+  absl::Status StepOnce(const char* sql);
   absl::Status WriteLocked(const Batch& batch);
   absl::Status Error(int rc, absl::string_view what) const;
 
   std::string path_;
   sqlite3* db_;  // owned
+  // Prepared statements by their text; finalized before db_ is closed.
+  std::map<std::string, sqlite3_stmt*> statements_;
 };
 
 }  // namespace elastrun::rendezvous

@@ -16,9 +16,13 @@ namespace {
 void Merge(LogDb::Batch& carry, LogDb::Batch next) {
   for (std::string& job : next.dropped_jobs) {
     carry.trim_below.erase(job);
+    carry.senders.erase(job);
     carry.dropped_jobs.push_back(std::move(job));
   }
   for (auto& c : next.chunks) carry.chunks.push_back(std::move(c));
+  for (auto& [job, nodes] : next.senders) {
+    for (auto& [node, sender] : nodes) carry.senders[job][node] = std::move(sender);
+  }
   for (const auto& [job, below] : next.trim_below) {
     carry.trim_below[job] = std::max(carry.trim_below[job], below);
   }
@@ -49,14 +53,69 @@ void LogStore::EvictOldestLocked() {
     p.erase(std::remove_if(p.begin(), p.end(), [&](const auto& c) { return c.first == gone; }),
             p.end());
     pending_.batch.trim_below.erase(gone);
+    pending_.batch.senders.erase(gone);
     pending_.batch.dropped_jobs.push_back(gone);
     pending_.spans.erase(gone);
   }
   jobs_.erase(oldest);
 }
 
+LogStore::Span& LogStore::PendingSpanLocked(const std::string& job_id, const JobLog& log) {
+  Span& span = pending_.spans[job_id];
+  if (span.created != log.created) span = Span{log.created, 0, -1, {}};
+  return span;
+}
+
+absl::StatusOr<size_t> LogStore::StoredLocked(const JobLog& log, const Origin& from,
+                                              size_t n) const {
+  if (from.incarnation.empty() || from.first_chunk <= 0 || n == 0) return 0;
+  auto it = log.senders.find(from.node_id);
+  if (it == log.senders.end() || it->second.incarnation != from.incarnation) return 0;
+  const JobLog::Mark& mark = it->second;
+  const int64_t last = from.first_chunk + static_cast<int64_t>(n) - 1;
+  const int64_t seen = std::min(last, mark.taken);
+  if (seen < from.first_chunk) return 0;
+  if (seen > mark.stored) {
+    return absl::UnavailableError(absl::StrCat(
+        "log chunks ", from.first_chunk, "..", seen, " of node \"", from.node_id,
+        "\" are still being saved; send them again"));
+  }
+  return static_cast<size_t>(seen - from.first_chunk + 1);
+}
+
+void LogStore::AddLocked(const std::string& job_id, JobLog& log,
+                         const std::vector<v1::LogChunk>& chunks, size_t skip,
+                         const Origin& from) {
+  for (size_t i = skip; i < chunks.size(); ++i) {
+    if (chunks[i].data().empty()) continue;
+    v1::LogChunk copy = chunks[i];
+    copy.set_seq(log.next_seq++);
+    log.bytes += copy.data().size();
+    if (persisting_) {
+      Span& span = PendingSpanLocked(job_id, log);
+      if (span.last < span.first) span.first = copy.seq();
+      span.last = copy.seq();
+      pending_.batch.chunks.emplace_back(job_id, copy);
+    }
+    log.chunks.push_back(std::move(copy));
+  }
+  if (!persisting_) log.visible_seq = log.next_seq - 1;
+  if (from.incarnation.empty() || from.first_chunk <= 0 || skip == chunks.size()) return;
+  const int64_t last = from.first_chunk + static_cast<int64_t>(chunks.size()) - 1;
+  JobLog::Mark& mark = log.senders[from.node_id];
+  if (mark.incarnation != from.incarnation) mark = JobLog::Mark{from.incarnation};
+  mark.taken = std::max(mark.taken, last);
+  if (!persisting_) {
+    mark.stored = mark.taken;
+    return;
+  }
+  const LogDb::Sender sender{from.incarnation, mark.taken};
+  PendingSpanLocked(job_id, log).senders[from.node_id] = sender;
+  pending_.batch.senders[job_id][from.node_id] = sender;
+}
+
 void LogStore::Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks,
-                      Done done) {
+                      const Origin& from, Done done) {
   absl::Status answer;
   {
     absl::MutexLock lock(&mu_);
@@ -72,27 +131,17 @@ void LogStore::Append(const std::string& job_id, const std::vector<v1::LogChunk>
         it->second.next_seq = options_.first_seq;
       }
       JobLog& log = it->second;
-      for (const v1::LogChunk& c : chunks) {
-        if (c.data().empty()) continue;
-        v1::LogChunk copy = c;
-        copy.set_seq(log.next_seq++);
-        log.bytes += copy.data().size();
+      absl::StatusOr<size_t> stored = StoredLocked(log, from, chunks.size());
+      if (!stored.ok()) {
+        answer = stored.status();
+      } else if (*stored < chunks.size()) {
+        AddLocked(job_id, log, chunks, *stored, from);
+        TrimLocked(job_id, log);
         if (persisting_) {
-          Span& span = pending_.spans[job_id];
-          if (span.created != log.created) {
-            span = Span{log.created, copy.seq(), copy.seq()};
-          }
-          span.last = copy.seq();
-          pending_.batch.chunks.emplace_back(job_id, copy);
+          // Answered by the writer, which this wakes.
+          pending_.waiters.push_back(std::move(done));
+          return;
         }
-        log.chunks.push_back(std::move(copy));
-      }
-      if (!persisting_) log.visible_seq = log.next_seq - 1;
-      TrimLocked(job_id, log);
-      if (persisting_) {
-        // Answered by the writer, which this wakes.
-        pending_.waiters.push_back(std::move(done));
-        return;
       }
     }
   }
@@ -100,10 +149,10 @@ void LogStore::Append(const std::string& job_id, const std::vector<v1::LogChunk>
 }
 
 absl::Status LogStore::Append(const std::string& job_id,
-                              const std::vector<v1::LogChunk>& chunks) {
+                              const std::vector<v1::LogChunk>& chunks, const Origin& from) {
   absl::Notification answered;
   absl::Status result;
-  Append(job_id, chunks, [&](absl::Status st) {
+  Append(job_id, chunks, from, [&](absl::Status st) {
     result = std::move(st);
     answered.Notify();
   });
@@ -137,6 +186,8 @@ LogStore::ReadResult LogStore::Read(const std::string& job_id, int64_t after_seq
 absl::Status LogStore::Persist(std::unique_ptr<LogDb> db) {
   absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> stored = db->Load();
   if (!stored.ok()) return stored.status();
+  absl::StatusOr<LogDb::Senders> senders = db->LoadSenders();
+  if (!senders.ok()) return senders.status();
   size_t loaded = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -154,6 +205,18 @@ absl::Status LogStore::Persist(std::unique_ptr<LogDb> db) {
         ++loaded;
       }
       TrimLocked(job, log);
+    }
+    // A job whose chunks were all trimmed keeps its senders' numbers: a
+    // resend of trimmed chunks is not new either.
+    for (const auto& [job, nodes] : *senders) {
+      JobLog& log = jobs_[job];
+      if (log.created == 0) {
+        log.created = ++jobs_created_;
+        log.next_seq = options_.first_seq;
+      }
+      for (const auto& [node, sender] : nodes) {
+        log.senders[node] = JobLog::Mark{sender.incarnation, sender.chunk, sender.chunk};
+      }
     }
   }
   LOG(INFO) << "logs " << db->path() << ": " << loaded << " chunks of " << stored->size()
@@ -204,8 +267,10 @@ absl::Status LogStore::Flush() {
       SettleLocked(next.spans, st.ok());
     }
     // The deletions are still due; the chunks' senders are told to send
-    // them again, so keeping them too would store them twice.
+    // them again, so keeping them too would store them twice. Their
+    // numbers go with them: the resend is new.
     carry_.chunks.clear();
+    carry_.senders.clear();
     if (st.ok()) carry_ = LogDb::Batch();
     waiters = std::move(next.waiters);
   }
@@ -223,6 +288,18 @@ void LogStore::SettleLocked(const std::map<std::string, Span>& spans, bool commi
     // Evicted since (and maybe made again): nothing of the batch is left.
     if (it == jobs_.end() || it->second.created != span.created) continue;
     JobLog& log = it->second;
+    for (const auto& [node, sender] : span.senders) {
+      auto mark = log.senders.find(node);
+      // A newer incarnation of the node pushed since: its number counts.
+      if (mark == log.senders.end() || mark->second.incarnation != sender.incarnation) {
+        continue;
+      }
+      if (committed) {
+        mark->second.stored = std::max(mark->second.stored, sender.chunk);
+      } else {
+        mark->second.taken = mark->second.stored;  // the resend is new
+      }
+    }
     if (committed) {
       log.visible_seq = std::max(log.visible_seq, span.last);
       continue;

@@ -11,6 +11,14 @@
 // transaction. A restarted service reloads the logs and numbers new chunks
 // above the stored ones. Logs also stay in files on each node.
 //
+// No chunk is stored twice: a push names its sender (the daemon's node id
+// and incarnation) and its chunks' numbers in that incarnation, and the
+// store keeps, per job and node, the highest number stored, in the same
+// transaction as the chunks. A service killed after a commit but before
+// its answer reached the daemon gets those chunks again from it, after its
+// restart, and skips them. (An older daemon's pushes carry no numbers and
+// are stored as they come.)
+//
 // Thread-safe.
 #ifndef ELASTRUN_RENDEZVOUS_LOG_STORE_H_
 #define ELASTRUN_RENDEZVOUS_LOG_STORE_H_
@@ -25,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "elastrun/v1/types.pb.h"
@@ -67,6 +76,16 @@ class LogStore {
   // (Unavailable). Idempotent.
   void Close();
 
+  // Who sent an Append's chunks and their numbers (PushLogsRequest).
+  struct Origin {
+    std::string node_id;
+    // The daemon's incarnation. Empty: the chunks are not numbered (an
+    // older daemon) and are stored as new.
+    std::string incarnation;
+    // The number of the first chunk in that incarnation; the others follow
+    // it. 0: not numbered.
+    int64_t first_chunk = 0;
+  };
   // Called once with the outcome of an Append.
   using Done = std::function<void(absl::Status)>;
   // Appends chunks of `job_id` (their seq is assigned here) and calls `done`
@@ -76,13 +95,28 @@ class LogStore {
   // Close caller's). `done` gets Unavailable when that write failed (a full
   // disk: the chunks are dropped here, and the sender, told so, may send
   // them again without duplicating them) or the store is closed. `done`
-  // runs with no lock of the store held. Left open: a service killed
-  // between a commit and its answer reaching the sender gets those chunks
-  // again from it and keeps both copies (chunks carry no sender's id).
+  // runs with no lock of the store held.
+  //
+  // With a numbered `from`, chunks at or below the highest number stored of
+  // its node and incarnation in this job are skipped (a resend: they are
+  // stored) and the rest appended; `done` gets OK at once when nothing is
+  // new. Unavailable (send again) while an earlier push of some of them
+  // waits for its commit, which may still fail. Relies on what a daemon's
+  // forwarder does: one push at a time, numbers increasing. A node's newer
+  // incarnation replaces its older one's number in the job.
   void Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks,
-              Done done);
+              const Origin& from, Done done);
+  // Unnumbered chunks: stored as new.
+  void Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks,
+              Done done) {
+    Append(job_id, chunks, Origin{}, std::move(done));
+  }
   // Append that waits for `done` and returns its status.
-  absl::Status Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks);
+  absl::Status Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks,
+                      const Origin& from);
+  absl::Status Append(const std::string& job_id, const std::vector<v1::LogChunk>& chunks) {
+    return Append(job_id, chunks, Origin{});
+  }
 
   struct ReadResult {
     std::vector<v1::LogChunk> chunks;
@@ -102,12 +136,22 @@ class LogStore {
     // Readers see chunks up to this seq: those committed (all, without a db).
     int64_t visible_seq = 0;
     int64_t created = 0;  // tells a job's log from a later one of the same id
+    // Per node id: its newest incarnation's highest chunk number committed
+    // (`stored`) and taken (`taken`: stored, or in a write under way).
+    struct Mark {
+      std::string incarnation;
+      int64_t stored = 0;
+      int64_t taken = 0;
+    };
+    std::map<std::string, Mark> senders;
   };
-  // The chunks of one job in a batch: seqs [first, last] of its log `created`.
+  // The chunks of one job in a batch: seqs [first, last] (none when
+  // last < first) of its log `created`, and the senders' numbers.
   struct Span {
     int64_t created = 0;
     int64_t first = 0;
-    int64_t last = 0;
+    int64_t last = -1;
+    std::map<std::string, LogDb::Sender> senders;
   };
   // What the writer's next transaction holds.
   struct Pending {
@@ -116,6 +160,17 @@ class LogStore {
     std::vector<Done> waiters;
   };
   void WriterLoop();
+  // How many of the `n` chunks `from` sends to `log` lead with numbers
+  // already stored; Unavailable while some of them wait for a commit.
+  absl::StatusOr<size_t> StoredLocked(const JobLog& log, const Origin& from, size_t n) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the chunks after the first `skip`, and notes `from`'s numbers.
+  void AddLocked(const std::string& job_id, JobLog& log,
+                 const std::vector<v1::LogChunk>& chunks, size_t skip, const Origin& from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's Span in the pending batch, made for `log` if it has none.
+  Span& PendingSpanLocked(const std::string& job_id, const JobLog& log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts the oldest job's log to make room for a new one.
   void EvictOldestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the job's oldest chunks while over the byte bound.

@@ -70,5 +70,30 @@ TEST(LogStoreTest, ReadHonoursByteBudgetButReturnsAtLeastOneChunk) {
   EXPECT_EQ(r.chunks[0].data().size(), 100u);
 }
 
+// A daemon sends a push again when it got no answer: chunks at or below
+// the number stored of its incarnation are skipped; a new incarnation (a
+// restarted daemon) and unnumbered pushes are stored as new.
+TEST(LogStoreTest, AResendOfNumberedChunksIsStoredOnce) {
+  LogStore store;
+  const LogStore::Origin first{"n1", "inc-a", 1};
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "a\n"), Chunk(1, "b\n")}, first).ok());
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "a\n"), Chunk(1, "b\n")}, first).ok());
+  // Overlapping: chunk 2 again, chunk 3 new.
+  ASSERT_TRUE(
+      store.Append("j", {Chunk(1, "b\n"), Chunk(0, "c\n")}, {"n1", "inc-a", 2}).ok());
+  // Another node's chunk 1, and a restarted daemon's chunk 1.
+  ASSERT_TRUE(store.Append("j", {Chunk(2, "d\n")}, {"n2", "inc-b", 1}).ok());
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "e\n")}, {"n1", "inc-c", 1}).ok());
+  // Unnumbered pushes (an older daemon) are all kept.
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "f\n")}).ok());
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "f\n")}).ok());
+  std::string all;
+  for (const v1::LogChunk& c : store.Read("j", 0, -1, 1 << 20).chunks) all += c.data();
+  EXPECT_EQ(all, "a\nb\nc\nd\ne\nf\nf\n");
+  // The numbers are per job: the same numbers in another job are new.
+  ASSERT_TRUE(store.Append("k", {Chunk(0, "k\n")}, first).ok());
+  EXPECT_EQ(store.Read("k", 0, -1, 1 << 20).chunks.size(), 1u);
+}
+
 }  // namespace
 }  // namespace elastrun::rendezvous

@@ -18,6 +18,7 @@
 #include "glog/logging.h"
 #include "rendezvous/caller.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/types.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -339,9 +340,11 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
     }
     // Answered once the chunks are stored (committed, with --state-dir): an
     // OK lets the daemon forget them; Unavailable (not saved) makes it send
-    // them again. No gRPC thread waits meanwhile.
+    // them again. No gRPC thread waits meanwhile. The sender's numbers let
+    // the store skip a resend of chunks it committed but could not answer.
     logs_->Append(
         req->job_id(), {req->chunks().begin(), req->chunks().end()},
+        LogStore::Origin{req->node_id(), req->incarnation(), req->first_chunk()},
         [reactor](absl::Status stored) { reactor->Finish(ToGrpcStatus(stored)); });
     return reactor;
   }
@@ -350,6 +353,15 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
   // Whether the service takes `req`'s chunks.
   absl::Status CheckPush(const v1::PushLogsRequest& req) {
     if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: empty");
+    if (req.incarnation().size() > static_cast<size_t>(kMaxIdLength)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "incarnation: %d characters; at most %d", req.incarnation().size(), kMaxIdLength));
+    }
+    if (req.first_chunk() < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "first_chunk: %d; chunks are numbered from 1 (0: not numbered)",
+          req.first_chunk()));
+    }
     size_t bytes = 0;
     for (const v1::LogChunk& c : req.chunks()) bytes += c.data().size();
     if (bytes > kMaxPushLogsBytes) {

@@ -535,6 +535,26 @@ TEST_F(ServerTest, PushedLogsAreStreamedBackByCursorAndRank) {
     EXPECT_EQ(ReadLogs(*jobs_, job, -1, 0, &st).size(), 3u);
   }
 
+  // A numbered push sent again (its answer was lost) is stored once; a
+  // negative number is refused.
+  {
+    v1::PushLogsRequest numbered = push;
+    numbered.set_incarnation("inc-1");
+    numbered.set_first_chunk(1);
+    for (int i = 0; i < 2; ++i) {
+      grpc::ClientContext ctx;
+      v1::PushLogsResponse resp;
+      ASSERT_TRUE(rdzv->PushLogs(&ctx, numbered, &resp).ok());
+    }
+    EXPECT_EQ(ReadLogs(*jobs_, job, -1, 0, &st).size(), 6u);
+    numbered.set_first_chunk(-1);
+    grpc::ClientContext ctx;
+    v1::PushLogsResponse resp;
+    grpc::Status pushed = rdzv->PushLogs(&ctx, numbered, &resp);
+    EXPECT_EQ(pushed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(pushed.error_message(), HasSubstr("first_chunk"));
+  }
+
   // Unknown jobs: pushing and reading are refused.
   ReadLogs(*jobs_, "no-such-job", -1, 0, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);

@@ -406,5 +406,48 @@ TEST(LogForwarderTest, KeptWhileAwayBoundedOldestDropped) {
   EXPECT_LE(all.size(), 64u + 16u);
 }
 
+// The service skips chunks it stored already by their numbers: a resend
+// carries the same numbers and the same lines, and lines that come after a
+// push was tried go into new chunks with new numbers.
+TEST(LogForwarderTest, ChunksAreNumberedAndAResendCarriesTheSameNumbersAndLines) {
+  FakeClient client;
+  LogForwarderOptions o;
+  o.node_id = "b";
+  o.incarnation = "inc-1";
+  o.thread = false;
+  LogForwarder f(o, &client);
+  f.OnLine("j-1", 0, Line(0, false, "a"));
+  f.OnLine("j-1", 0, Line(1, false, "b"));
+  f.Flush();
+  ASSERT_EQ(client.pushes.size(), 1u);
+  EXPECT_EQ(client.pushes[0].incarnation(), "inc-1");
+  EXPECT_EQ(client.pushes[0].first_chunk(), 1);
+  EXPECT_EQ(client.pushes[0].chunks_size(), 2);
+
+  // No answer (the service died after storing it, maybe): sent again as it was.
+  client.push_status = absl::UnavailableError("away");
+  f.OnLine("j-1", 0, Line(1, false, "c"));
+  f.Flush();
+  f.OnLine("j-1", 0, Line(1, false, "d"));  // same rank and stream as "c"
+  client.push_status = absl::OkStatus();
+  f.Flush();
+  ASSERT_EQ(client.pushes.size(), 2u);
+  const v1::PushLogsRequest& r = client.pushes[1];
+  EXPECT_EQ(r.first_chunk(), 3);
+  ASSERT_EQ(r.chunks_size(), 2);
+  EXPECT_EQ(r.chunks(0).data(), "c\n");
+  EXPECT_EQ(r.chunks(1).data(), "d\n");
+
+  // Without an incarnation, pushes are not numbered.
+  FakeClient old_client;
+  o.incarnation.clear();
+  LogForwarder unnumbered(o, &old_client);
+  unnumbered.OnLine("j-1", 0, Line(0, false, "a"));
+  unnumbered.Flush();
+  ASSERT_EQ(old_client.pushes.size(), 1u);
+  EXPECT_EQ(old_client.pushes[0].first_chunk(), 0);
+  EXPECT_TRUE(old_client.pushes[0].incarnation().empty());
+}
+
 }  // namespace
 }  // namespace elastrun::launcher

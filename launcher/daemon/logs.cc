@@ -26,9 +26,10 @@ void LogForwarder::OnLine(const std::string& job_id, int64_t round, const Output
   // Consecutive lines of one stream of one rank share a chunk.
   if (pending_.empty() || pending_.back().job_id != job_id ||
       pending_.back().chunk.round() != round || pending_.back().chunk.rank() != line.rank ||
-      pending_.back().chunk.stream() != stream) {
+      pending_.back().chunk.stream() != stream || pending_.back().sealed) {
     Pending p;
     p.job_id = job_id;
+    p.number = next_number_++;
     p.chunk.set_round(round);
     p.chunk.set_rank(line.rank);
     p.chunk.set_stream(stream);
@@ -104,17 +105,24 @@ void LogForwarder::SendLines() {
     batch.assign(std::make_move_iterator(pending_.begin()),
                  std::make_move_iterator(pending_.end()));
     pending_.clear();
+    for (Pending& p : batch) p.sealed = true;
     buffered_bytes_ = 0;
   }
-  // One PushLogs per run of chunks of the same job.
+  // One PushLogs per run of chunks of the same job with consecutive
+  // numbers (lines dropped from a full buffer leave a gap).
   size_t sent = 0;
   absl::Status failed;
   while (sent < batch.size() && failed.ok()) {
     v1::PushLogsRequest r;
     r.set_node_id(options_.node_id);
     r.set_job_id(batch[sent].job_id);
+    if (!options_.incarnation.empty()) {
+      r.set_incarnation(options_.incarnation);
+      r.set_first_chunk(batch[sent].number);
+    }
     size_t end = sent;
-    while (end < batch.size() && batch[end].job_id == r.job_id()) {
+    while (end < batch.size() && batch[end].job_id == r.job_id() &&
+           batch[end].number == batch[sent].number + static_cast<int64_t>(end - sent)) {
       *r.add_chunks() = batch[end].chunk;
       ++end;
     }

@@ -26,6 +26,11 @@ namespace elastrun::launcher {
 
 struct LogForwarderOptions {
   std::string node_id;
+  // The daemon's incarnation (as it registers with). Pushes carry it and
+  // their chunks' numbers, so that the service skips a resend of chunks it
+  // stored but could not acknowledge (killed in between). Empty: pushes
+  // are not numbered.
+  std::string incarnation;
   // How often buffered lines are sent.
   absl::Duration interval = absl::Milliseconds(250);
   // Buffered bytes beyond which the oldest lines are dropped; also the most
@@ -69,6 +74,11 @@ class LogForwarder {
   struct Pending {
     std::string job_id;
     v1::LogChunk chunk;  // whole lines, each ending in '\n'
+    // Its number in this incarnation: 1, 2, 3, ... in the order made.
+    int64_t number = 0;
+    // Taken by a push: the service may have stored it as it is, so a resend
+    // must carry the same lines, and new lines go into a new chunk.
+    bool sealed = false;
   };
   void Loop();
   // `progress_now`: send a new progress report even within the interval.
@@ -82,6 +92,7 @@ class LogForwarder {
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   size_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_lines_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_number_ ABSL_GUARDED_BY(mu_) = 1;
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
   // Per job: its newest report not sent yet, and when one was last sent.
   struct JobProgress {

@@ -346,6 +346,7 @@ int RunNode(const DaemonFlags& flags, const SessionOptions& session_options,
   }
   LogForwarderOptions log_options;
   log_options.node_id = flags.node_id;
+  log_options.incarnation = session_options.incarnation;
   log_options.forwarded_bytes = &metrics.log_bytes();
   LogForwarder log_forwarder(log_options, client);
   BarrierRelay barrier_relay(client, flags.node_id);
