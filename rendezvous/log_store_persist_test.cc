@@ -115,6 +115,18 @@ TEST_F(LogStorePersistTest, TrimmedChunksStayGoneAfterARestart) {
   EXPECT_TRUE(r.dropped);
 }
 
+// In a death test's child: a store on ELASTRUN_TEST_LOG_DB whose writer is
+// woken only by waiting Appends (its timer: an hour), never destroyed (the
+// child is killed). Exits 3 when it cannot open.
+LogStore* StoreToKill() {
+  LogStore::Options o;
+  o.flush_interval = absl::Hours(1);
+  auto* store = new LogStore(o);
+  absl::StatusOr<std::unique_ptr<LogDb>> db = LogDb::Open(getenv("ELASTRUN_TEST_LOG_DB"));
+  if (!db.ok() || !store->Persist(*std::move(db)).ok()) _exit(3);
+  return store;
+}
+
 // A chunk the service acknowledged is on disk: a service killed right after
 // (no Close, no destructor) shows it when it starts again. The writer is
 // woken by the waiting Append, not by its timer (an hour here).
@@ -125,12 +137,7 @@ TEST_F(LogStorePersistTest, AnAcknowledgedChunkSurvivesAKillOfTheService) {
   setenv("ELASTRUN_TEST_LOG_DB", path_.c_str(), /*overwrite=*/0);
   EXPECT_EXIT(
       {
-        LogStore::Options o;
-        o.flush_interval = absl::Hours(1);
-        LogStore* store = new LogStore(o);  // never destroyed: killed
-        absl::StatusOr<std::unique_ptr<LogDb>> db =
-            LogDb::Open(getenv("ELASTRUN_TEST_LOG_DB"));
-        if (!db.ok() || !store->Persist(*std::move(db)).ok()) _exit(3);
+        LogStore* store = StoreToKill();
         if (!store->Append("j", {Chunk(0, "acked 1\n"), Chunk(1, "acked 2\n")}).ok()) {
           _exit(4);
         }
@@ -154,12 +161,7 @@ TEST_F(LogStorePersistTest, AResendOfACommittedPushAfterAKillIsStoredOnce) {
   const LogStore::Origin from{"n1", "inc-a", 1};
   EXPECT_EXIT(
       {
-        LogStore::Options o;
-        o.flush_interval = absl::Hours(1);
-        LogStore* store = new LogStore(o);  // never destroyed: killed
-        absl::StatusOr<std::unique_ptr<LogDb>> db =
-            LogDb::Open(getenv("ELASTRUN_TEST_LOG_DB"));
-        if (!db.ok() || !store->Persist(*std::move(db)).ok()) _exit(3);
+        LogStore* store = StoreToKill();
         store->Append("j", push, from, [](absl::Status st) {
           if (!st.ok()) _exit(4);
           raise(SIGKILL);  // committed, not answered
