@@ -18,119 +18,20 @@
 #include "glog/logging.h"
 #include "rendezvous/caller.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/server_calls.h"
+#include "rendezvous/server_jobs.h"
 #include "rendezvous/types.h"
 
 namespace elastrun::rendezvous {
 namespace {
 
-// The value of the call's metadata `key`, if it was sent.
-std::optional<std::string> Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
-  const auto& md = ctx->client_metadata();
-  auto it = md.find(key);
-  if (it == md.end()) return std::nullopt;
-  return std::string(it->second.data(), it->second.size());
-}
+using calls::Audience;
+using calls::AuthPolicy;
+using calls::CheckCluster;
+using calls::Unary;
 
-// Who may call, as the services check it: the token and the clock that
-// credentials expire by.
-struct AuthPolicy {
-  std::string token;
-  const Clock* clock = &RealClock();
-
-  absl::StatusOr<Caller> CallerOf(const grpc::CallbackServerContext* ctx) const {
-    CallMetadata md;
-    md.authorization = Metadata(ctx, auth::kAuthorizationKey);
-    md.credential = Metadata(ctx, auth::kCredentialKey);
-    md.owner = Metadata(ctx, auth::kOwnerKey);
-    return Authenticate(md, token, clock->Now());
-  }
-};
-
-// Whom an RPC serves: node daemons only, or every identified caller.
-enum class Audience { kCluster, kAnyone };
-
-// Nodes are the cluster's, not a user's: only a holder of the token or
-// root may drain or remove one.
-absl::Status RequireNodeAdmin(const Caller& caller, const char* action) {
-  if (caller.cluster || (caller.user && caller.user->uid == 0)) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "only root or a holder of the cluster token may ", action, " a node"));
-}
-
-// Runs a unary handler: the caller's identity and audience checked, then
-// `f(caller)` (StatusOr<Resp> or Status).
-template <typename Resp, typename F>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const AuthPolicy& policy,
-                                Audience audience, const char* rpc, Resp* resp, F f) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<Caller> caller = policy.CallerOf(ctx);
-  absl::Status st = caller.status();
-  if (st.ok() && audience == Audience::kCluster) st = RequireCluster(*caller, rpc);
-  if (st.ok()) {
-    auto result = f(*caller);
-    if constexpr (std::is_same_v<decltype(result), absl::Status>) {
-      st = result;
-    } else {
-      st = result.status();
-      if (st.ok()) *resp = *std::move(result);
-    }
-  }
-  reactor->Finish(ToGrpcStatus(st));
-  return reactor;
-}
-
-// The caller of a daemon-facing stream or barrier: OK only for a cluster
-// caller.
-absl::Status CheckCluster(grpc::CallbackServerContext* ctx, const AuthPolicy& policy,
-                          const char* rpc) {
-  absl::StatusOr<Caller> caller = policy.CallerOf(ctx);
-  if (!caller.ok()) return caller.status();
-  return RequireCluster(*caller, rpc);
-}
-
-// Bounds on log traffic: one PushLogs request, one StreamLogs answer.
+// Bound on log traffic: one PushLogs request.
 constexpr size_t kMaxPushLogsBytes = 4 << 20;
-constexpr size_t kMaxStreamLogsBytes = 4 << 20;
-
-// Writes a fixed list of chunks, then finishes: StreamLogs answers with what
-// the service holds now; a follower calls again with the last seq it saw.
-class LogsReactor : public grpc::ServerWriteReactor<v1::LogChunk> {
- public:
-  LogsReactor(grpc::Status status, std::vector<v1::LogChunk> chunks)
-      : status_(std::move(status)), chunks_(std::move(chunks)) {
-    Next();
-  }
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
-      return;
-    }
-    Next();
-  }
-  void OnDone() override { delete this; }
-
- private:
-  void Next() {
-    const v1::LogChunk* chunk = nullptr;
-    {
-      absl::MutexLock lock(&mu_);
-      if (status_.ok() && next_ < chunks_.size()) chunk = &chunks_[next_++];
-    }
-    if (chunk == nullptr) {
-      Finish(status_);
-      return;
-    }
-    StartWrite(chunk);
-  }
-  const grpc::Status status_;
-  const std::vector<v1::LogChunk> chunks_;
-  // Each OnWriteDone may run on another gRPC thread. gRPC orders them, but
-  // inside its uninstrumented library: without a lock of ours, TSan
-  // (scripts/check_threads.sh) takes the next reaction's read of next_ for
-  // a race with the previous one's write. Never contended.
-  absl::Mutex mu_;
-  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // One node's Watch stream. Owned by itself (`self_`) until gRPC's OnDone and
 // shared with the Coordinator, which may still hold it in an Outbox: after
@@ -381,111 +282,6 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
     return absl::OkStatus();
   }
 
-  Coordinator* const c_;
-  LogStore* const logs_;
-  const AuthPolicy policy_;
-};
-
-class RendezvousServer::JobsService : public v1::Jobs::CallbackService {
- public:
-  JobsService(Coordinator* c, LogStore* logs, AuthPolicy policy)
-      : c_(c), logs_(logs), policy_(std::move(policy)) {}
-
-  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx,
-                                   const v1::SubmitRequest* req,
-                                   v1::SubmitResponse* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "Submit", resp, [&](const Caller& caller) {
-      v1::SubmitRequest owned = *req;
-      *owned.mutable_spec() = WithOwner(caller, req->spec());
-      return c_->Submit(owned);
-    });
-  }
-  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx,
-                                const v1::GetJobRequest* req,
-                                v1::JobStatus* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "Get", resp,
-                 [&](const Caller& caller) -> absl::StatusOr<v1::JobStatus> {
-      ASSIGN_OR_RETURN(v1::JobStatus job, c_->GetJob(*req));
-      RedactForCaller(caller, &job);
-      return job;
-    });
-  }
-  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
-                                 const v1::ListJobsRequest* req,
-                                 v1::ListJobsResponse* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "List", resp,
-                 [&](const Caller& caller) -> absl::StatusOr<v1::ListJobsResponse> {
-      ASSIGN_OR_RETURN(v1::ListJobsResponse list, c_->ListJobs(*req));
-      for (v1::JobStatus& job : *list.mutable_jobs()) RedactForCaller(caller, &job);
-      return list;
-    });
-  }
-  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
-                                   const v1::CancelJobRequest* req,
-                                   v1::JobStatus* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "Cancel", resp,
-                 [&](const Caller& caller) -> absl::StatusOr<v1::JobStatus> {
-      v1::GetJobRequest get;
-      get.set_job_id(req->job_id());
-      ASSIGN_OR_RETURN(v1::JobStatus job, c_->GetJob(get));
-      RETURN_IF_ERROR(CheckJobAccess(caller, job, "cancel"));
-      return c_->CancelJob(*req);
-    });
-  }
-  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
-                                      const v1::ListNodesRequest* req,
-                                      v1::ListNodesResponse* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "ListNodes", resp,
-                 [&](const Caller&) { return c_->ListNodes(*req); });
-  }
-  grpc::ServerUnaryReactor* DrainNode(grpc::CallbackServerContext* ctx,
-                                      const v1::NodeRequest* req,
-                                      v1::NodeInfo* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "DrainNode", resp,
-                 [&](const Caller& caller) -> absl::StatusOr<v1::NodeInfo> {
-      RETURN_IF_ERROR(RequireNodeAdmin(caller, "drain"));
-      return c_->DrainNode(*req);
-    });
-  }
-  grpc::ServerUnaryReactor* RemoveNode(grpc::CallbackServerContext* ctx,
-                                       const v1::NodeRequest* req,
-                                       v1::NodeInfo* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "RemoveNode", resp,
-                 [&](const Caller& caller) -> absl::StatusOr<v1::NodeInfo> {
-      RETURN_IF_ERROR(RequireNodeAdmin(caller, "remove"));
-      return c_->RemoveNode(*req);
-    });
-  }
-  grpc::ServerUnaryReactor* Events(grpc::CallbackServerContext* ctx,
-                                   const v1::EventsRequest* req,
-                                   v1::EventsResponse* resp) override {
-    return Unary(ctx, policy_, Audience::kAnyone, "Events", resp,
-                 [&](const Caller& caller) -> absl::StatusOr<v1::EventsResponse> {
-      v1::GetJobRequest get;
-      get.set_job_id(req->job_id());
-      ASSIGN_OR_RETURN(v1::JobStatus job, c_->GetJob(get));
-      RETURN_IF_ERROR(CheckJobAccess(caller, job, "read the events of"));
-      return c_->Events(*req);
-    });
-  }
-  grpc::ServerWriteReactor<v1::LogChunk>* StreamLogs(
-      grpc::CallbackServerContext* ctx, const v1::StreamLogsRequest* req) override {
-    absl::StatusOr<Caller> caller = policy_.CallerOf(ctx);
-    absl::Status st = caller.status();
-    LogStore::ReadResult read;
-    if (st.ok()) {
-      v1::GetJobRequest get;
-      get.set_job_id(req->job_id());
-      absl::StatusOr<v1::JobStatus> job = c_->GetJob(get);
-      st = job.ok() ? CheckJobAccess(*caller, *job, "read the logs of") : job.status();
-    }
-    if (st.ok()) {
-      read = logs_->Read(req->job_id(), req->after_seq(), req->rank(), kMaxStreamLogsBytes);
-    }
-    return new LogsReactor(ToGrpcStatus(st), std::move(read.chunks));
-  }
-
- private:
   Coordinator* const c_;
   LogStore* const logs_;
   const AuthPolicy policy_;
