@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -79,6 +81,40 @@ absl::Status MakePrivateDir(const std::string& dir, mode_t mode, bool must_be_ne
   }
   close(fd);
   return st;
+}
+
+absl::Status CheckParentsSafe(const std::string& dir) {
+  const size_t slash = dir.find_last_of('/');
+  const std::string parent =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : dir.substr(0, slash));
+  char resolved[PATH_MAX];
+  if (realpath(parent.c_str(), resolved) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot resolve folder ", parent, ": ", strerror(errno)));
+  }
+  std::string above = resolved;
+  for (;;) {
+    struct stat st;
+    if (stat(above.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot stat folder ", above, ": ", strerror(errno)));
+    }
+    if (st.st_uid != 0 && st.st_uid != geteuid()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "folder %s is inside %s, which belongs to uid %d: that user could replace "
+          "it; refusing to use it (give a folder under one of root's or this user's)",
+          dir, above, st.st_uid));
+    }
+    if ((st.st_mode & 022) != 0 && (st.st_mode & S_ISVTX) == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "folder %s is inside %s, which has mode %04o: other users could replace it; "
+          "refusing to use it (chmod go-w %s, or give another folder)",
+          dir, above, st.st_mode & 07777, above));
+    }
+    if (above == "/") return absl::OkStatus();
+    const size_t up = above.find_last_of('/');
+    above = up == 0 ? "/" : above.substr(0, up);
+  }
 }
 
 absl::StatusOr<int> CreateNewFile(const std::string& path, mode_t mode) {

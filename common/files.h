@@ -25,6 +25,14 @@ absl::Status MakeDirs(const std::string& dir);
 // when `must_be_new`, "is a symlink", "belongs to uid N", "has mode 0777".
 absl::Status MakePrivateDir(const std::string& dir, mode_t mode, bool must_be_new);
 
+// Whether the folders above `dir` keep other users from replacing it: each
+// (after resolving links) must belong to root or this process's effective
+// uid, and be writable by no one else unless it is sticky (as /tmp).
+// Otherwise another user could rename `dir` away and put their own in its
+// place between two uses (as OpenSSH's StrictModes checks a home folder).
+// FailedPrecondition naming the folder above and what is wrong with it.
+absl::Status CheckParentsSafe(const std::string& dir);
+
 // Creates the file `path` for writing (mode `mode`, close-on-exec) and
 // returns its descriptor. Never opens an existing file or follows a link
 // (O_EXCL|O_NOFOLLOW): something already there is FailedPrecondition

@@ -76,6 +76,37 @@ TEST_F(FilesTest, UnsafeFoldersAreRefusedAndLinksNeverFollowed) {
   }
 }
 
+TEST_F(FilesTest, FoldersOthersCouldReplaceAreRefused) {
+  // Under /tmp (sticky) and this test's own folder: safe, and so through a
+  // link to it.
+  EXPECT_TRUE(CheckParentsSafe(dir_ + "/state").ok());
+  const std::string link = dir_ + "/link";
+  ASSERT_EQ(symlink(dir_.c_str(), link.c_str()), 0);
+  EXPECT_TRUE(CheckParentsSafe(link + "/state").ok()) << CheckParentsSafe(link + "/state");
+
+  // A group-writable folder without the sticky bit two levels up.
+  const std::string shared = dir_ + "/shared";
+  ASSERT_EQ(mkdir(shared.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 0775), 0);
+  ASSERT_EQ(mkdir((shared + "/deep").c_str(), 0700), 0);
+  absl::Status st = CheckParentsSafe(shared + "/deep/state");
+  EXPECT_THAT(st.message(), HasSubstr("inside " + shared + ", which has mode 0775"));
+  EXPECT_THAT(st.message(), HasSubstr("chmod go-w " + shared));
+  // With the sticky bit (as /tmp), others cannot move what is not theirs.
+  ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+  EXPECT_TRUE(CheckParentsSafe(shared + "/deep/state").ok());
+
+  if (geteuid() == 0) {
+    const std::string theirs = dir_ + "/theirs";
+    ASSERT_EQ(mkdir(theirs.c_str(), 0755), 0);
+    ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+    st = CheckParentsSafe(theirs + "/state");
+    EXPECT_THAT(st.message(), HasSubstr("inside " + theirs + ", which belongs to uid 65534"));
+  }
+  EXPECT_THAT(CheckParentsSafe(dir_ + "/missing/state").message(),
+              HasSubstr("cannot resolve folder " + dir_ + "/missing"));
+}
+
 TEST_F(FilesTest, NewFileNeverOpensWhatIsThere) {
   const std::string victim = dir_ + "/victim";
   FILE* f = std::fopen(victim.c_str(), "w");

@@ -79,14 +79,15 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   // The state folder holds state.db and logs.db, every user's job logs:
   // private to the service's user (0700), never reached through a link,
-  // never a folder another user made or may write to, so that no one else
-  // reads it or steers where the service writes (as elastrund's folders).
+  // never a folder another user made or may write to, nor inside one
+  // another user could replace it in, so that no one else reads it or
+  // steers where the service writes (as elastrund's folders).
   // Checked first: the token file may live in it.
   const std::string& state_dir = flags.state_dir;
   if (!state_dir.empty()) {
-    if (absl::Status st =
-            elastrun::MakePrivateDir(state_dir, 0700, /*must_be_new=*/false);
-        !st.ok()) {
+    absl::Status st = elastrun::CheckParentsSafe(state_dir);
+    if (st.ok()) st = elastrun::MakePrivateDir(state_dir, 0700, /*must_be_new=*/false);
+    if (!st.ok()) {
       std::fprintf(stderr, "elastrun-rendezvous: --state-dir: %s\n",
                    std::string(st.message()).c_str());
       return 1;

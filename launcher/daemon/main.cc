@@ -199,9 +199,10 @@ SessionOptions MakeSessionOptions(const DaemonFlags& flags, const std::string& a
 }
 
 // Makes (or checks) the state and log folders: private to the daemon's
-// user, never through a link or in a folder another user made, so that
-// nobody can steer where a root daemon writes. 0711 for root: the workers
-// it runs as other users reach their own folders inside (never list them).
+// user, never through a link, a folder another user made, or inside one
+// another user could replace it in, so that nobody can steer where a root
+// daemon writes. 0711 for root: the workers it runs as other users reach
+// their own folders inside (never list them).
 // Returns exit code 1 after a message naming the folder when one is unsafe.
 std::optional<int> PrepareFolders(const DaemonFlags& flags) {
   const mode_t mode = geteuid() == 0 ? 0711 : 0700;
@@ -212,6 +213,7 @@ std::optional<int> PrepareFolders(const DaemonFlags& flags) {
     absl::Status made = slash == 0 || slash == std::string::npos
                             ? absl::OkStatus()
                             : elastrun::MakeDirs(dir.substr(0, slash));
+    if (made.ok()) made = elastrun::CheckParentsSafe(dir);
     if (made.ok()) made = elastrun::MakePrivateDir(dir, mode, /*must_be_new=*/false);
     if (!made.ok()) {
       std::fprintf(stderr, "elastrund: %s: %s\n", flag,
