@@ -46,9 +46,10 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
   app->add_option("--state-dir", flags->state_dir,
                   "keep state in DIR/state.db (SQLite) and logs in\n"
                   "DIR/logs.db. DIR is made 0700; an existing one that is\n"
-                  "a symlink, another user's or writable by others is\n"
-                  "refused (exit 1). Jobs, rounds, history and nodes\n"
-                  "survive a restart.\n"
+                  "a symlink, another user's or writable by others, or\n"
+                  "one inside a folder others own or may write to (not\n"
+                  "sticky), is refused (exit 1). Jobs, rounds, history and\n"
+                  "nodes survive a restart.\n"
                   "Without it, state is in memory only.")
       ->type_name("DIR");
   app->add_option("--metrics-listen", flags->metrics_listen,

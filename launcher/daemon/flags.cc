@@ -29,7 +29,8 @@ the node leave and re-forms the job without it.
 The state folder (--state-dir) is the daemon's own: made 0700 (0711 for a
 root daemon, so that workers of other users reach their folders in it); an
 existing one that is a symlink, belongs to another user or is writable by
-others is refused (exit 1). Worker logs and the agent socket live in it;
+others, or lies inside a folder others own or may write to (not sticky), is
+refused (exit 1). Worker logs and the agent socket live in it;
 new log folders and files are never reused or written through a link.
 A root daemon runs a job's workers as the job's owner (uid, gid, the user's
 groups, HOME/USER/LOGNAME), in the job's working folder; a non-root daemon
@@ -121,7 +122,9 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
                   "(default: /var/lib/elastrund/<node id> as root, else\n"
                   "$XDG_STATE_HOME/elastrund/<node id>, else\n"
                   "~/.local/state/elastrund/<node id>). Must belong to\n"
-                  "the daemon's user and be writable by no one else.")
+                  "the daemon's user and be writable by no one else, and\n"
+                  "every folder above it to root or that user (others may\n"
+                  "write only to sticky ones, as /tmp).")
       ->type_name("DIR");
   app->add_option("--metrics-listen", f->metrics_listen,
                   "serve Prometheus metrics (GET /metrics) on this\n"
