@@ -4,6 +4,7 @@
 #include "gtest/gtest.h"
 #include "common/clock.h"
 #include "rendezvous/codec.h"
+#include "rendezvous/coordinator_test_util.h"
 #include "rendezvous/placement.h"
 
 namespace elastrun::rendezvous {
@@ -11,21 +12,14 @@ namespace {
 
 using ::testing::ElementsAre;
 
-v1::RegisterNodeRequest Req(const std::string& id, int slots, const std::string& inc = "i1") {
-  v1::RegisterNodeRequest r;
-  r.set_node_id(id);
-  r.set_incarnation(inc);
-  r.set_addr(id + ".host");
-  r.set_slots(slots);
-  return r;
-}
+using coordinator_testing::RegisterRequest;
 
 TEST(RegistryTest, LeaseExpiresWithoutHeartbeat) {
   FakeClock clock;
   NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3)});
-  ASSERT_TRUE(reg.CheckRegister(Req("a", 2), clock.Now()).ok());
-  reg.Register(Req("a", 2), clock.Now());
-  reg.Register(Req("b", 2), clock.Now());
+  ASSERT_TRUE(reg.CheckRegister(RegisterRequest("a", 2, "i1"), clock.Now()).ok());
+  reg.Register(RegisterRequest("a", 2, "i1"), clock.Now());
+  reg.Register(RegisterRequest("b", 2, "i1"), clock.Now());
   EXPECT_EQ(reg.NextExpiry(), clock.Now() + absl::Seconds(3));
   clock.Advance(absl::Seconds(2));
   ASSERT_TRUE(reg.Heartbeat("a", "i1", clock.Now()).ok());
@@ -37,30 +31,30 @@ TEST(RegistryTest, LeaseExpiresWithoutHeartbeat) {
   // A lost node must register again.
   absl::StatusOr<absl::Time> hb = reg.Heartbeat("b", "i1", clock.Now());
   EXPECT_TRUE(absl::IsNotFound(hb.status())) << hb.status();
-  reg.Register(Req("b", 2), clock.Now());
+  reg.Register(RegisterRequest("b", 2, "i1"), clock.Now());
   EXPECT_TRUE(reg.Find("b")->alive());
 }
 
 TEST(RegistryTest, NewIncarnationIsRefusedWhileTheHoldersLeaseIsLive) {
   FakeClock clock;
   NodeRegistry reg(LeaseOptions{});  // 3 s leases
-  reg.Register(Req("a", 2, "i1"), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i1"), clock.Now());
   absl::StatusOr<NodeRegistry::Registered> same =
-      reg.CheckRegister(Req("a", 2, "i1"), clock.Now());
+      reg.CheckRegister(RegisterRequest("a", 2, "i1"), clock.Now());
   ASSERT_TRUE(same.ok());
   EXPECT_FALSE(same->restarted);  // a reconnect
   clock.Advance(absl::Seconds(1));
   absl::StatusOr<NodeRegistry::Registered> other =
-      reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
+      reg.CheckRegister(RegisterRequest("a", 2, "i2"), clock.Now());
   EXPECT_TRUE(absl::IsAlreadyExists(other.status())) << other.status();
   EXPECT_THAT(std::string(other.status().message()),
               ::testing::AllOf(
-                  ::testing::HasSubstr("node \"a\" is held by another daemon at a.host"),
+                  ::testing::HasSubstr("node \"a\" is held by another daemon at a.test"),
                   ::testing::HasSubstr("lease expires in 2s")));
   EXPECT_TRUE(absl::IsFailedPrecondition(reg.Heartbeat("a", "i2", clock.Now()).status()));
   // The holder's lease runs out (not yet marked lost by a timer): a restart.
   clock.Advance(absl::Seconds(2));
-  other = reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
+  other = reg.CheckRegister(RegisterRequest("a", 2, "i2"), clock.Now());
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_TRUE(other->restarted);
 }
@@ -71,28 +65,28 @@ TEST(RegistryTest, RestoredNodeIsTakenByANewIncarnationUntilItsDaemonReturns) {
   v1::StoredNode stored;
   stored.set_node_id("a");
   stored.set_incarnation("i1");
-  stored.set_addr("a.host");
+  stored.set_addr("a.test");
   stored.set_slots(2);
   stored.set_state(v1::NODE_STATE_ALIVE);
   reg.Restore(stored, clock.Now());
   // The service restarted; no daemon has proved the node alive since.
   absl::StatusOr<NodeRegistry::Registered> other =
-      reg.CheckRegister(Req("a", 2, "i2"), clock.Now());
+      reg.CheckRegister(RegisterRequest("a", 2, "i2"), clock.Now());
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_TRUE(other->restarted);
   // Once its daemon re-registered, the lease counts.
-  reg.Register(Req("a", 2, "i1"), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i1"), clock.Now());
   EXPECT_TRUE(
-      absl::IsAlreadyExists(reg.CheckRegister(Req("a", 2, "i2"), clock.Now()).status()));
+      absl::IsAlreadyExists(reg.CheckRegister(RegisterRequest("a", 2, "i2"), clock.Now()).status()));
 }
 
 TEST(RegistryTest, BadRequestsNameTheField) {
   NodeRegistry reg(LeaseOptions{});
-  v1::RegisterNodeRequest r = Req("a", 0);
+  v1::RegisterNodeRequest r = RegisterRequest("a", 0, "i1");
   absl::Status st = reg.CheckRegister(r, absl::UnixEpoch()).status();
   EXPECT_TRUE(absl::IsInvalidArgument(st));
   EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("RegisterNode.slots"));
-  r = Req("", 1);
+  r = RegisterRequest("", 1, "i1");
   EXPECT_THAT(std::string(reg.CheckRegister(r, absl::UnixEpoch()).status().message()),
               ::testing::HasSubstr("RegisterNode.node_id"));
   EXPECT_FALSE(ValidateLeaseOptions({absl::Seconds(3), absl::Seconds(3)}).ok());
@@ -101,10 +95,10 @@ TEST(RegistryTest, BadRequestsNameTheField) {
 TEST(PlacementTest, PicksNodesWithFreeSlotsMostFreeFirst) {
   FakeClock clock;
   NodeRegistry reg(LeaseOptions{});
-  reg.Register(Req("a", 2), clock.Now());
-  reg.Register(Req("b", 4), clock.Now());
-  reg.Register(Req("c", 1), clock.Now());
-  reg.Register(Req("d", 2), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i1"), clock.Now());
+  reg.Register(RegisterRequest("b", 4, "i1"), clock.Now());
+  reg.Register(RegisterRequest("c", 1, "i1"), clock.Now());
+  reg.Register(RegisterRequest("d", 2, "i1"), clock.Now());
   EXPECT_THAT(PickNodes(reg, 2, 10, {}), ElementsAre("b", "a", "d"));
   reg.Reserve("b", "j1", 3);
   EXPECT_THAT(PickNodes(reg, 2, 10, {}), ElementsAre("a", "d"));
@@ -117,8 +111,8 @@ TEST(PlacementTest, PicksNodesWithFreeSlotsMostFreeFirst) {
 TEST(RegistryTest, ALostNodeExpiresExactlyAfterTheConfiguredTime) {
   FakeClock clock;
   NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::Minutes(10)});
-  reg.Register(Req("a", 2), clock.Now());
-  reg.Register(Req("b", 2), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i1"), clock.Now());
+  reg.Register(RegisterRequest("b", 2, "i1"), clock.Now());
   EXPECT_EQ(reg.NextLostExpiry(), std::nullopt);  // alive nodes never expire
   reg.MarkLost("a", "lease expired", clock.Now());
   const absl::Time due = clock.Now() + absl::Minutes(10);
@@ -131,14 +125,14 @@ TEST(RegistryTest, ALostNodeExpiresExactlyAfterTheConfiguredTime) {
   EXPECT_EQ(reg.Find("a"), nullptr);
   EXPECT_EQ(reg.NextLostExpiry(), std::nullopt);
   // Registering again is a fresh node, registered now.
-  reg.Register(Req("a", 2), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i1"), clock.Now());
   EXPECT_EQ(FromProto(reg.Find("a")->stored.registered_time()), clock.Now());
 }
 
 TEST(RegistryTest, ALostNodeHoldingAJobsSlotsIsKeptUntilTheJobLetsGo) {
   FakeClock clock;
   NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::Seconds(60)});
-  reg.Register(Req("a", 2), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i1"), clock.Now());
   reg.Reserve("a", "job-1", 2);
   reg.MarkLost("a", "lease expired", clock.Now());
   clock.Advance(absl::Hours(1));
@@ -151,17 +145,17 @@ TEST(RegistryTest, ALostNodeHoldingAJobsSlotsIsKeptUntilTheJobLetsGo) {
 TEST(RegistryTest, ARegisteredNodeIsNoLongerLostAndAnInfiniteExpiryNeverFires) {
   FakeClock clock;
   NodeRegistry reg(LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::Seconds(60)});
-  reg.Register(Req("a", 2), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i1"), clock.Now());
   reg.MarkLost("a", "lease expired", clock.Now());
   clock.Advance(absl::Seconds(30));
-  reg.Register(Req("a", 2, "i2"), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i2"), clock.Now());
   clock.Advance(absl::Seconds(60));
   EXPECT_TRUE(reg.ExpiredLost(clock.Now()).empty());
   EXPECT_FALSE(reg.Find("a")->stored.has_lost_time());
 
   NodeRegistry forever(
       LeaseOptions{absl::Seconds(1), absl::Seconds(3), absl::InfiniteDuration()});
-  forever.Register(Req("a", 2), clock.Now());
+  forever.Register(RegisterRequest("a", 2, "i1"), clock.Now());
   forever.MarkLost("a", "lease expired", clock.Now());
   clock.Advance(absl::Hours(24 * 365));
   EXPECT_TRUE(forever.ExpiredLost(clock.Now()).empty());
@@ -185,10 +179,10 @@ TEST(RegistryTest, ALostNodeFromAnOlderFileCountsAsLostSinceTheRestore) {
 TEST(RegistryTest, DrainingIsKeptWhenTheDaemonRegistersAgain) {
   FakeClock clock;
   NodeRegistry reg(LeaseOptions{});
-  reg.Register(Req("a", 2), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i1"), clock.Now());
   ASSERT_TRUE(reg.SetDraining("a", true).ok());
   reg.MarkLost("a", "watch stream closed", clock.Now());
-  reg.Register(Req("a", 2, "i2"), clock.Now());
+  reg.Register(RegisterRequest("a", 2, "i2"), clock.Now());
   EXPECT_TRUE(reg.Find("a")->draining());
   EXPECT_TRUE(absl::IsNotFound(reg.SetDraining("nope", true)));
 }
