@@ -47,6 +47,13 @@ next epoch ("resumed from ...: epoch E, iteration 0"); the work of a partly
 done epoch is lost, as in YOLOv5. --log-period N prints elastrun-train's
 non-tty progress line ("epoch E/N iter I/T loss ...") every N iterations.
 
+--sample-log DIR appends one line per batch to DIR/rank<RANK>.log, as
+elastrun-train does with ELASTRUN_TRAIN_SAMPLE_LOG=DIR: "<attempt> <epoch>
+<iteration> <sample index>..." (attempt = TORCHELASTIC_RESTART_COUNT, epoch
+and iteration from 0), written unbuffered in one write() when the batch
+starts, so a killed rank leaves whole lines (bench/node_goodput.py counts the
+samples trained again from them).
+
 For restart benchmarks (bench/gpu_bench.py through launch_bench.py):
 --ready-dir DIR makes every rank write DIR/ready.<TORCHELASTIC_RESTART_COUNT>.<RANK>
 (CLOCK_REALTIME ns) once its first iteration is done (its loss on the host:
@@ -55,7 +62,8 @@ allreduce all behind it), and --hang then blocks until a signal kills it.
 
 Usage: /usr/bin/python3 bench/ddp_reference.py --config resolved.yaml \
            [--output-dir DIR] [--epochs N] [--log-period N] \
-           [--checkpoint-dir DIR [--resume]] [--ready-dir DIR [--hang]]
+           [--checkpoint-dir DIR [--resume]] [--ready-dir DIR [--hang]] \
+           [--sample-log DIR]
 Run alone (1 process) or under `elastrun run` / torchrun (env://).
 """
 
@@ -244,6 +252,19 @@ def load_checkpoint(path, model, optimizer, scaler):
     return state["epoch"] + 1, state["last_opt_step"], state["final"]
 
 
+def open_sample_log(directory, rank):
+    """DIR/rank<RANK>.log for appending, unbuffered (a raw fd)."""
+    os.makedirs(directory, exist_ok=True)
+    return os.open(os.path.join(directory, f"rank{rank}.log"),
+                   os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+
+
+def log_samples(fd, attempt, epoch, i, idx):
+    """One write per batch, so a killed rank's lines are whole."""
+    line = f"{attempt} {epoch} {i} " + " ".join(str(k) for k in idx.tolist()) + "\n"
+    os.write(fd, line.encode())
+
+
 def write_ready(directory, rank):
     """DIR/ready.<restart>.<rank> holding CLOCK_REALTIME ns, created atomically."""
     name = f"ready.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}.{rank}"
@@ -268,6 +289,8 @@ def parse_args():
                     help="continue from DIR/last.pt when it exists (needs --checkpoint-dir)")
     ap.add_argument("--ready-dir", help="every rank writes DIR/ready.<restart>.<rank> "
                     "(CLOCK_REALTIME ns) once its first iteration is done")
+    ap.add_argument("--sample-log", help="append each batch's sample indices to "
+                    "DIR/rank<RANK>.log (elastrun-train's ELASTRUN_TRAIN_SAMPLE_LOG format)")
     ap.add_argument("--hang", action="store_true",
                     help="after the first iteration (and the ready file), block until killed")
     args = ap.parse_args()
@@ -377,6 +400,8 @@ def main():
               f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
               f"device {device}, {precision.name}", flush=True)
 
+    sample_log = open_sample_log(args.sample_log, rank) if args.sample_log else None
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     model.train()
     micro = 0
     epochs = int(train["epochs"])
@@ -393,6 +418,8 @@ def main():
                 g["momentum"] = v["momentum"]
             step = ni - last_opt_step >= v["accumulate"]
             idx = indices[i * bs:(i + 1) * bs]
+            if sample_log is not None:
+                log_samples(sample_log, attempt, epoch, i, idx)
             x, y = make_batch(train_x, train_y, idx, device)
             # Without a step DDP only accumulates; backward outside autocast,
             # as PyTorch's AMP recipe (and the trainer) has it.
