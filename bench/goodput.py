@@ -38,6 +38,7 @@ temporary folder, removed at the end (--keep keeps it). Every run is bounded
 """
 
 import argparse
+import contextlib
 import csv
 import os
 import random
@@ -408,6 +409,28 @@ def print_table(args, results, train_size):
           "s lost per fault = (faulted - fault-free wall time) / faults.")
 
 
+def add_shared_flags(ap):
+    """The flags goodput.py and node_goodput.py share: the training set's
+    size, the launchers, the binaries and --keep (parse_launchers checks)."""
+    ap.add_argument("--train-size", type=int,
+                    help="synthetic training samples (default: sized from a calibration run)")
+    ap.add_argument("--launchers", default="elastrun,torchrun",
+                    help="comma-separated: elastrun, torchrun (default: %(default)s)")
+    ap.add_argument("--elastrun", default=os.path.join(ROOT, "build/bin/elastrun"),
+                    help="the elastrun binary (default: build/bin/elastrun)")
+    ap.add_argument("--trainer", default=os.path.join(ROOT, "build/bin/elastrun-train"),
+                    help="the trainer binary (default: build/bin/elastrun-train)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
+
+
+def parse_launchers(ap, args):
+    """args.launchers as a list; an unknown name is a usage error."""
+    args.launchers = [l for l in args.launchers.split(",") if l]
+    for l in args.launchers:
+        if l not in ("elastrun", "torchrun"):
+            ap.error(f"--launchers: unknown {l!r} (elastrun, torchrun)")
+
+
 def parse_args():
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--minutes", type=float, help="fault-free elastrun run length (default 3)")
@@ -415,21 +438,13 @@ def parse_args():
     ap.add_argument("--epochs", type=int, help="epochs per run (default 15, the config's)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: ~18 s runs, 8 epochs, a fault every 10 s")
-    ap.add_argument("--train-size", type=int,
-                    help="synthetic training samples (default: sized from a calibration run)")
     ap.add_argument("--test-size", type=int, default=1024,
                     help="synthetic test samples, evaluated after every epoch (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the fault RNG (default: %(default)s)")
-    ap.add_argument("--launchers", default="elastrun,torchrun",
-                    help="comma-separated: elastrun, torchrun (default: %(default)s)")
     ap.add_argument("--timeout-factor", type=float, default=5.0,
                     help="a run is stopped after this x the calibrated run length + 60 s "
                          "(default: %(default)s)")
-    ap.add_argument("--elastrun", default=os.path.join(ROOT, "build/bin/elastrun"),
-                    help="the elastrun binary (default: build/bin/elastrun)")
-    ap.add_argument("--trainer", default=os.path.join(ROOT, "build/bin/elastrun-train"),
-                    help="the trainer binary (default: build/bin/elastrun-train)")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
+    add_shared_flags(ap)
     args = ap.parse_args()
     quick = args.quick
     # Quick: at least one fault in elastrun's run; longer than torchrun's
@@ -438,32 +453,51 @@ def parse_args():
     args.minutes = args.minutes or (0.3 if quick else 3.0)
     args.interval = args.interval or (10.0 if quick else 30.0)
     args.epochs = args.epochs or (8 if quick else 15)
-    args.launchers = [l for l in args.launchers.split(",") if l]
-    for l in args.launchers:
-        if l not in ("elastrun", "torchrun"):
-            ap.error(f"--launchers: unknown {l!r} (elastrun, torchrun)")
+    parse_launchers(ap, args)
     return args
+
+
+def prepare(args, tmp):
+    """Prints the run's first line; returns the training set's size
+    (--train-size, else calibrated so that --epochs take --minutes on 2 ranks
+    without faults) and the path of the resolved config (tmp/resolved.yaml)
+    that elastrun-train's overrides make and the reference reads."""
+    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, nproc "
+          f"{os.cpu_count()}, load {loadavg():.2f}; logs in {tmp}", flush=True)
+    train_size = args.train_size
+    if not train_size:
+        ips = calibrate(args, tmp)
+        samples = ips * args.minutes * 60 / args.epochs
+        train_size = max(GLOBAL_BATCH * 4, int(samples) // GLOBAL_BATCH * GLOBAL_BATCH)
+        print(f"calibration: {ips:,.0f} images/s on 2 ranks -> {train_size} samples per "
+              f"epoch for {args.minutes:g} min", flush=True)
+    resolved = os.path.join(tmp, "resolved.yaml")
+    with open(resolved, "w") as f:
+        subprocess.run([args.trainer, "--config", CONFIG, *overrides(args, train_size),
+                        "--print-config"], cwd=ROOT, stdout=f, check=True, timeout=60)
+    return train_size, resolved
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix, keep):
+    """A fresh folder for a bench's files, removed at the end unless `keep`
+    (then its path is printed)."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp
+    finally:
+        if keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():
     args = parse_args()
     check_binaries(args)
-    tmp = tempfile.mkdtemp(prefix="elastrun-goodput-")
-    try:
-        print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, nproc "
-              f"{os.cpu_count()}, load {loadavg():.2f}; logs in {tmp}", flush=True)
-        train_size = args.train_size
-        if not train_size:
-            ips = calibrate(args, tmp)
-            samples = ips * args.minutes * 60 / args.epochs
-            train_size = max(GLOBAL_BATCH * 4, int(samples) // GLOBAL_BATCH * GLOBAL_BATCH)
-            print(f"calibration: {ips:,.0f} images/s on 2 ranks -> {train_size} samples per "
-                  f"epoch for {args.minutes:g} min", flush=True)
+    with temporary_folder("elastrun-goodput-", args.keep) as tmp:
+        train_size, resolved = prepare(args, tmp)
         timeout = args.timeout_factor * args.minutes * 60 + 60
-        resolved = os.path.join(tmp, "resolved.yaml")
-        with open(resolved, "w") as f:
-            subprocess.run([args.trainer, "--config", CONFIG, *overrides(args, train_size),
-                            "--print-config"], cwd=ROOT, stdout=f, check=True, timeout=60)
         results = {}
         for launcher in args.launchers:
             for kind in ("clean", "faults"):
@@ -480,11 +514,6 @@ def main():
                     print("  log tail:\n" + "\n".join(l for _, l in r["lines"][-15:]),
                           flush=True)
         print_table(args, results, train_size)
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
