@@ -108,6 +108,19 @@ absl::StatusOr<int> OpenSlotFile(const std::string& path) {
   return fd;
 }
 
+// Keeps a slot's mapping out of children the process forks (a data loader
+// worker, a helper before its exec): they would otherwise share the live
+// snapshot memory, able to write into it, and copy its page tables at every
+// fork. A child sees the range unmapped.
+absl::Status KeepFromChildren(const std::string& where, const std::string& path, char* base,
+                              size_t bytes) {
+  if (madvise(base, bytes, MADV_DONTFORK) == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      "cannot keep ", bytes, " bytes of snapshot memory in ", where,
+      path.empty() ? "" : absl::StrCat(" (", path, ")"),
+      " from forked children (madvise MADV_DONTFORK): ", strerror(errno)));
+}
+
 size_t FileSize(int fd) {
   struct stat st;
   return fstat(fd, &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
@@ -150,6 +163,7 @@ absl::StatusOr<std::unique_ptr<SnapshotArea>> SnapshotArea::Open(
     if (base == MAP_FAILED) return AllocationError(where, slot.path, size, errno);
     slot.base = static_cast<char*>(base);
     slot.mapped = size;
+    RETURN_IF_ERROR(KeepFromChildren(where, slot.path, slot.base, size));
     const Header* header = HeaderOf(slot.base);
     if (memcmp(header->magic, kMagic, sizeof kMagic) == 0 &&
         header->version == kVersion) {
@@ -224,7 +238,9 @@ absl::Status SnapshotArea::GrowLocked(int i, size_t bytes) {
   if (base == MAP_FAILED) return AllocationError(where_, slot.path, bytes, errno);
   slot.base = static_cast<char*>(base);
   slot.mapped = bytes;
-  return absl::OkStatus();
+  // The grown part is new to the mapping (and the kernel may have moved it):
+  // the whole range again.
+  return KeepFromChildren(where_, slot.path, slot.base, bytes);
 }
 
 absl::StatusOr<char*> SnapshotArea::BeginWrite(size_t size) {

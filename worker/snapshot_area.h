@@ -43,6 +43,8 @@ struct SnapshotSlot {
 // 32-bit state 0 empty / 1 writing / 2 valid stored atomically, key,
 // sequence, payload size, meta length, meta), then the payload. A file only
 // grows; the memory stays allocated between writes, so a write is one memcpy.
+// The mappings are not inherited by a child this process forks
+// (MADV_DONTFORK): in the child the slots' addresses are unmapped.
 //
 // Thread-safety: one writer thread (BeginWrite, Commit, Abort, Clear) and any
 // number of reader threads (Valid, PinNewest, Unpin). The caller's memcpy
@@ -62,7 +64,8 @@ class SnapshotArea {
   // Errors: FailedPrecondition naming the path for a symlink, a file that is
   // not a regular file or is owned by another uid, or a folder that cannot be
   // opened; InvalidArgument for a bad `name`; ResourceExhausted naming the
-  // folder when even the headers cannot be allocated.
+  // folder when even the headers cannot be allocated; Internal when the
+  // mapping cannot be kept from forked children.
   static absl::StatusOr<std::unique_ptr<SnapshotArea>> Open(const std::string& dir,
                                                             const std::string& name);
   ~SnapshotArea();

@@ -1,7 +1,9 @@
 #include "worker/snapshot_area.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -58,6 +60,24 @@ std::vector<int64_t> Keys(const SnapshotArea& area) {
   std::vector<int64_t> keys;
   for (const SnapshotSlot& slot : area.Valid()) keys.push_back(slot.key);
   return keys;
+}
+
+// Whether the page at `p` is mapped in this process (mincore fails with
+// ENOMEM on an unmapped one).
+bool PageMapped(const char* p) {
+  unsigned char in_core;
+  return mincore(const_cast<char*>(p), 1, &in_core) == 0 || errno != ENOMEM;
+}
+
+// Whether no page of `slot`'s mapping, header included, is mapped here.
+bool SlotUnmapped(const SnapshotSlot& slot) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const char* begin = slot.bytes.data() - SnapshotArea::kHeaderBytes;
+  const size_t size = SnapshotArea::kHeaderBytes + slot.bytes.size();
+  for (size_t offset = 0; offset < size; offset += page) {
+    if (PageMapped(begin + offset)) return false;
+  }
+  return true;
 }
 
 // A fresh folder per test, on /dev/shm (a tmpfs, where the launcher puts
@@ -318,6 +338,39 @@ TEST_F(SnapshotAreaTest, AnonymousAreaLivesOnlyInItsObject) {
   ASSERT_NE(again, nullptr);
   EXPECT_TRUE(again->Valid().empty());
   EXPECT_THAT(Keys(*area), ElementsAre(6, 5));
+}
+
+TEST_F(SnapshotAreaTest, ForkedChildInheritsNoSlotMemory) {
+  for (const std::string& dir : {dir_, std::string()}) {
+    SCOPED_TRACE(dir.empty() ? "anonymous memory" : "slot files");
+    auto area = OpenArea(dir);
+    ASSERT_NE(area, nullptr);
+    // Each slot grows from its header, then the first one grows again (a
+    // remap of a mapping already kept from children).
+    for (size_t size : {kMiB, kMiB, 3 * kMiB}) {
+      SCOPED_TRACE(size);
+      ASSERT_TRUE(Write(*area, static_cast<int64_t>(size), "m", Pattern(size, 1)).ok());
+      const std::vector<SnapshotSlot> slots = area->Valid();
+      ASSERT_FALSE(slots.empty());
+      for (const SnapshotSlot& slot : slots) {
+        ASSERT_TRUE(PageMapped(slot.bytes.data())) << "slot " << slot.index;
+      }
+      const int status = RunChild([&slots] {
+        for (const SnapshotSlot& slot : slots) {
+          if (!SlotUnmapped(slot)) return 10 + slot.index;
+        }
+        // Neither a slot file nor its memfd ("memfd:elastrun-snapshot-rank0.slotN").
+        std::ifstream maps("/proc/self/maps");
+        const std::string text(std::istreambuf_iterator<char>(maps), {});
+        if (text.empty()) return 2;
+        return text.find("rank0.slot") == std::string::npos ? 0 : 3;
+      });
+      ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+      EXPECT_EQ(WEXITSTATUS(status), 0)
+          << "10+N: slot N is mapped in the child; 2: no /proc/self/maps; 3: maps "
+             "show a slot";
+    }
+  }
 }
 
 TEST_F(SnapshotAreaTest, WriterAndPersisterThreads) {
