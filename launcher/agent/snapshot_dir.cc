@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -16,10 +17,12 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -27,6 +30,12 @@ namespace {
 constexpr size_t kMaxNameChars = 100;
 // Snapshot folders hold flat files; deeper nesting is not ours to follow.
 constexpr int kMaxDepth = 8;
+// A dead run's folder is renamed to this prefix and its inode number
+// (unique among the folders that exist) before it is removed.
+constexpr absl::string_view kTrashPrefix = ".dead-";
+// Each time a cleaner moves a folder away under a launcher that is taking
+// it, the launcher makes a new one; it gives up after this many.
+constexpr int kMaxHoldAttempts = 16;
 
 absl::Status Errno(int err, const std::string& what) {
   return absl::ErrnoToStatus(err, what);
@@ -105,8 +114,9 @@ absl::StatusOr<int> OpenOwnedDir(int parent_fd, const std::string& name,
 }
 
 // Removes everything inside the open folder `fd` (shown as `path`), never
-// following a symlink. Takes ownership of `fd`.
-absl::Status EmptyDir(int fd, const std::string& path, int depth) {
+// following a symlink, adding the memory its files held to `*bytes`. Takes
+// ownership of `fd`.
+absl::Status EmptyDir(int fd, const std::string& path, int depth, uint64_t* bytes) {
   DIR* d = fdopendir(fd);
   if (d == nullptr) {
     const int err = errno;
@@ -119,6 +129,10 @@ absl::Status EmptyDir(int fd, const std::string& path, int depth) {
     const std::string name = e->d_name;
     if (name == "." || name == "..") continue;
     const std::string child = absl::StrCat(path, "/", name);
+    struct stat st;
+    if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
+      *bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
     if (unlinkat(fd, name.c_str(), 0) == 0) continue;
     if (errno != EISDIR && errno != EPERM) {
       result.Update(Errno(errno, absl::StrCat("cannot remove ", child)));
@@ -134,7 +148,7 @@ absl::Status EmptyDir(int fd, const std::string& path, int depth) {
       result.Update(Errno(errno, absl::StrCat("cannot open ", child)));
       continue;
     }
-    result.Update(EmptyDir(sub, child, depth + 1));
+    result.Update(EmptyDir(sub, child, depth + 1, bytes));
     if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0) {
       result.Update(Errno(errno, absl::StrCat("cannot remove ", child)));
     }
@@ -142,15 +156,17 @@ absl::Status EmptyDir(int fd, const std::string& path, int depth) {
   return result;
 }
 
-// Removes the folder `name` under `parent_fd` and its contents.
-absl::Status RemoveAt(int parent_fd, const std::string& name, const std::string& path) {
+// Removes the folder `name` under `parent_fd` and its contents, adding the
+// memory they held to `*bytes`.
+absl::Status RemoveAt(int parent_fd, const std::string& name, const std::string& path,
+                      uint64_t* bytes) {
   const int fd =
       openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return absl::OkStatus();
     return NotAFolder(parent_fd, name, path, errno);
   }
-  absl::Status emptied = EmptyDir(fd, path, 0);
+  absl::Status emptied = EmptyDir(fd, path, 0, bytes);
   if (unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
     emptied.Update(Errno(errno, absl::StrCat("cannot remove snapshot folder ", path)));
   }
@@ -162,6 +178,90 @@ std::pair<std::string, std::string> SplitLast(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return {".", path};
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// The user root's own name, "elastrun-<uid>".
+std::string UserRootName(uid_t uid) { return absl::StrCat("elastrun-", uid); }
+
+absl::Status CheckName(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot folder name \"", name, "\" is not a single path component"));
+  }
+  return absl::OkStatus();
+}
+
+// Opens SnapshotUserRoot(base, uid), first creating it when `create`.
+absl::StatusOr<int> OpenUserRoot(const std::string& base, uid_t uid, gid_t gid,
+                                 bool create) {
+  const int base_fd = open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (base_fd < 0) {
+    return Errno(errno, absl::StrCat("cannot open the snapshot base folder ", base));
+  }
+  absl::StatusOr<int> root_fd = OpenOwnedDir(base_fd, UserRootName(uid),
+                                             SnapshotUserRoot(base, uid), create, uid, gid);
+  close(base_fd);
+  return root_fd;
+}
+
+// Whether `name` under `dir_fd` is the folder open as `fd`; `*st` is the
+// folder's.
+absl::StatusOr<bool> StillNamed(int dir_fd, const std::string& name,
+                                const std::string& path, int fd, struct stat* st) {
+  if (fstat(fd, st) != 0) {
+    return Errno(errno, absl::StrCat("cannot stat snapshot folder ", path));
+  }
+  struct stat named;
+  if (fstatat(dir_fd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return false;
+    return Errno(errno, absl::StrCat("cannot stat snapshot folder ", path));
+  }
+  return named.st_dev == st->st_dev && named.st_ino == st->st_ino;
+}
+
+// renameat2(RENAME_NOREPLACE), or a plain rename where the file system
+// lacks the flag (the trash name is unique anyway).
+int RenameNoReplace(int dir_fd, const std::string& from, const std::string& to) {
+  if (renameat2(dir_fd, from.c_str(), dir_fd, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL) return -1;
+  return renameat(dir_fd, from.c_str(), dir_fd, to.c_str());
+}
+
+// Removes the folder `name` of user `uid` under `root_fd` (shown as
+// `root`) if nobody holds it: locked, moved to a trash name, emptied and
+// removed. nullopt when it is held, gone, or no longer that user's folder.
+absl::StatusOr<std::optional<RemovedSnapshotDir>> RemoveIfDead(int root_fd,
+                                                              const std::string& root,
+                                                              const std::string& name,
+                                                              uid_t uid) {
+  const std::string path = absl::StrCat(root, "/", name);
+  const int fd =
+      openat(root_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return std::nullopt;
+    return Errno(errno, absl::StrCat("cannot open snapshot folder ", path));
+  }
+  // Closed last: the lock is held until the folder is gone.
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  absl::StatusOr<bool> locked = LockSnapshotDirAt(root_fd, name, path, fd);
+  if (absl::IsFailedPrecondition(locked.status())) return std::nullopt;  // held: alive
+  if (!locked.ok()) return locked.status();
+  if (!*locked) return std::nullopt;  // another cleaner moved it
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Errno(errno, absl::StrCat("cannot stat ", path));
+  if (st.st_uid != uid) return std::nullopt;
+  std::string trash = name;
+  if (!absl::StartsWith(name, kTrashPrefix)) {
+    // One step: from here no launcher finds it under its name.
+    trash = absl::StrCat(kTrashPrefix, st.st_ino);
+    if (RenameNoReplace(root_fd, name, trash) != 0) {
+      return Errno(errno, absl::StrCat("cannot move snapshot folder ", path, " to ", root,
+                                       "/", trash, " to remove it"));
+    }
+  }
+  RemovedSnapshotDir removed{path, 0};
+  RETURN_IF_ERROR(RemoveAt(root_fd, trash, absl::StrCat(root, "/", trash), &removed.bytes));
+  return removed;
 }
 
 }  // namespace
@@ -199,14 +299,15 @@ bool IsWritableTmpfs(const std::string& dir) {
 
 std::string SnapshotFolderName(absl::string_view id) {
   std::string name;
-  bool only_dots = true;
   for (char c : id.substr(0, kMaxNameChars)) {
-    const bool ok = absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
-                    c == '_' || c == '-';
+    // A leading dot is not kept: hidden names (the trash) are elastrun's own.
+    const bool ok = absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                    (c == '.' && !name.empty()) || c == '_' || c == '-';
     name.push_back(ok ? c : '_');
-    only_dots = only_dots && c == '.';
   }
-  if (name != id || only_dots) absl::StrAppend(&name, "-", absl::Hex(Fnv1a(id), absl::kZeroPad8));
+  if (name != id || name.empty()) {
+    absl::StrAppend(&name, "-", absl::Hex(Fnv1a(id), absl::kZeroPad8));
+  }
   return name;
 }
 
@@ -215,51 +316,63 @@ std::string SnapshotUserRoot(const std::string& base) {
 }
 
 std::string SnapshotUserRoot(const std::string& base, uid_t uid) {
-  return absl::StrCat(base, "/elastrun-", uid);
+  return absl::StrCat(base, "/", UserRootName(uid));
 }
 
-absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base, const std::string& name) {
-  return CreateSnapshotDir(base, name, geteuid(), getegid());
+absl::StatusOr<std::unique_ptr<HeldSnapshotDir>> HeldSnapshotDir::Create(
+    const std::string& base, const std::string& name) {
+  return Create(base, name, geteuid(), getegid());
 }
 
-absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
-                                              const std::string& name, uid_t uid,
-                                              gid_t gid) {
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("snapshot folder name \"", name, "\" is not a single path component"));
-  }
-  const std::string root = SnapshotUserRoot(base, uid);
-  const auto [parent, leaf] = SplitLast(root);
-  const int parent_fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (parent_fd < 0) {
-    return Errno(errno, absl::StrCat("cannot open the snapshot base folder ", parent));
-  }
-  absl::StatusOr<int> root_fd =
-      OpenOwnedDir(parent_fd, leaf, root, /*create=*/true, uid, gid);
-  close(parent_fd);
-  if (!root_fd.ok()) return root_fd.status();
-  const std::string path = absl::StrCat(root, "/", name);
-  absl::StatusOr<int> fd = OpenOwnedDir(*root_fd, name, path, /*create=*/true, uid, gid);
-  close(*root_fd);
-  if (!fd.ok()) return fd.status();
-  close(*fd);
-  return path;
-}
-
-absl::StatusOr<int> LockSnapshotDir(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, absl::StrCat("cannot open snapshot folder ", path));
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    close(fd);
-    if (err == EWOULDBLOCK) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("snapshot folder ", path, " is in use by another launcher"));
+absl::StatusOr<std::unique_ptr<HeldSnapshotDir>> HeldSnapshotDir::Create(
+    const std::string& base, const std::string& name, uid_t uid, gid_t gid) {
+  RETURN_IF_ERROR(CheckName(name));
+  ASSIGN_OR_RETURN(const int root_fd, OpenUserRoot(base, uid, gid, /*create=*/true));
+  absl::Cleanup close_root = [root_fd] { close(root_fd); };
+  const std::string path = absl::StrCat(SnapshotUserRoot(base, uid), "/", name);
+  for (int attempt = 0; attempt < kMaxHoldAttempts; ++attempt) {
+    ASSIGN_OR_RETURN(const int fd,
+                     OpenOwnedDir(root_fd, name, path, /*create=*/true, uid, gid));
+    absl::StatusOr<bool> locked = LockSnapshotDirAt(root_fd, name, path, fd);
+    if (locked.ok() && *locked) {
+      return std::unique_ptr<HeldSnapshotDir>(new HeldSnapshotDir(path, fd));
     }
-    return Errno(err, absl::StrCat("cannot lock snapshot folder ", path));
+    close(fd);
+    if (!locked.ok()) return locked.status();
   }
-  return fd;
+  return absl::AbortedError(absl::StrCat(
+      "snapshot folder ", path, " was removed ", kMaxHoldAttempts,
+      " times while this launcher was taking it (as the folder of a run that is gone, "
+      "by launchers starting at the same time); start again"));
+}
+
+HeldSnapshotDir::~HeldSnapshotDir() {
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::Status HeldSnapshotDir::Remove() {
+  if (fd_ < 0) return absl::OkStatus();
+  absl::Status removed = RemoveSnapshotDir(path_);
+  close(fd_);
+  fd_ = -1;
+  return removed;
+}
+
+absl::StatusOr<bool> LockSnapshotDirAt(int dir_fd, const std::string& name,
+                                       const std::string& path, int fd) {
+  struct stat st;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) {
+      return Errno(errno, absl::StrCat("cannot lock snapshot folder ", path));
+    }
+    // The holder is alive, or a cleaner that is about to move it away.
+    ASSIGN_OR_RETURN(const bool named, StillNamed(dir_fd, name, path, fd, &st));
+    if (!named) return false;
+    return absl::FailedPreconditionError(
+        absl::StrCat("snapshot folder ", path, " is in use by another launcher"));
+  }
+  // A cleaner may have moved it to the trash between our open and flock.
+  return StillNamed(dir_fd, name, path, fd, &st);
 }
 
 absl::Status RemoveSnapshotDir(const std::string& path) {
@@ -269,12 +382,13 @@ absl::Status RemoveSnapshotDir(const std::string& path) {
     if (errno == ENOENT) return absl::OkStatus();
     return Errno(errno, absl::StrCat("cannot open ", parent));
   }
-  absl::Status st = RemoveAt(parent_fd, leaf, path);
+  uint64_t bytes = 0;
+  absl::Status st = RemoveAt(parent_fd, leaf, path, &bytes);
   close(parent_fd);
   return st;
 }
 
-absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
+absl::StatusOr<std::vector<RemovedSnapshotDir>> RemoveLeftoverSnapshotDirs(
     const std::string& base, const std::function<bool(absl::string_view name)>& is_leftover) {
   return RemoveLeftoverSnapshotDirs(base, geteuid(), is_leftover);
 }
@@ -300,33 +414,25 @@ std::vector<uid_t> SnapshotUsers(const std::string& base) {
   return users;
 }
 
-absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
+absl::StatusOr<std::vector<RemovedSnapshotDir>> RemoveLeftoverSnapshotDirs(
     const std::string& base, uid_t uid,
     const std::function<bool(absl::string_view name)>& is_leftover) {
+  absl::StatusOr<int> root_fd = OpenUserRoot(base, uid, /*gid=*/0, /*create=*/false);
+  if (absl::IsNotFound(root_fd.status())) return std::vector<RemovedSnapshotDir>();
+  if (!root_fd.ok()) return root_fd.status();
+  absl::Cleanup close_root = [fd = *root_fd] { close(fd); };
   const std::string root = SnapshotUserRoot(base, uid);
-  const auto [parent, leaf] = SplitLast(root);
-  const int parent_fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (parent_fd < 0) {
-    if (errno == ENOENT) return std::vector<std::string>();
-    return Errno(errno, absl::StrCat("cannot open the snapshot base folder ", parent));
-  }
-  absl::StatusOr<int> root_fd =
-      OpenOwnedDir(parent_fd, leaf, root, /*create=*/false, uid, /*gid=*/0);
-  close(parent_fd);
-  if (!root_fd.ok()) {
-    if (absl::IsNotFound(root_fd.status())) return std::vector<std::string>();
-    return root_fd.status();
-  }
   // The names first: removing while readdir walks the folder may skip some.
   std::vector<std::string> names;
   if (DIR* d = fdopendir(dup(*root_fd))) {
     while (dirent* e = readdir(d)) {
       const std::string name = e->d_name;
-      if (name != "." && name != ".." && is_leftover(name)) names.push_back(name);
+      if (name == "." || name == "..") continue;
+      if (absl::StartsWith(name, kTrashPrefix) || is_leftover(name)) names.push_back(name);
     }
     closedir(d);
   }
-  std::vector<std::string> removed;
+  std::vector<RemovedSnapshotDir> removed;
   absl::Status result;
   for (const std::string& name : names) {
     struct stat st;
@@ -334,15 +440,14 @@ absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
         !S_ISDIR(st.st_mode) || st.st_uid != uid) {
       continue;  // only folders, only the user's
     }
-    const std::string path = absl::StrCat(root, "/", name);
-    absl::Status st_remove = RemoveAt(*root_fd, name, path);
-    if (st_remove.ok()) {
-      removed.push_back(path);
-    } else {
-      result.Update(st_remove);
+    absl::StatusOr<std::optional<RemovedSnapshotDir>> one =
+        RemoveIfDead(*root_fd, root, name, uid);
+    if (!one.ok()) {
+      result.Update(one.status());
+    } else if (one->has_value()) {
+      removed.push_back(**std::move(one));
     }
   }
-  close(*root_fd);
   if (!result.ok()) return result;
   return removed;
 }

@@ -11,15 +11,30 @@
 // a non-folder, a folder of another user or one others may write to is
 // refused, never followed or written through.
 //
-// Thread-compatible: plain functions on the file system.
+// Whoever uses a folder holds an exclusive lock (flock) on it for as long as
+// it does (HeldSnapshotDir): the lock keeps two launchers out of one folder,
+// and tells the living from the dead. The kernel drops the lock when its
+// holder dies, however it dies (SIGKILL, a lost machine), so a folder that
+// nobody holds is a dead owner's and RemoveLeftoverSnapshotDirs may take it:
+// under the lock, it is renamed to a hidden trash name (".dead-<inode>") in
+// one step and then removed. A holder checks after locking that the path
+// still names the folder it locked, and starts again when a cleaner moved it
+// away in between; a trash folder whose remover was killed midway is free
+// again, and the next cleaner removes it.
+//
+// Thread-compatible: plain functions on the file system, and a class whose
+// instances are each used by one thread at a time.
 #ifndef ELASTRUN_LAUNCHER_AGENT_SNAPSHOT_DIR_H_
 #define ELASTRUN_LAUNCHER_AGENT_SNAPSHOT_DIR_H_
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -44,10 +59,10 @@ std::string DefaultSnapshotBase();
 bool IsWritableTmpfs(const std::string& dir);
 
 // A folder name made from a job or run id: characters other than
-// [A-Za-z0-9._-] become '_', and a name that changed (or was shortened to
-// 100 characters, or is made of dots only) gets "-" and a hash of the id, so
-// that distinct ids get distinct names. Never empty, never contains '/',
-// never "." or "..".
+// [A-Za-z0-9._-], and a leading '.', become '_', and a name that changed (or
+// was shortened to 100 characters, or is empty) gets "-" and a hash of the
+// id, so that distinct ids get distinct names. Never empty, never contains
+// '/', never starts with '.' (hidden names are elastrun's own).
 std::string SnapshotFolderName(absl::string_view id);
 
 // <base>/elastrun-<uid>: the folder of this user's snapshot folders.
@@ -55,48 +70,85 @@ std::string SnapshotUserRoot(const std::string& base);
 // The same for user `uid`.
 std::string SnapshotUserRoot(const std::string& base, uid_t uid);
 
-// Creates (or adopts, when it is already a real folder of ours with mode
-// 0700) <base>/elastrun-<uid>/<name> and returns its path. `name` must be a
-// single path component (see SnapshotFolderName). Errors name the path:
-// InvalidArgument for a bad `name`; FailedPrecondition when a level is a
-// symlink, not a folder, owned by another user, or open to group/others;
-// the errno's status (e.g. NotFound for a missing base) when mkdir or open
-// fails.
-absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
-                                              const std::string& name);
-// The same for another user (a root elastrund running the job of `uid`):
-// <base>/elastrun-<uid>/<name>, both levels owned by uid:gid (chowned when
-// made here), mode 0700; a level owned by anyone but `uid` is refused.
-absl::StatusOr<std::string> CreateSnapshotDir(const std::string& base,
-                                              const std::string& name, uid_t uid,
-                                              gid_t gid);
+// A snapshot folder this process holds: made or adopted, and locked for as
+// long as the object lives (the lock's descriptor is close-on-exec, so
+// workers never hold it). Destroying it releases the lock and leaves the
+// folder (a restart of the same run may adopt it); Remove() removes it.
+class HeldSnapshotDir {
+ public:
+  // Creates (or adopts, when it is already a real folder of ours with mode
+  // 0700) <base>/elastrun-<uid>/<name> and locks it. `name` must be a single
+  // path component (see SnapshotFolderName). Errors name the path:
+  // InvalidArgument for a bad `name`; FailedPrecondition when a level is a
+  // symlink, not a folder, owned by another user, or open to group/others,
+  // and "in use by another launcher" when another open descriptor holds the
+  // lock (another process, or another HeldSnapshotDir here); Aborted when
+  // cleaners kept moving the folder away while this tried to take it; the
+  // errno's status (e.g. NotFound for a missing base) when mkdir, open or
+  // flock fails.
+  static absl::StatusOr<std::unique_ptr<HeldSnapshotDir>> Create(const std::string& base,
+                                                                 const std::string& name);
+  // The same for another user (a root elastrund running the job of `uid`):
+  // <base>/elastrun-<uid>/<name>, both levels owned by uid:gid (chowned when
+  // made here), mode 0700; a level owned by anyone but `uid` is refused.
+  static absl::StatusOr<std::unique_ptr<HeldSnapshotDir>> Create(const std::string& base,
+                                                                 const std::string& name,
+                                                                 uid_t uid, gid_t gid);
+  ~HeldSnapshotDir();  // releases the lock; the folder stays
+  HeldSnapshotDir(const HeldSnapshotDir&) = delete;
+  HeldSnapshotDir& operator=(const HeldSnapshotDir&) = delete;
 
-// Takes an exclusive lock (flock) on the folder `path` for as long as the
-// returned descriptor stays open (close it to release; it is close-on-exec,
-// so workers never hold it), so that two launchers never share a folder:
-// FailedPrecondition naming the path when another open descriptor holds the
-// lock (another process, or an earlier call); the errno's status when the
-// folder cannot be opened (a symlink is not followed).
-absl::StatusOr<int> LockSnapshotDir(const std::string& path);
+  const std::string& path() const { return path_; }
 
-// Removes the folder `path` (as returned by CreateSnapshotDir) and
+  // Removes the folder and everything in it (RemoveSnapshotDir) while
+  // still holding it, then releases the lock, even when the removal failed
+  // (the error names what is left); a second call does nothing.
+  absl::Status Remove();
+
+ private:
+  HeldSnapshotDir(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  const std::string path_;
+  int fd_;  // holds the lock; -1 once released
+};
+
+// The step that HeldSnapshotDir and the cleaner share: takes the lock of the
+// open folder `fd` (LOCK_EX, without waiting) and checks that `name` under
+// the open folder `dir_fd` still names it. True: `fd` holds the lock on the
+// folder at `name`. False: a cleaner moved the folder away (before or after
+// the lock was taken); the caller closes `fd`, which drops any lock, and
+// looks again. FailedPrecondition "in use by another launcher" naming
+// `path` (the folder's path, for messages) when another open descriptor
+// holds the lock on the folder still at `name`; the errno's status when
+// flock or stat fails.
+absl::StatusOr<bool> LockSnapshotDirAt(int dir_fd, const std::string& name,
+                                       const std::string& path, int fd);
+
+// Removes the folder `path` (HeldSnapshotDir::path()) and
 // everything in it, without following symlinks (a symlink inside is
 // removed, not its target). OK when it does not exist. Errors name the
 // path; a symlink or non-folder at `path` itself is refused
 // (FailedPrecondition) and left in place.
 absl::Status RemoveSnapshotDir(const std::string& path);
 
-// Removes the folders directly under SnapshotUserRoot(base) whose name
-// `is_leftover` accepts, and that are real folders owned by this user;
-// anything else (files, symlinks, other users' folders) is left alone.
-// Returns the paths removed; OK and empty when the root does not exist.
-// An error (the root is unsafe, or a removal failed) names the path.
-absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
+// A folder RemoveLeftoverSnapshotDirs removed.
+struct RemovedSnapshotDir {
+  std::string path;    // where it was (a trash folder's own path for one)
+  uint64_t bytes = 0;  // the memory its files held
+};
+
+// Removes the folders directly under SnapshotUserRoot(base) that nobody
+// holds (see HeldSnapshotDir), that are real folders owned by this user,
+// and whose name `is_leftover` accepts (trash folders, ".dead-*", need no
+// acceptance); a held folder and anything else (files, symlinks, other
+// users' folders) is left alone. Returns what it removed; OK and empty when
+// the root does not exist. An error (the root is unsafe, or a removal
+// failed) names the path.
+absl::StatusOr<std::vector<RemovedSnapshotDir>> RemoveLeftoverSnapshotDirs(
     const std::string& base, const std::function<bool(absl::string_view name)>& is_leftover);
 // The same under SnapshotUserRoot(base, uid), for the folders of user
 // `uid` (a root elastrund cleans up after the jobs it ran as their owners):
 // only a root and folders owned by `uid`.
-absl::StatusOr<std::vector<std::string>> RemoveLeftoverSnapshotDirs(
+absl::StatusOr<std::vector<RemovedSnapshotDir>> RemoveLeftoverSnapshotDirs(
     const std::string& base, uid_t uid,
     const std::function<bool(absl::string_view name)>& is_leftover);
 

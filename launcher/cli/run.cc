@@ -303,27 +303,21 @@ class StandaloneRun {
   std::set<int> used_ports_;
 };
 
-// The run's snapshot folder, named by its id, and the lock that keeps
-// another run with the same id out of it while this one lives.
-struct RunSnapshots {
-  std::string dir;  // empty: none
-  int lock_fd = -1;
-};
-
-// Makes and locks the run's folder; none (after a warning saying why) when
-// it cannot be had: snapshots are an optimisation, not a reason to refuse
-// a run.
-RunSnapshots MakeSnapshotDir(const RunOptions& o, const std::string& run_id) {
-  if (o.no_snapshots) return {};
-  absl::StatusOr<std::string> dir =
-      CreateSnapshotDir(DefaultSnapshotBase(), SnapshotFolderName(run_id));
-  absl::StatusOr<int> lock = dir.ok() ? LockSnapshotDir(*dir) : dir.status();
-  if (!lock.ok()) {
+// The run's snapshot folder, named by its id and held for the run's life,
+// which keeps another run with the same id out of it, and cleaners too;
+// null (after a warning saying why) when it cannot be had: snapshots are an
+// optimisation, not a reason to refuse a run.
+std::unique_ptr<HeldSnapshotDir> MakeSnapshotDir(const RunOptions& o,
+                                                 const std::string& run_id) {
+  if (o.no_snapshots) return nullptr;
+  absl::StatusOr<std::unique_ptr<HeldSnapshotDir>> dir =
+      HeldSnapshotDir::Create(DefaultSnapshotBase(), SnapshotFolderName(run_id));
+  if (!dir.ok()) {
     Say(absl::StrCat("warning: workers run without ", env::kSnapshot,
-                     " (no in-memory snapshots): ", lock.status().message()));
-    return {};
+                     " (no in-memory snapshots): ", dir.status().message()));
+    return nullptr;
   }
-  return {*dir, *lock};
+  return *std::move(dir);
 }
 
 }  // namespace
@@ -362,14 +356,13 @@ int RunStandalone(const RunOptions& o) {
   // Every attempt, restarts and standbys included, shares the folder; it
   // goes when the run ends, however it ends (a stop signal ends the run
   // through the agent, so this runs then too).
-  const RunSnapshots snapshots = MakeSnapshotDir(o, setup->run_id);
-  setup->group.snapshot_dir = snapshots.dir;
+  const std::unique_ptr<HeldSnapshotDir> snapshots = MakeSnapshotDir(o, setup->run_id);
+  if (snapshots != nullptr) setup->group.snapshot_dir = snapshots->path();
   absl::Cleanup remove_snapshots = [&snapshots] {
-    if (snapshots.dir.empty()) return;
-    if (absl::Status st = RemoveSnapshotDir(snapshots.dir); !st.ok()) {
+    if (snapshots == nullptr) return;
+    if (absl::Status st = snapshots->Remove(); !st.ok()) {
       Say(absl::StrCat("warning: ", st.message()));
     }
-    close(snapshots.lock_fd);
   };
   const RunCgroup cgroup = MakeRunCgroup();
   AgentOptions agent_options;

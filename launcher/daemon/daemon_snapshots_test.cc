@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -142,14 +143,18 @@ TEST(JobSnapshotsTest, LeftoversOfThisNodeGoAndEverythingElseStays) {
   const std::string base = testing::MakeTempDir("job_snapshots");
   const std::string root = absl::StrCat(base, "/elastrun-", geteuid());
   JobSnapshots other_node(base, "n2");
-  JobSnapshots node(base, "n1");
-  ASSERT_FALSE(node.FolderFor("old").empty());
+  auto node = std::make_unique<JobSnapshots>(base, "n1");
+  ASSERT_FALSE(node->FolderFor("old").empty());
   Touch(root + "/old@n1/rank0.slot0");
   ASSERT_FALSE(other_node.FolderFor("old").empty());
   ASSERT_EQ(mkdir((root + "/run7").c_str(), 0700), 0);  // an `elastrun run`'s
   Touch(root + "/file@n1");
+  // A daemon of n1 that still runs holds its folder.
+  JobSnapshots alive(base, "n1");
+  ASSERT_FALSE(alive.FolderFor("busy").empty());
 
   // A new daemon of n1 (the old one died without cleaning up) with one job.
+  node.reset();
   JobSnapshots restarted(base, "n1");
   const std::string live = restarted.FolderFor("live");
   EXPECT_EQ(live, root + "/live@n1");
@@ -158,13 +163,14 @@ TEST(JobSnapshotsTest, LeftoversOfThisNodeGoAndEverythingElseStays) {
   EXPECT_THAT(*removed, ElementsAre(root + "/old@n1"));
   EXPECT_FALSE(Exists(root + "/old@n1"));
   EXPECT_TRUE(Exists(live));
+  EXPECT_TRUE(Exists(root + "/busy@n1"));
   EXPECT_TRUE(Exists(root + "/old@n2"));
   EXPECT_TRUE(Exists(root + "/run7"));
   EXPECT_TRUE(Exists(root + "/file@n1"));
 
   // Names are sanitized: a job id cannot reach out of the folder.
-  EXPECT_THAT(node.FolderName("../x"), Not(Contains('/')));
-  EXPECT_EQ(node.FolderName("j-1"), "j-1@n1");
+  EXPECT_THAT(restarted.FolderName("../x"), Not(Contains('/')));
+  EXPECT_EQ(restarted.FolderName("j-1"), "j-1@n1");
   // Without a base there are no folders.
   JobSnapshots none("", "n1");
   EXPECT_EQ(none.FolderFor("j"), "");
@@ -174,10 +180,11 @@ TEST(JobSnapshotsTest, RootRemovesTheLeftoversOfTheOwnersItRanJobsFor) {
   if (geteuid() != 0) GTEST_SKIP() << "only a root daemon runs other users' jobs";
   const std::string base = testing::MakeTempDir("job_snapshots_owners");
   const std::string theirs = absl::StrCat(base, "/elastrun-4242");
-  JobSnapshots node(base, "n1");
-  ASSERT_EQ(node.FolderFor("old", 4242, 4242), theirs + "/old@n1");
+  auto node = std::make_unique<JobSnapshots>(base, "n1");
+  ASSERT_EQ(node->FolderFor("old", 4242, 4242), theirs + "/old@n1");
   JobSnapshots other_node(base, "n2");
   ASSERT_FALSE(other_node.FolderFor("old", 4242, 4242).empty());
+  node.reset();  // died: its folder is no longer held
   // A folder named like a user's root that the user does not own is not one.
   const std::string fake = absl::StrCat(base, "/elastrun-4243");
   ASSERT_EQ(mkdir(fake.c_str(), 0700), 0);

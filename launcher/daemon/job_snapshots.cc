@@ -7,7 +7,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "launcher/agent/snapshot_dir.h"
 
 namespace elastrun::launcher {
 
@@ -24,41 +23,42 @@ std::string JobSnapshots::FolderFor(const std::string& job) {
 
 std::string JobSnapshots::FolderFor(const std::string& job, uid_t uid, gid_t gid) {
   if (base_.empty()) return "";
-  if (auto it = folders_.find(job); it != folders_.end()) return it->second;
-  absl::StatusOr<std::string> dir = CreateSnapshotDir(base_, FolderName(job), uid, gid);
+  if (auto it = folders_.find(job); it != folders_.end()) return it->second->path();
+  absl::StatusOr<std::unique_ptr<HeldSnapshotDir>> dir =
+      HeldSnapshotDir::Create(base_, FolderName(job), uid, gid);
   if (!dir.ok()) {
     LOG(WARNING) << "job " << job << ": workers run without ELASTRUN_SNAPSHOT (no in-memory "
                  << "snapshots): " << dir.status().message();
     return "";
   }
-  LOG(INFO) << "job " << job << ": snapshots in " << *dir;
-  folders_[job] = *dir;
-  return *dir;
+  const std::string path = (*dir)->path();
+  LOG(INFO) << "job " << job << ": snapshots in " << path;
+  folders_[job] = *std::move(dir);
+  return path;
 }
 
 void JobSnapshots::Remove(const std::string& job) {
   auto it = folders_.find(job);
   if (it == folders_.end()) return;
-  if (absl::Status st = RemoveSnapshotDir(it->second); !st.ok()) {
+  if (absl::Status st = it->second->Remove(); !st.ok()) {
     LOG(WARNING) << "job " << job << ": " << st.message();
   } else {
-    LOG(INFO) << "job " << job << ": removed " << it->second;
+    LOG(INFO) << "job " << job << ": removed " << it->second->path();
   }
   folders_.erase(it);
 }
 
 std::vector<std::string> JobSnapshots::Jobs() const {
   std::vector<std::string> jobs;
-  for (const auto& [job, path] : folders_) jobs.push_back(job);
+  for (const auto& [job, dir] : folders_) jobs.push_back(job);
   return jobs;
 }
 
 absl::StatusOr<std::vector<std::string>> JobSnapshots::RemoveLeftovers() {
   if (base_.empty()) return std::vector<std::string>();
-  std::map<std::string, bool> mine;
-  for (const auto& [job, path] : folders_) mine[FolderName(job)] = true;
+  // This daemon's own folders are held, so they are never taken.
   auto is_leftover = [&](absl::string_view name) {
-    return absl::EndsWith(name, node_suffix_) && !mine.count(std::string(name));
+    return absl::EndsWith(name, node_suffix_);
   };
   std::vector<uid_t> users = {geteuid()};
   if (geteuid() == 0) {
@@ -69,10 +69,10 @@ absl::StatusOr<std::vector<std::string>> JobSnapshots::RemoveLeftovers() {
   std::vector<std::string> removed;
   absl::Status failed;
   for (uid_t uid : users) {
-    absl::StatusOr<std::vector<std::string>> r =
+    absl::StatusOr<std::vector<RemovedSnapshotDir>> r =
         RemoveLeftoverSnapshotDirs(base_, uid, is_leftover);
     if (r.ok()) {
-      removed.insert(removed.end(), r->begin(), r->end());
+      for (const RemovedSnapshotDir& dir : *r) removed.push_back(dir.path);
     } else {
       failed.Update(r.status());
     }
