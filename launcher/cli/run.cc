@@ -347,6 +347,21 @@ void Say(const std::string& line) {
   WriteAll(STDERR_FILENO, s);
 }
 
+void RemoveSnapshotsOfDeadRuns() {
+  const std::string base = DefaultSnapshotBase();
+  absl::StatusOr<std::vector<RemovedSnapshotDir>> removed =
+      RemoveLeftoverSnapshotDirs(base, [](absl::string_view) { return true; });
+  if (!removed.ok()) {
+    Say(absl::StrCat("warning: snapshot folders of runs that are gone are left in ",
+                     SnapshotUserRoot(base), ": ", removed.status().message()));
+    return;
+  }
+  for (const RemovedSnapshotDir& dir : *removed) {
+    Say(absl::StrFormat("removed the snapshot folder of a run that is gone: %s (%.1f MB)",
+                        dir.path, static_cast<double>(dir.bytes) / 1e6));
+  }
+}
+
 int RunStandalone(const RunOptions& o) {
   absl::StatusOr<RunSetup> setup = PrepareRun(o);
   if (!setup.ok()) {
@@ -364,6 +379,9 @@ int RunStandalone(const RunOptions& o) {
       Say(absl::StrCat("warning: ", st.message()));
     }
   };
+  // After taking its own: a restart of a dead run with the same id adopts
+  // that run's folder rather than removing it.
+  RemoveSnapshotsOfDeadRuns();
   const RunCgroup cgroup = MakeRunCgroup();
   AgentOptions agent_options;
   agent_options.grace = o.shutdown_timeout;

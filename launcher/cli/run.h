@@ -18,6 +18,13 @@ namespace elastrun::launcher {
 // lines of several threads do not interleave).
 void Say(const std::string& line);
 
+// Removes this user's snapshot folders that nobody holds: those of runs (and
+// elastrund jobs) whose launcher is gone, SIGKILLed or with its machine
+// (RemoveLeftoverSnapshotDirs, under DefaultSnapshotBase()). Says one line
+// per folder removed, naming it and the memory it held, or one warning
+// when the folders cannot be looked at or removed; never fails the run.
+void RemoveSnapshotsOfDeadRuns();
+
 // --nproc-per-node resolved on this node: CPU cores, and GPUs as
 // $CUDA_VISIBLE_DEVICES allows. An error is a usage error.
 absl::StatusOr<int> ResolveNproc(const RunOptions& options);

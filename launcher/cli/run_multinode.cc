@@ -291,6 +291,9 @@ int RunMultinode(const RunOptions& o) {
     return 2;
   }
   const NodeSetup& n = *setup;
+  // Nothing here to adopt: this node's folder is made later, named by its
+  // node id, which holds this launcher's pid.
+  RemoveSnapshotsOfDeadRuns();
   // Forks its watchdog: before any thread but the signal thread, which
   // holds no lock.
   const RunCgroup cgroup = MakeRunCgroup();

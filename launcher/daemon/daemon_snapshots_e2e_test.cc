@@ -1,7 +1,8 @@
 // End to end: the real elastrun-rendezvous, a real elastrund and shell
 // workers (no torch): a job's snapshot folder on the node, the same in
-// every round, gone when the job succeeds or is cancelled, and a starting
-// daemon's removal of its node's leftovers. ELASTRUN_SNAPSHOT_BASE points
+// every round, gone when the job succeeds or is cancelled, a starting
+// daemon's removal of its node's leftovers, and `elastrun run`'s: it keeps
+// out of a live daemon's folders and removes a SIGKILLed one's. ELASTRUN_SNAPSHOT_BASE points
 // into the test's own temporary folder: the real /dev/shm is never touched.
 #include <signal.h>
 #include <sys/stat.h>
@@ -158,6 +159,43 @@ TEST_F(DaemonSnapshotsE2eTest, CancelledJobsFolderGoes) {
   ASSERT_TRUE(cluster_->Cancel(job));
   EXPECT_TRUE(PollUntil([&] { return !FileExists(folder); })) << daemon_->Output();
   EXPECT_EQ(cluster_->WaitFinished(job).state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(DaemonSnapshotsE2eTest, ElastrunRunKeepsALiveDaemonsFolderAndRemovesADeadOnes) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  const std::string job =
+      Submit(Worker(seen_, absl::StrCat("echo $$ > ", seen_, "/p.$RANK; mv ", seen_,
+                                        "/p.$RANK ", seen_, "/pid.$RANK; exec sleep 600")),
+             0);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(testing::WaitForFiles(seen_, "pid.", 2, kDeadline).ok()) << daemon_->Output();
+  const std::string folder = root_ + "/" + job + "@n1";
+  ASSERT_TRUE(FileExists(folder + "/rank0.slot0"));
+  // `elastrun run` of the same user, beside it.
+  auto run = [&](const std::string& id) {
+    absl::StatusOr<testing::RunResult> r = testing::Run(
+        {BinDir() + "/elastrun", "run", "--run-id", id, "--log-dir", dir_ + "/run-logs",
+         "--nproc-per-node", "1", "/bin/sh", "-c", "exit 0"},
+        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_}, kDeadline);
+    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
+    return r.ok() ? r->output : "";
+  };
+  EXPECT_THAT(run("beside"), ::testing::Not(::testing::HasSubstr("removed the snapshot")));
+  EXPECT_TRUE(FileExists(folder + "/rank0.slot0")) << "a live daemon's folder was taken";
+
+  // The daemon and its workers are SIGKILLed, as on a lost machine.
+  std::vector<pid_t> pids = {daemon_->pid()};
+  for (int rank : {0, 1}) {
+    pids.push_back(std::stoi(testing::ReadFile(absl::StrCat(seen_, "/pid.", rank))));
+  }
+  ASSERT_TRUE(testing::KillGroupsAsLost(pids, kDeadline));
+  ASSERT_TRUE(daemon_->Wait(kDeadline).ok());
+  ASSERT_TRUE(FileExists(folder + "/rank0.slot0"));
+  EXPECT_THAT(run("after"),
+              ::testing::HasSubstr(absl::StrCat(
+                  "elastrun: removed the snapshot folder of a run that is gone: ", folder,
+                  " (")));
+  EXPECT_FALSE(FileExists(folder));
 }
 
 }  // namespace

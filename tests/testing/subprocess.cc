@@ -213,6 +213,23 @@ bool WaitProcessExited(pid_t pid, absl::Duration timeout) {
   return got == 1;
 }
 
+bool KillGroupsAsLost(const std::vector<pid_t>& pids, absl::Duration timeout) {
+  std::vector<pid_t> groups;
+  for (pid_t pid : pids) {
+    const pid_t group = getpgid(pid);
+    if (group <= 0 || group == getpgrp()) return false;
+    groups.push_back(group);
+  }
+  for (pid_t group : groups) kill(-group, SIGKILL);
+  const absl::Time deadline = absl::Now() + timeout;
+  for (pid_t pid : pids) {
+    if (!WaitProcessExited(pid, std::max(deadline - absl::Now(), absl::ZeroDuration()))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string WriteOwnerOnlyFile(const std::string& path, const std::string& contents) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return "";

@@ -73,6 +73,12 @@ std::vector<pid_t> ProcessesWithEnv(const std::string& entry);
 // its pidfd becomes readable. True at once when it is gone already.
 bool WaitProcessExited(pid_t pid, absl::Duration timeout);
 
+// SIGKILLs the process group of each of `pids` (each one's group read before
+// any is killed; never the test's own), as a lost machine would, and waits
+// until every one of them has exited. False when a group cannot be read or
+// is the test's, or a process outlives `timeout`.
+bool KillGroupsAsLost(const std::vector<pid_t>& pids, absl::Duration timeout);
+
 // A new empty folder under $TMPDIR (or /tmp).
 std::string MakeTempDir(const std::string& tag);
 std::string ReadFile(const std::string& path);
