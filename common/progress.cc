@@ -88,10 +88,12 @@ bool ValidJobTag(absl::string_view job_id) {
 std::string EncodeProgress(const ProgressReport& r) {
   std::string out = absl::StrCat(JobItem(r.job_id), SecretItem(r.secret), "rank=", r.rank,
                                  " step=", r.step);
+  if (r.beat > 0) absl::StrAppend(&out, " beat=", r.beat);
   size_t n = 0;
   for (const auto& [name, value] : r.metrics) {
     if (n++ == kMaxProgressMetrics || !std::isfinite(value)) continue;
-    if (name == kJobKey || name == kSecretKey) continue;  // would read back as those
+    // Would read back as those.
+    if (name == kJobKey || name == kSecretKey || name == "beat") continue;
     std::string item = absl::StrCat(" ", CleanName(name), "=", value);
     if (out.size() + item.size() > kMaxProgressBytes) break;
     out += item;
@@ -124,6 +126,10 @@ absl::StatusOr<ProgressReport> DecodeProgress(absl::string_view datagram) {
     } else if (kv[0] == "step") {
       has_step = absl::SimpleAtoi(kv[1], &r.step);
       if (!has_step) return absl::InvalidArgumentError("progress report: bad step");
+    } else if (kv[0] == "beat") {
+      if (!absl::SimpleAtoi(kv[1], &r.beat) || r.beat < 1) {
+        return absl::InvalidArgumentError("progress report: bad beat");
+      }
     } else {
       double v = 0;
       if (!absl::SimpleAtod(kv[1], &v) || !std::isfinite(v)) {

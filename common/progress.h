@@ -25,7 +25,12 @@ struct ProgressReport {
   // The sender's ELASTRUN_AGENT_SECRET; empty: not given (see ValidSecret).
   std::string secret;
   int rank = 0;
+  // The newest training step; -1 in a beat sent before any step.
   int64_t step = 0;
+  // > 0: a beat: the worker is busy between steps (reading or hashing a
+  // checkpoint, evaluating) and says it is alive; a new beat counts as
+  // progress for hang detection without being a step. 0: none.
+  int64_t beat = 0;
   std::map<std::string, double> metrics;
 };
 

@@ -20,6 +20,25 @@ TEST(ProgressTest, RoundTrip) {
   EXPECT_EQ(back->metrics.count("bad_name"), 1u);
 }
 
+TEST(ProgressTest, BeatRoundTripsAndIsNoMetric) {
+  ProgressReport r;
+  r.rank = 1;
+  r.step = -1;  // A beat before any step.
+  r.beat = 7;
+  r.metrics = {{"beat", 3}};  // Would read back as the beat: left out.
+  auto back = DecodeProgress(EncodeProgress(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->step, -1);
+  EXPECT_EQ(back->beat, 7);
+  EXPECT_TRUE(back->metrics.empty());
+  // No beat: none on the wire, 0 back.
+  r.beat = 0;
+  EXPECT_EQ(EncodeProgress(r).find("beat"), std::string::npos);
+  EXPECT_EQ(DecodeProgress(EncodeProgress(r))->beat, 0);
+  EXPECT_FALSE(DecodeProgress("rank=0 step=1 beat=0").ok());
+  EXPECT_FALSE(DecodeProgress("rank=0 step=1 beat=x").ok());
+}
+
 TEST(ProgressTest, GarbageIsRejected) {
   EXPECT_FALSE(DecodeProgress("").ok());
   EXPECT_FALSE(DecodeProgress("step=1").ok());

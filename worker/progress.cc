@@ -10,7 +10,10 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <mutex>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -20,35 +23,83 @@
 
 namespace elastrun::worker {
 
+namespace {
+
+// The agent's socket and who this worker is, read once from the
+// environment (a standby worker reads it after its activation, which comes
+// before any report).
+struct AgentChannel {
+  int fd = -1;
+  sockaddr_un addr{};
+  int rank = 0;
+  std::string job;     // routes the report when the daemon runs several jobs
+  std::string secret;  // proves to the agent that a worker sends it
+  std::atomic<int64_t> last_step{-1};
+  std::atomic<int64_t> beats{0};
+  std::atomic<int64_t> last_send_ns{0};
+
+  static AgentChannel& Get() {
+    static AgentChannel* channel = [] {
+      auto* c = new AgentChannel;
+      const char* path = getenv(env::kAgentSocket);
+      if (path == nullptr || *path == '\0' || strlen(path) >= sizeof c->addr.sun_path) {
+        return c;
+      }
+      if (const char* r = getenv(env::kRank)) c->rank = atoi(r);
+      if (const char* j = getenv(env::kRunId)) c->job = j;
+      if (const char* s = getenv(env::kAgentSecret)) c->secret = s;
+      c->addr.sun_family = AF_UNIX;
+      strncpy(c->addr.sun_path, path, sizeof c->addr.sun_path - 1);
+      c->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      return c;
+    }();
+    return *channel;
+  }
+
+  void Send(ProgressReport report) {
+    report.job_id = job;
+    report.secret = secret;
+    report.rank = rank;
+    const std::string datagram = EncodeProgress(report);
+    (void)sendto(fd, datagram.data(), datagram.size(), MSG_DONTWAIT,
+                 reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    last_send_ns.store(NowNs(), std::memory_order_relaxed);
+  }
+
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+};
+
+// Beats closer together than this add nothing: the agent samples far less
+// often.
+constexpr int64_t kBeatIntervalNs = 250'000'000;
+
+}  // namespace
+
 void ReportProgress(int64_t step, const std::map<std::string, double>& metrics) {
-  // The socket is opened once; the environment is read then too (a standby
-  // worker reads it after its activation, which comes before any step).
-  static std::once_flag once;
-  static int fd = -1;
-  static sockaddr_un addr{};
-  static int rank = 0;
-  static std::string job;  // routes the report when the daemon runs several jobs
-  static std::string secret;  // proves to the agent that a worker sends it
-  std::call_once(once, [] {
-    const char* path = getenv(env::kAgentSocket);
-    if (path == nullptr || *path == '\0' || strlen(path) >= sizeof addr.sun_path) return;
-    if (const char* r = getenv(env::kRank)) rank = atoi(r);
-    if (const char* j = getenv(env::kRunId)) job = j;
-    if (const char* s = getenv(env::kAgentSecret)) secret = s;
-    addr.sun_family = AF_UNIX;
-    strncpy(addr.sun_path, path, sizeof addr.sun_path - 1);
-    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  });
-  if (fd < 0) return;
+  AgentChannel& c = AgentChannel::Get();
+  if (c.fd < 0) return;
+  c.last_step.store(step, std::memory_order_relaxed);
   ProgressReport report;
-  report.job_id = job;
-  report.secret = secret;
-  report.rank = rank;
   report.step = step;
   report.metrics = metrics;
-  const std::string datagram = EncodeProgress(report);
-  (void)sendto(fd, datagram.data(), datagram.size(), MSG_DONTWAIT,
-               reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  c.Send(std::move(report));
+}
+
+void ReportBusy() {
+  AgentChannel& c = AgentChannel::Get();
+  if (c.fd < 0) return;
+  if (AgentChannel::NowNs() - c.last_send_ns.load(std::memory_order_relaxed) <
+      kBeatIntervalNs) {
+    return;
+  }
+  ProgressReport report;
+  report.step = c.last_step.load(std::memory_order_relaxed);
+  report.beat = c.beats.fetch_add(1, std::memory_order_relaxed) + 1;
+  c.Send(std::move(report));
 }
 
 absl::Status AgentBarrier(const std::string& name, absl::Duration timeout) {

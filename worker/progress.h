@@ -18,6 +18,15 @@ namespace elastrun::worker {
 // to call every step; the agent keeps only the newest. Thread-safe.
 void ReportProgress(int64_t step, const std::map<std::string, double>& metrics = {});
 
+// Tells the agent that this worker is alive while it works between steps
+// (reads or hashes a checkpoint, evaluates), so hang detection neither
+// fires on a long resume or evaluation nor counts it as a step: sends a
+// beat (common/progress.h) with the newest step reported (-1: none yet).
+// Call it as often as convenient: at most one datagram per 250 ms leaves
+// (within that time after any report, none). Never blocks, never fails.
+// Thread-safe.
+void ReportBusy();
+
 // Waits until every worker of every node of this attempt has called
 // AgentBarrier(name): the local workers meet at their daemon, which meets
 // the other nodes through the service. Needs a node daemon (elastrund;

@@ -245,8 +245,10 @@ void Agent::ReadProgress() {
     if (run == nullptr) return Drop("progress report");
     ProgressReport checked = report;
     checked.rank = run->rank_of(i);
-    run->OnProgress(i, checked.step);
-    if (options_.on_progress) options_.on_progress(checked);
+    run->OnProgress(i, checked);
+    // A beat says only that the worker is alive: the step and metrics
+    // shown stay those of its last step report.
+    if (options_.on_progress && checked.beat == 0) options_.on_progress(checked);
   };
   auto on_barrier = [this](const BarrierArrival& arrival,
                            std::function<void(const absl::Status&)> reply) {

@@ -317,8 +317,10 @@ std::optional<size_t> AttemptRun::WorkerWithSecret(absl::string_view secret) con
   return std::nullopt;
 }
 
-void AttemptRun::OnProgress(size_t i, int64_t step) {
-  liveness_.OnReport(i, step, env_.clock->Now());
+void AttemptRun::OnProgress(size_t i, const ProgressReport& report) {
+  const absl::Time now = env_.clock->Now();
+  if (report.step >= 0) liveness_.OnReport(i, report.step, now);
+  if (report.beat > 0) liveness_.OnBeat(i, report.beat, now);
 }
 
 std::unique_ptr<OutputStream> AttemptRun::StderrStream(size_t i) {

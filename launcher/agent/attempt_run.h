@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/progress.h"
 #include "launcher/agent/attempt_spec.h"
 #include "launcher/agent/liveness.h"
 #include "launcher/agent/output_pump.h"
@@ -97,8 +98,9 @@ class AttemptRun {
   // The worker whose activation carries `secret` (ELASTRUN_AGENT_SECRET),
   // while the attempt runs; nullopt for any other secret, and once done.
   std::optional<size_t> WorkerWithSecret(absl::string_view secret) const;
-  // Worker `i` (from WorkerWithSecret) reported `step`.
-  void OnProgress(size_t i, int64_t step);
+  // Worker `i` (from WorkerWithSecret) reported `report` (a step, or a
+  // beat: liveness.h).
+  void OnProgress(size_t i, const ProgressReport& report);
   // The global rank of worker `i`.
   int rank_of(size_t i) const { return ranks_[i].second; }
 

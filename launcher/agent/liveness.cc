@@ -162,6 +162,15 @@ void Liveness::OnReport(size_t i, int64_t step, absl::Time now) {
   w.progress_at = now;
 }
 
+void Liveness::OnBeat(size_t i, int64_t beat, absl::Time now) {
+  if (i >= workers_.size() || beat <= 0) return;
+  Worker& w = workers_[i];
+  if (beat == w.beat) return;
+  w.beat = beat;
+  // Sent before a stop and read after it: not progress.
+  if (!w.stopped) w.progress_at = now;
+}
+
 void Liveness::OnSample(size_t i, const ProcSample& sample, absl::Time now) {
   if (i >= workers_.size()) return;
   Worker& w = workers_[i];

@@ -4,7 +4,10 @@
 // so tests drive it with a fake clock and fake samples.
 //
 // The rule, per worker:
-//  - Progress is a report of a NEW step (a repeated step is not progress).
+//  - Progress is a report of a NEW step (a repeated step is not progress),
+//    or a NEW beat: a worker busy between steps (reading a checkpoint,
+//    evaluating) says it is alive. A beat is not a step: it neither counts
+//    as reporting one nor enters the step times.
 //  - A worker that has never reported a step is judged by its processes
 //    only: its CPU time (utime + stime of the worker and its descendants)
 //    growing between two samples is progress. Once it reported a step, CPU
@@ -114,6 +117,8 @@ class Liveness {
 
   // Worker `i` reported `step`.
   void OnReport(size_t i, int64_t step, absl::Time now);
+  // Worker `i` sent beat `beat` (> 0; see the rule above).
+  void OnBeat(size_t i, int64_t beat, absl::Time now);
   // Worker `i`'s processes as sampled at `now`.
   void OnSample(size_t i, const ProcSample& sample, absl::Time now);
 
@@ -136,6 +141,7 @@ class Liveness {
     int rank = 0;
     bool reported = false;
     int64_t step = -1;
+    int64_t beat = 0;                   // the newest beat, 0: none
     absl::Time progress_at;             // last progress, or the start
     std::optional<absl::Time> step_at;  // when `step` was first reported
     bool stopped = false;

@@ -56,6 +56,48 @@ TEST_F(LivenessTest, ReportingRankHungAfterTimeoutWithoutNewStep) {
             "rank 1 hung at step 1 (no progress for 10s)");
 }
 
+// A rank busy between steps (a long resume or evaluation) sends beats: a
+// new beat is progress, a repeated one is not, and neither is a step.
+TEST_F(LivenessTest, NewBeatIsProgressButNotAStep) {
+  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  l.OnReport(0, 5, clock_.Now());
+  l.OnReport(1, 5, clock_.Now());
+  for (int64_t beat = 1; beat <= 3; ++beat) {
+    clock_.Advance(absl::Seconds(8));
+    l.OnBeat(0, beat, clock_.Now());
+    l.OnBeat(1, 1, clock_.Now());  // rank 1 repeats its first beat
+    auto hang = l.Check(clock_.Now());
+    if (beat < 3) {
+      // t = 8: a new beat for both; t = 16: rank 1 idle for 8 s only.
+      EXPECT_FALSE(hang) << beat;
+    } else {
+      ASSERT_TRUE(hang);
+      EXPECT_EQ(hang->rank, 1) << "rank 0 beats on, rank 1 does not";
+      EXPECT_EQ(hang->step, 5) << "a beat is not a step";
+      EXPECT_EQ(hang->idle, absl::Seconds(16));
+    }
+  }
+  // Beats do not enter the step times of the derived timeout.
+  Liveness derived({absl::ZeroDuration(), absl::Minutes(5)}, {0}, clock_.Now());
+  derived.OnReport(0, 1, clock_.Now());
+  for (int64_t beat = 1; beat <= 5; ++beat) {
+    clock_.Advance(absl::Milliseconds(10));
+    derived.OnBeat(0, beat, clock_.Now());
+  }
+  EXPECT_EQ(derived.Timeout(), absl::Minutes(5));
+}
+
+// A worker that never reported a step is not "at step -1" after a beat.
+TEST_F(LivenessTest, BeatBeforeAnyStepKeepsTheWorkerUnreported) {
+  Liveness l({absl::Seconds(10)}, {0}, clock_.Now());
+  l.OnBeat(0, 1, clock_.Now());
+  clock_.Advance(absl::Seconds(11));
+  auto hang = l.Check(clock_.Now());
+  ASSERT_TRUE(hang);
+  EXPECT_FALSE(hang->reported);
+  EXPECT_EQ(hang->idle, absl::Seconds(11));
+}
+
 TEST_F(LivenessTest, SilentProgramBurningCpuIsNotHungButIdleOneIs) {
   Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
   for (int t = 0; t <= 30; ++t) {
