@@ -12,6 +12,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   # tests, configs, state
   libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev zlib1g-dev nlohmann-json3-dev libssl-dev
+  # XXH3, header-only: the trainer's content digest of a training state
+  libxxhash-dev
   # reference PyTorch (tests run real torchrun-style scripts; benches compare)
   python3 python3-torch
   # data for the trainer

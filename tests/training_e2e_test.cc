@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "launcher/daemon/e2e_util.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/training.h"
 
 namespace elastrun::daemon_testing {
 namespace {
@@ -46,46 +47,8 @@ constexpr int kItersPerEpochOn3 = 128;
 // Rank 0's node is killed once rank 0 trained this iteration of epoch 2.
 constexpr int kKillAfterIteration = 32;
 
-// One line of a sample log (trainer.h, RunOptions::sample_log); epochs and
-// iterations counted from 0.
-struct SampleLine {
-  int64_t attempt = -1, epoch = -1, iteration = -1;
-};
-
-std::vector<SampleLine> ParseSampleLog(const std::string& text) {
-  std::vector<SampleLine> lines;
-  // A line still being written (read while training goes on) is left out.
-  const absl::string_view whole(text.data(), text.rfind('\n') + 1);
-  for (absl::string_view l : absl::StrSplit(whole, '\n', absl::SkipEmpty())) {
-    std::vector<absl::string_view> f = absl::StrSplit(l, ' ');
-    SampleLine s;
-    if (f.size() < 3 || !absl::SimpleAtoi(f[0], &s.attempt) ||
-        !absl::SimpleAtoi(f[1], &s.epoch) || !absl::SimpleAtoi(f[2], &s.iteration)) {
-      ADD_FAILURE() << "bad sample log line: " << l;
-      continue;
-    }
-    lines.push_back(s);
-  }
-  return lines;
-}
-
-// Pids whose parent is `parent` (from /proc: a daemon's workers).
-std::vector<pid_t> ChildrenOf(pid_t parent) {
-  std::vector<pid_t> children;
-  for (const std::string& name : testing::ListFiles("/proc")) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(name, &pid)) continue;
-    const std::string stat = testing::ReadFile(absl::StrCat("/proc/", name, "/stat"));
-    // "pid (comm) state ppid ...": comm may hold spaces, so parse after ')'.
-    const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::istringstream rest(stat.substr(paren + 1));
-    std::string state;
-    pid_t ppid = 0;
-    if (rest >> state >> ppid && ppid == parent) children.push_back(pid);
-  }
-  return children;
-}
+using testing::ParseSampleLog;
+using testing::SampleLine;
 
 // The number at the end of a Cluster node id ("node2" -> 2).
 int NodeIndex(const std::string& node_id) {
@@ -186,14 +149,7 @@ class TrainingE2eTest : public ::testing::Test {
   // loses power: nothing of it gets to stop cleanly or say goodbye.
   void KillNode(int i) {
     testing::Subprocess& daemon = cluster_->daemon(static_cast<size_t>(i));
-    std::set<pid_t> groups;
-    for (pid_t child : ChildrenOf(daemon.pid())) {
-      const pid_t group = getpgid(child);
-      if (group > 1 && group != getpgrp()) groups.insert(group);
-    }
-    ASSERT_FALSE(groups.empty()) << "node" << i << "'s daemon has no workers";
-    daemon.Signal(SIGKILL);
-    for (pid_t group : groups) kill(-group, SIGKILL);
+    ASSERT_GT(testing::KillNode(daemon), 0) << "node" << i << "'s daemon has no workers";
     ASSERT_TRUE(daemon.Wait(kDeadline).ok());
   }
 

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -40,8 +41,9 @@ std::string SerializeState(torch::nn::Module& model, torch::optim::Optimizer& op
   }
   archive.write("grads", grads);
   WriteInt(archive, "epoch", p.epoch);
-  WriteInt(archive, "iteration", p.iteration);
-  WriteInt(archive, "last_opt_step", p.last_opt_step);
+  // The older build's per-rank position (see TrainPosition::legacy_*).
+  WriteInt(archive, "iteration", std::max<int64_t>(p.legacy_iteration, 0));
+  WriteInt(archive, "last_opt_step", p.legacy_last_opt_step);
   WriteInt(archive, "micro_batches", p.micro_batches);
   WriteInt(archive, "world_size", p.world_size);
   archive.write("best_acc", c10::IValue(p.best_acc));
@@ -108,8 +110,8 @@ absl::Status RestoreState(const std::string& bytes, torch::nn::Module& model,
     }
     TrainPosition p;
     p.epoch = ReadInt(archive, "epoch");
-    p.iteration = ReadInt(archive, "iteration");
-    p.last_opt_step = ReadInt(archive, "last_opt_step");
+    p.legacy_iteration = ReadInt(archive, "iteration");
+    p.legacy_last_opt_step = ReadInt(archive, "last_opt_step");
     p.micro_batches = ReadInt(archive, "micro_batches");
     p.world_size = ReadInt(archive, "world_size");
     c10::IValue best;

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "trainer/digest.h"
 #include "trainer/metrics.h"
+#include "trainer/temp_files.h"
 
 namespace elastrun::trainer {
 namespace {
@@ -86,11 +86,14 @@ namespace {
 // where the folder cannot hold links.
 absl::Status LinkOrWrite(const std::string& from, const std::string& path,
                          const CheckpointBlob& blob) {
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = absl::StrCat(path, ".link.", ::getpid(), ".", counter++);
+  const std::string tmp = TemporaryName(path, "link");
   if (::link(from.c_str(), tmp.c_str()) == 0) {
-    if (::rename(tmp.c_str(), path.c_str()) == 0) return absl::OkStatus();
+    const bool renamed = ::rename(tmp.c_str(), path.c_str()) == 0;
+    // When `path` already names the same file (another node sharing the
+    // folder linked it first), rename succeeds without doing anything and
+    // leaves `tmp`: it goes either way (ENOENT after a real rename).
     ::unlink(tmp.c_str());
+    if (renamed) return absl::OkStatus();
   }
   return WriteCheckpointFile(path, blob);
 }
@@ -133,26 +136,30 @@ std::string CheckpointDir(const std::string& output_dir) {
 
 std::string NumberedCheckpointPath(const std::string& dir, int64_t key,
                                    const std::string& tag) {
-  if (tag.empty()) return absl::StrFormat("%s/ckpt_%010d.ckpt", dir, key);
-  return absl::StrFormat("%s/ckpt_%010d_%s.ckpt", dir, key, tag);
+  if (tag.empty()) return absl::StrFormat("%s/ckpt_%019d.ckpt", dir, key);
+  return absl::StrFormat("%s/ckpt_%019d_%s.ckpt", dir, key, tag);
 }
 
 namespace {
 
 // The key of a numbered checkpoint's file name and its tag ("" untagged);
-// false for any other name.
+// false for any other name. Keys have 19 digits (10 in older builds'
+// names).
 bool ParseNumberedName(const std::string& name, int64_t* key, std::string* tag) {
-  if (name.size() < 20 || name.rfind("ckpt_", 0) != 0 ||
-      name.compare(name.size() - 5, 5, ".ckpt") != 0 ||
-      !absl::SimpleAtoi(name.substr(5, 10), key)) {
+  if (name.rfind("ckpt_", 0) != 0 || name.size() < 10 ||
+      name.compare(name.size() - 5, 5, ".ckpt") != 0) {
     return false;
   }
-  if (name.size() == 20) {
+  const std::string stem = name.substr(5, name.size() - 10);
+  const size_t digits = stem.find_first_not_of("0123456789");
+  const size_t n = digits == std::string::npos ? stem.size() : digits;
+  if ((n != 10 && n != 19) || !absl::SimpleAtoi(stem.substr(0, n), key)) return false;
+  if (n == stem.size()) {
     tag->clear();
     return true;
   }
-  if (name[15] != '_' || name.size() == 21) return false;
-  *tag = name.substr(16, name.size() - 21);
+  if (stem[n] != '_' || n + 1 == stem.size()) return false;
+  *tag = stem.substr(n + 1);
   return true;
 }
 

@@ -84,7 +84,14 @@ absl::StatusOr<elastrun::trainer::RunOptions> RunOptionsFromEnvironment(
   if (const char* dir = std::getenv("ELASTRUN_TRAIN_SAMPLE_LOG"); dir != nullptr && *dir != 0) {
     run.sample_log = std::string(dir) + "/rank" + std::to_string(run.env ? run.env->rank : 0) +
                      ".log";
-    run.attempt = run.env ? run.env->restart_count : 0;
+    // The round when the launcher gives one (it grows with every restart
+    // and re-form), else the restart count.
+    run.attempt = run.env ? static_cast<int>(run.env->round.value_or(run.env->restart_count)) : 0;
+  }
+  // Tests: ELASTRUN_TRAIN_HOLD_FILE=FILE holds every rank before each batch
+  // while FILE exists (RunOptions::hold_file).
+  if (const char* file = std::getenv("ELASTRUN_TRAIN_HOLD_FILE"); file != nullptr) {
+    run.hold_file = file;
   }
   return run;
 }

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trainer/temp_files.h"
 
 namespace elastrun::trainer {
 
@@ -77,10 +77,11 @@ absl::Status MetricsWriter::Append(const EpochMetrics& m) {
   return absl::OkStatus();
 }
 
-void Progress::Update(int64_t epoch, int64_t epochs, int64_t i, int64_t total,
+void Progress::Update(int64_t epoch, int64_t epochs, int64_t i, int64_t first, int64_t total,
                       double loss, double lr, double elapsed_s) {
   const int64_t done = i + 1;
-  const double rate = elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0;
+  const double rate =
+      elapsed_s > 0 ? static_cast<double>(std::max<int64_t>(done - first, 0)) / elapsed_s : 0;
   const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
   if (tty_) {
     // Redraw at most ~every 1% to keep the terminal cheap.
@@ -119,17 +120,17 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 
 absl::Status WriteFileAtomically(const std::string& path,
                                  std::initializer_list<absl::string_view> parts) {
-  // Unique per writer: ranks that share a folder (threads in tests, or
-  // processes on one machine) may write the same file at once.
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter++);
+  // Unique per writer on any host: ranks and nodes that share a folder may
+  // write the same file at once; a dead writer's is removed at the next
+  // start (temp_files.h).
+  const std::string tmp = TemporaryName(path, "tmp");
   auto fail = [&](const char* what) {
     const int err = errno;
     ::unlink(tmp.c_str());
     return absl::FailedPreconditionError(
         absl::StrCat("cannot write ", path, ": ", what, ": ", std::strerror(err)));
   };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return fail("open");
   for (absl::string_view contents : parts) {
     size_t off = 0;

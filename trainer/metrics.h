@@ -65,9 +65,12 @@ class Progress {
   Progress(std::FILE* out, bool tty, int64_t log_period)
       : out_(out), tty_(tty), log_period_(log_period) {}
 
-  // Iteration `i` (0-based) of `total` in epoch `epoch` of `epochs`.
-  void Update(int64_t epoch, int64_t epochs, int64_t i, int64_t total, double loss,
-              double lr, double elapsed_s);
+  // Iteration `i` (0-based) of `total` in epoch `epoch` of `epochs`, this
+  // process having started the epoch at iteration `first` (> 0: resumed
+  // mid-epoch) `elapsed_s` ago: the rate and the ETA count only the
+  // iterations since then.
+  void Update(int64_t epoch, int64_t epochs, int64_t i, int64_t first, int64_t total,
+              double loss, double lr, double elapsed_s);
   // Ends the bar's line (terminal) before a summary line.
   void Finish();
 

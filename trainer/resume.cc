@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "trainer/checkpoint_file.h"
 #include "trainer/digest.h"
 #include "worker/process_group.h"
+#include "worker/progress.h"
 
 namespace elastrun::trainer {
 namespace {
@@ -87,7 +89,10 @@ absl::Status SumOverRanks(worker::ProcessGroup* group, std::vector<double>& valu
   return absl::OkStatus();
 }
 
-int64_t CheckpointKey(const TrainPosition& p) { return p.epoch * 1000000 + p.iteration; }
+int64_t CheckpointKey(const TrainPosition& p) {
+  constexpr int64_t kMask = (int64_t{1} << kLineageBits) - 1;
+  return (p.branch << kLineageBits) | (p.lineage & kMask);
+}
 
 // The run id hashed: any length of id fits the slot's meta.
 std::string SnapshotMeta(const RunIdentity& identity, int world) {
@@ -116,35 +121,58 @@ const char* TierName(Tier t) {
   return "nothing";
 }
 
-// This rank's newest state of the run: its snapshots and its checkpoints.
+// One state this rank could restore.
 struct Local {
   int64_t key = -1;
   Tier tier = Tier::kNone;
   std::string payload;
+  uint64_t digest = 0;
 };
 
+// The payload's ContentDigest (an older build's torch archive: its bytes').
+absl::StatusOr<uint64_t> DigestOf(const std::string& payload) {
+  if (IsStateImage(payload)) return ContentDigest(payload);
+  return static_cast<uint64_t>(std::hash<std::string>()(payload));
+}
+
+// This rank's newest usable state of the run: its snapshots and its
+// checkpoints, newest first; a malformed one is named and skipped.
 absl::StatusOr<Local> NewestLocal(const RunOptions& run, const RunIdentity& identity,
                                   const TrainerConfig& cfg, int rank,
                                   worker::SnapshotArea* area) {
-  Local local;
+  std::vector<Local> candidates;
+  worker::ReportBusy();
   ASSIGN_OR_RETURN(CheckpointBlob disk,
                    LoadLocalCheckpoint(run, identity, cfg.train.output_dir, rank));
+  worker::ReportBusy();
   if (disk.key >= 0) {
-    local.key = disk.key;
-    local.tier = run.resume->empty() ? Tier::kDisk : Tier::kFile;
-    local.payload = std::move(disk.payload);
+    candidates.push_back(
+        {disk.key, run.resume->empty() ? Tier::kDisk : Tier::kFile, std::move(disk.payload)});
   }
-  if (area == nullptr || !run.resume->empty()) return local;
-  for (const worker::SnapshotSlot& slot : area->Valid()) {
-    // Newest first; on a tie the snapshot wins: its loss sums are this
-    // rank's own, and it needs no file read.
-    if (!SnapshotOfRun(slot.meta, identity) || slot.key < local.key) continue;
-    local.key = slot.key;
-    local.tier = Tier::kMemory;
-    local.payload.assign(slot.bytes.data(), slot.bytes.size());
-    break;
+  if (area != nullptr && run.resume->empty()) {
+    for (const worker::SnapshotSlot& slot : area->Valid()) {
+      if (!SnapshotOfRun(slot.meta, identity)) continue;
+      candidates.push_back(
+          {slot.key, Tier::kMemory, std::string(slot.bytes.data(), slot.bytes.size())});
+    }
   }
-  return local;
+  // Newest first; on a tie the snapshot wins: its loss sums are this
+  // rank's own, and it needs no file read.
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Local& a, const Local& b) {
+    return a.key != b.key ? a.key > b.key : a.tier == Tier::kMemory && b.tier != Tier::kMemory;
+  });
+  for (Local& c : candidates) {
+    absl::StatusOr<uint64_t> digest = DigestOf(c.payload);
+    worker::ReportBusy();
+    if (digest.ok()) {
+      c.digest = *digest;
+      return std::move(c);
+    }
+    if (c.tier == Tier::kFile) return digest.status();
+    std::fprintf(stderr, "rank %d: skipping the %s of key %lld: %s\n", rank, TierName(c.tier),
+                 static_cast<long long>(c.key), std::string(digest.status().message()).c_str());
+  }
+  return Local{};
 }
 
 // Restores `payload` (an image, or a torch archive of an older build).
@@ -158,6 +186,22 @@ absl::Status Restore(const std::string& payload, torch::nn::Module& model,
   return absl::OkStatus();
 }
 
+// Every rank's (key + 1, digest, tier), gathered by one sum of int64s
+// (each rank fills its own columns).
+absl::StatusOr<std::vector<int64_t>> Gather(worker::ProcessGroup* group, int world, int rank,
+                                            const Local& local) {
+  const int64_t w = world;
+  std::vector<int64_t> all(static_cast<size_t>(3 * w), 0);
+  all[static_cast<size_t>(rank)] = local.key + 1;
+  all[static_cast<size_t>(w + rank)] = static_cast<int64_t>(local.digest);
+  all[static_cast<size_t>(2 * w + rank)] = static_cast<int64_t>(local.tier);
+  if (group == nullptr) return all;
+  at::Tensor t = at::tensor(all, at::kLong);
+  RETURN_IF_ERROR(group->AllReduce(t));
+  std::memcpy(all.data(), t.data_ptr<int64_t>(), all.size() * sizeof(int64_t));
+  return all;
+}
+
 }  // namespace
 
 absl::StatusOr<Resumed> Resume(const RunOptions& run, const RunIdentity& identity,
@@ -167,12 +211,8 @@ absl::StatusOr<Resumed> Resume(const RunOptions& run, const RunIdentity& identit
                                worker::SnapshotArea* area) {
   const std::string& path = *run.resume;
   ASSIGN_OR_RETURN(Local local, NewestLocal(run, identity, cfg, rank, area));
-  // Every rank's key + 1 (0: none) and tier, gathered by one sum.
+  ASSIGN_OR_RETURN(std::vector<int64_t> all, Gather(group, world, rank, local));
   const size_t w = static_cast<size_t>(world);
-  std::vector<double> all(2 * w, 0.0);
-  all[static_cast<size_t>(rank)] = static_cast<double>(local.key + 1);
-  all[w + static_cast<size_t>(rank)] = static_cast<double>(local.tier);
-  RETURN_IF_ERROR(SumOverRanks(group, all));
   const auto newest = std::max_element(all.begin(), all.begin() + world);
   Resumed out;
   if (*newest == 0) {
@@ -186,37 +226,39 @@ absl::StatusOr<Resumed> Resume(const RunOptions& run, const RunIdentity& identit
     }
     return out;
   }
-  const int source = static_cast<int>(newest - all.begin());
-  const bool everyone = std::count(all.begin(), all.begin() + world, *newest) == world;
-  // Each rank's own copy when all hold it; otherwise the holder's bytes.
-  if (!everyone) RETURN_IF_ERROR(BroadcastPayload(group, source, rank, &local.payload));
-  RETURN_IF_ERROR(Restore(local.payload, model, optimizer, &out.extras));
-  out.resumed = true;
-  out.own_snapshots =
-      everyone && std::all_of(all.begin() + world, all.end(), [](double t) {
-        return t == static_cast<double>(Tier::kMemory);
-      });
-  TrainPosition& p = out.extras.position;
-  if (p.world_size != world && p.iteration > 0) {
-    // Shards depend on the world size: a partly done epoch cannot be
-    // continued exactly, so it restarts.
-    if (rank == 0) {
+  const size_t source = static_cast<size_t>(newest - all.begin());
+  // A rank holds the state when its candidate has the newest key and the
+  // source's content: equal keys alone could name different states.
+  std::vector<bool> holds(w);
+  for (size_t r = 0; r < w; ++r) {
+    holds[r] = all[r] == *newest && all[w + r] == all[w + source];
+    if (rank == 0 && all[r] == *newest && !holds[r]) {
       std::fprintf(run.out,
-                   "state taken on %lld ranks, now %d: epoch %lld restarts\n",
-                   static_cast<long long>(p.world_size), world,
-                   static_cast<long long>(p.epoch + 1));
+                   "warning: rank %zu's state of key %lld differs from rank %zu's (digest "
+                   "%016llx vs %016llx); it takes rank %zu's\n",
+                   r, static_cast<long long>(*newest - 1), source,
+                   static_cast<unsigned long long>(all[w + r]),
+                   static_cast<unsigned long long>(all[w + source]), source);
     }
-    p.iteration = 0;
   }
-  if (rank == 0) {
-    const Tier tier = static_cast<Tier>(static_cast<int>(all[w + static_cast<size_t>(source)]));
-    std::fprintf(run.out,
-                 "resumed at epoch %lld, iteration %lld from the %s of rank %d%s\n",
-                 static_cast<long long>(p.epoch + 1), static_cast<long long>(p.iteration),
-                 TierName(tier), source,
-                 everyone ? " (every rank had it)" : ", broadcast to every rank");
-    std::fflush(run.out);
+  out.everyone = std::all_of(holds.begin(), holds.end(), [](bool h) { return h; });
+  if (!out.everyone) {
+    // The holder's bytes to every rank; a rank that holds the same state
+    // keeps its own copy (its own loss sums).
+    std::string received;
+    std::string* into = rank == static_cast<int>(source) ? &local.payload : &received;
+    RETURN_IF_ERROR(BroadcastPayload(group, static_cast<int>(source), rank, into));
+    if (!holds[static_cast<size_t>(rank)]) local.payload = std::move(received);
   }
+  worker::ReportBusy();
+  RETURN_IF_ERROR(Restore(local.payload, model, optimizer, &out.extras));
+  worker::ReportBusy();
+  out.resumed = true;
+  out.source = static_cast<int>(source);
+  out.source_tier = TierName(static_cast<Tier>(all[2 * w + source]));
+  out.own_snapshots = out.everyone && std::all_of(all.begin() + 2 * world, all.end(), [](int64_t t) {
+                        return t == static_cast<int64_t>(Tier::kMemory);
+                      });
   return out;
 }
 

@@ -36,43 +36,49 @@ DistributedSampler::DistributedSampler(int64_t n, int num_replicas, int rank,
       num_replicas_(num_replicas),
       rank_(rank),
       options_(options),
-      permutation_(std::move(permutation)) {
-  const int64_t w = num_replicas;
-  if (options.drop_last && n % w != 0) {
-    // ceil((n - w) / w), as PyTorch.
-    num_samples_ = (n - w + w - 1) / w;
-  } else {
-    num_samples_ = (n + w - 1) / w;
-  }
+      permutation_(std::move(permutation)) {}
+
+int64_t DistributedSampler::ShardSize(int64_t done) const {
+  const int64_t rest = dataset_size_ - std::clamp<int64_t>(done, 0, dataset_size_);
+  const int64_t w = num_replicas_;
+  // drop_last: PyTorch's ceil((n - w) / w) for n % w != 0, i.e. floor(n / w).
+  return options_.drop_last ? rest / w : (rest + w - 1) / w;
 }
 
-std::vector<int64_t> DistributedSampler::GlobalOrder() const {
+int64_t DistributedSampler::Advance(int64_t done, int64_t count) const {
+  done = std::clamp<int64_t>(done, 0, dataset_size_);
+  if (count >= ShardSize(done)) return dataset_size_;
+  return std::min(dataset_size_, done + std::max<int64_t>(count, 0) * num_replicas_);
+}
+
+std::vector<int64_t> DistributedSampler::GlobalOrder(int64_t done) const {
+  done = std::clamp<int64_t>(done, 0, dataset_size_);
   std::vector<int64_t> order;
   if (options_.shuffle) {
     order = permutation_(dataset_size_, options_.seed + static_cast<uint64_t>(epoch_));
   } else {
-    order.resize(dataset_size_);
+    order.resize(static_cast<size_t>(dataset_size_));
     std::iota(order.begin(), order.end(), 0);
   }
-  const size_t total = static_cast<size_t>(total_size());
-  if (order.size() >= total) {
-    order.resize(total);
+  const size_t total = static_cast<size_t>(ShardSize(done) * num_replicas_);
+  std::vector<int64_t> rest(order.begin() + done, order.end());
+  if (rest.size() >= total) {
+    rest.resize(total);
   } else {
-    // Pad by repeating the order from its start (PyTorch's
-    // (indices * ceil(padding / n))[:padding]).
+    // Pad by repeating the epoch's order from its head (PyTorch's
+    // (indices * ceil(padding / n))[:padding] when done = 0).
     const size_t n = order.size();
-    for (size_t i = 0; order.size() < total; ++i) order.push_back(order[i % n]);
+    for (size_t i = 0; rest.size() < total; ++i) rest.push_back(order[i % n]);
   }
-  return order;
+  return rest;
 }
 
-std::vector<int64_t> DistributedSampler::Indices(int64_t offset) const {
-  offset = std::clamp<int64_t>(offset, 0, num_samples_);
-  const std::vector<int64_t> order = GlobalOrder();
+std::vector<int64_t> DistributedSampler::Indices(int64_t done) const {
+  const std::vector<int64_t> rest = GlobalOrder(done);
   std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(num_samples_ - offset));
-  for (int64_t i = rank_ + offset * num_replicas_; i < total_size(); i += num_replicas_) {
-    mine.push_back(order[static_cast<size_t>(i)]);
+  mine.reserve(rest.size() / static_cast<size_t>(num_replicas_));
+  for (size_t i = static_cast<size_t>(rank_); i < rest.size(); i += num_replicas_) {
+    mine.push_back(rest[i]);
   }
   return mine;
 }

@@ -22,34 +22,30 @@ double Interp(double x, double x0, double x1, double y0, double y1) {
 }
 
 absl::StatusOr<YoloV5Schedule> YoloV5Schedule::Create(const ScheduleOptions& options,
-                                                      double lr0,
-                                                      int64_t batches_per_epoch,
-                                                      int64_t nbs,
-                                                      int64_t global_batch) {
+                                                      double lr0, int64_t nbs,
+                                                      int64_t warmup_samples) {
   if (options.epochs <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("scheduler.epochs must be positive, got ", options.epochs));
   }
-  if (batches_per_epoch <= 0 || nbs <= 0 || global_batch <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "schedule needs positive batches per epoch (", batches_per_epoch,
-        "), nbs (", nbs, ") and global batch (", global_batch, ")"));
+  if (nbs <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.nbs (the nominal batch) must be positive, got ", nbs));
   }
-  if (options.warmup_epochs < 0) {
+  if (options.warmup_epochs < 0 || warmup_samples < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "scheduler.warmup_epochs must be >= 0, got ", options.warmup_epochs));
   }
-  return YoloV5Schedule(options, lr0, batches_per_epoch, nbs, global_batch);
+  return YoloV5Schedule(options, lr0, nbs, warmup_samples);
 }
 
-YoloV5Schedule::YoloV5Schedule(const ScheduleOptions& options, double lr0, int64_t nb,
-                               int64_t nbs, int64_t global_batch)
-    : options_(options), lr0_(lr0), nbs_(nbs), global_batch_(global_batch) {
-  warmup_iters_ = std::max<int64_t>(
-      static_cast<int64_t>(RoundHalfEven(options.warmup_epochs * static_cast<double>(nb))),
+int64_t YoloV5Schedule::WarmupSamples(const ScheduleOptions& options,
+                                      int64_t batches_per_epoch, int64_t global_batch) {
+  const int64_t nw = std::max<int64_t>(
+      static_cast<int64_t>(
+          RoundHalfEven(options.warmup_epochs * static_cast<double>(batches_per_epoch))),
       kMinWarmupIters);
-  accumulate_ = std::max<int64_t>(
-      static_cast<int64_t>(RoundHalfEven(static_cast<double>(nbs) / global_batch)), 1);
+  return nw * global_batch;
 }
 
 double YoloV5Schedule::LrFactor(int64_t epoch) const {
@@ -61,28 +57,37 @@ double YoloV5Schedule::LrFactor(int64_t epoch) const {
   return (1 - e / n) * (1.0 - options_.lrf) + options_.lrf;
 }
 
-double YoloV5Schedule::ScaledWeightDecay(double weight_decay) const {
-  return weight_decay * static_cast<double>(global_batch_ * accumulate_) /
+int64_t YoloV5Schedule::Accumulate(int64_t global_batch) const {
+  return std::max<int64_t>(
+      static_cast<int64_t>(RoundHalfEven(static_cast<double>(nbs_) /
+                                         static_cast<double>(std::max<int64_t>(global_batch, 1)))),
+      1);
+}
+
+double YoloV5Schedule::ScaledWeightDecay(double weight_decay, int64_t global_batch) const {
+  return weight_decay * static_cast<double>(global_batch * Accumulate(global_batch)) /
          static_cast<double>(nbs_);
 }
 
-IterationValues YoloV5Schedule::At(int64_t ni, int64_t epoch) const {
+IterationValues YoloV5Schedule::At(int64_t seen, int64_t epoch, int64_t global_batch) const {
   IterationValues v;
   const double target = lr0_ * LrFactor(epoch);
-  if (ni <= warmup_iters_) {
-    const double x = static_cast<double>(ni);
-    const double nw = static_cast<double>(warmup_iters_);
+  if (seen <= warmup_samples_) {
+    const double x = static_cast<double>(seen);
+    const double nw = static_cast<double>(warmup_samples_);
     v.bias_lr = Interp(x, 0, nw, options_.warmup_bias_lr, target);
     v.lr = Interp(x, 0, nw, 0.0, target);
     v.momentum = Interp(x, 0, nw, options_.warmup_momentum, options_.momentum);
     v.accumulate = std::max<int64_t>(
         1, static_cast<int64_t>(RoundHalfEven(
-               Interp(x, 0, nw, 1.0, static_cast<double>(nbs_) / global_batch_))));
+               Interp(x, 0, nw, 1.0,
+                      static_cast<double>(nbs_) /
+                          static_cast<double>(std::max<int64_t>(global_batch, 1))))));
   } else {
     v.bias_lr = target;
     v.lr = target;
     v.momentum = options_.momentum;
-    v.accumulate = accumulate_;
+    v.accumulate = Accumulate(global_batch);
   }
   return v;
 }

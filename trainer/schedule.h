@@ -1,16 +1,27 @@
 // YOLOv5's learning-rate and momentum schedule (train.py, hyp.scratch-low),
-// as plain math so it can be tested against the formulas without torch.
+// as plain math so it can be tested against the formulas without torch,
+// made a function of the samples trained rather than of per-rank
+// iterations, so that an elastic re-form (another world size, so another
+// global batch and number of iterations per epoch) changes neither the lr
+// nor the momentum, and the nominal batch is kept by the accumulation.
 //
-//   nb = batches per epoch, nw = max(round(warmup_epochs * nb), 100)
+// YOLOv5, with nb batches per epoch of a global batch gb = batch x world:
+//   nw = max(round(warmup_epochs * nb), 100)   warm-up iterations
 //   lf(e) = ((1 - cos(e * pi / epochs)) / 2) * (lrf - 1) + 1   (one_cycle)
 //         = (1 - e / epochs) * (1 - lrf) + lrf                  (linear)
 //   iteration ni <= nw (warm-up), xi = [0, nw]:
 //     bias lr   = interp(ni, xi, [warmup_bias_lr, lr0 * lf(epoch)])
 //     other lrs = interp(ni, xi, [0,              lr0 * lf(epoch)])
 //     momentum  = interp(ni, xi, [warmup_momentum, momentum])
-//     accumulate = max(1, round(interp(ni, xi, [1, nbs / global_batch])))
+//     accumulate = max(1, round(interp(ni, xi, [1, nbs / gb])))
 //   afterwards: lr = lr0 * lf(epoch), momentum = momentum,
-//     accumulate = max(round(nbs / global_batch), 1)
+//     accumulate = max(round(nbs / gb), 1)
+// Here the interpolation runs over `seen`, the samples the run trained
+// before the batch (epoch x dataset size + the epoch's position), and the
+// warm-up lasts nw x gb samples, fixed when the run starts (WarmupSamples at
+// its first world size) and carried in its state. Without a re-form seen is
+// ni x gb, so the values are YOLOv5's; after one, the lr and momentum go on
+// from the same sample, and `accumulate` follows the new global batch.
 // Rounding is Python's (half to even), as YOLOv5 gets from round()/np.round.
 #ifndef ELASTRUN_TRAINER_SCHEDULE_H_
 #define ELASTRUN_TRAINER_SCHEDULE_H_
@@ -52,38 +63,41 @@ class YoloV5Schedule {
  public:
   static constexpr int64_t kMinWarmupIters = 100;
 
-  // lr0: base lr; batches_per_epoch: this rank's batches per epoch (> 0);
-  // nbs: nominal batch; global_batch: samples per micro-batch over all ranks.
-  // InvalidArgument on non-positive sizes or epochs.
-  static absl::StatusOr<YoloV5Schedule> Create(const ScheduleOptions& options,
-                                               double lr0,
-                                               int64_t batches_per_epoch,
-                                               int64_t nbs, int64_t global_batch);
+  // lr0: base lr; nbs: nominal batch; warmup_samples: the warm-up's length
+  // in samples (WarmupSamples). InvalidArgument on non-positive epochs or
+  // nbs, a negative warm-up.
+  static absl::StatusOr<YoloV5Schedule> Create(const ScheduleOptions& options, double lr0,
+                                               int64_t nbs, int64_t warmup_samples);
+
+  // YOLOv5's warm-up, nw = max(round(warmup_epochs * batches_per_epoch),
+  // 100) iterations of `global_batch` samples, in samples.
+  // batches_per_epoch and global_batch must be positive.
+  static int64_t WarmupSamples(const ScheduleOptions& options, int64_t batches_per_epoch,
+                               int64_t global_batch);
 
   // lf(epoch): the lr factor of an epoch.
   double LrFactor(int64_t epoch) const;
-  // nw: iterations of warm-up.
-  int64_t warmup_iters() const { return warmup_iters_; }
+  int64_t warmup_samples() const { return warmup_samples_; }
   // Accumulation after warm-up: max(round(nbs / global_batch), 1).
-  int64_t accumulate() const { return accumulate_; }
+  int64_t Accumulate(int64_t global_batch) const;
   // Weight decay scaled as YOLOv5 does:
-  // weight_decay * global_batch * accumulate / nbs.
-  double ScaledWeightDecay(double weight_decay) const;
-  // Values at global iteration ni (= epoch * batches_per_epoch + i).
-  IterationValues At(int64_t ni, int64_t epoch) const;
+  // weight_decay * global_batch * Accumulate(global_batch) / nbs.
+  double ScaledWeightDecay(double weight_decay, int64_t global_batch) const;
+  // Values for the batch trained after `seen` samples of the run, in
+  // `epoch`, with micro-batches of `global_batch` samples over all ranks.
+  IterationValues At(int64_t seen, int64_t epoch, int64_t global_batch) const;
 
   const ScheduleOptions& options() const { return options_; }
 
  private:
-  YoloV5Schedule(const ScheduleOptions& options, double lr0, int64_t nb,
-                 int64_t nbs, int64_t global_batch);
+  YoloV5Schedule(const ScheduleOptions& options, double lr0, int64_t nbs,
+                 int64_t warmup_samples)
+      : options_(options), lr0_(lr0), nbs_(nbs), warmup_samples_(warmup_samples) {}
 
   ScheduleOptions options_;
   double lr0_;
   int64_t nbs_;
-  int64_t global_batch_;
-  int64_t warmup_iters_;
-  int64_t accumulate_;
+  int64_t warmup_samples_;
 };
 
 // Python's round(): to nearest, halves to even.

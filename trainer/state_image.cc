@@ -1,7 +1,11 @@
 #include "trainer/state_image.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+// Header-only: the functions are compiled here, nothing to link.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,30 +27,48 @@ namespace elastrun::trainer {
 namespace {
 
 constexpr char kMagic[] = "ELASTRUN-STATE";
+// Format 2: the position in samples (TrainPosition); 1: in batches per rank.
+constexpr char kFormat[] = "2";
 constexpr size_t kAlign = 64;
 // Bounds what a malformed image makes a reader allocate or index.
 constexpr size_t kMaxIndex = size_t{64} << 20;
 constexpr int64_t kMaxDims = 16;
 
 // The position's fields by name, so writing and reading share one list.
+// `core` ones must agree on every rank that holds the same state (they go
+// into its ContentDigest); the others are the rank's own.
 struct PositionFields {
   std::vector<std::pair<const char*, int64_t*>> ints;
   std::vector<std::pair<const char*, double*>> doubles;
+  size_t core_ints = 0;  // ints[0, core_ints) are core.
 };
 PositionFields FieldsOf(TrainPosition& p) {
   return {{{"epoch", &p.epoch},
-           {"iteration", &p.iteration},
-           {"last_opt_step", &p.last_opt_step},
+           {"samples_done", &p.samples_done},
+           {"lineage", &p.lineage},
+           {"branch", &p.branch},
            {"micro_batches", &p.micro_batches},
+           {"step_epoch", &p.step_epoch},
+           {"step_done", &p.step_done},
            {"world_size", &p.world_size},
-           {"amp_growth_tracker", &p.amp_growth_tracker},
-           {"tail_begin", &p.tail_begin}},
+           {"warmup_samples", &p.warmup_samples},
+           {"tail_from", &p.tail_from},
+           {"amp_growth_tracker", &p.amp_growth_tracker}},
           {{"best_acc", &p.best_acc},
            {"loss_sum", &p.loss_sum},
            {"seen", &p.seen},
            {"local_loss_sum", &p.local_loss_sum},
            {"local_seen", &p.local_seen},
-           {"amp_scale", &p.amp_scale}}};
+           {"amp_scale", &p.amp_scale}},
+          10};
+}
+
+// Fields of format 1 images (an older build's per-rank position), read
+// into TrainPosition::legacy_*.
+std::vector<std::pair<const char*, int64_t*>> LegacyFieldsOf(TrainPosition& p) {
+  return {{"iteration", &p.legacy_iteration},
+          {"last_opt_step", &p.legacy_last_opt_step},
+          {"tail_begin", &p.legacy_tail_begin}};
 }
 
 // Doubles travel as hexadecimal floats: exact both ways.
@@ -158,7 +180,7 @@ StateImage StateImage::Plan(torch::nn::Module& model, torch::optim::Optimizer& o
     image.parts_.push_back({dense.data_ptr(), offset, bytes});
     offset = AlignUp(offset + bytes);
   }
-  image.head_ = absl::StrCat(kMagic, " 1 ", index.size(), "\n", index);
+  image.head_ = absl::StrCat(kMagic, " ", kFormat, " ", index.size(), "\n", index);
   image.head_.resize(AlignUp(image.head_.size()), '\0');
   for (Part& p : image.parts_) p.offset += image.head_.size();
   image.size_ = image.head_.size() + offset;
@@ -211,7 +233,6 @@ void SetGeneratorStates(const Generators& states, const torch::Device& device) {
 bool IsStateImage(absl::string_view bytes) {
   return absl::StartsWith(bytes, absl::StrCat(kMagic, " "));
 }
-
 namespace {
 
 struct TensorRecord {
@@ -237,13 +258,49 @@ absl::Status DoesNotFit(const std::string& why) {
       absl::StrCat("checkpoint does not fit this model or optimizer: ", why));
 }
 
+// The element types an image may hold (parameters, optimizer state in any
+// precision, generator states as bytes).
+bool KnownDtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kLong: case at::kInt: case at::kShort: case at::kChar:
+    case at::kByte: case at::kBool:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether the record's shape and strides address only its own bytes: bytes
+// = numel x element size, and the farthest element its strides reach lies
+// inside them. Sizes are bounded so no product overflows.
+bool FitsItsBytes(const TensorRecord& r) {
+  constexpr int64_t kMaxElements = int64_t{1} << 40;
+  int64_t numel = 1;
+  int64_t last = 0;  // Element offset of the last element.
+  for (size_t d = 0; d < r.sizes.size(); ++d) {
+    if (r.sizes[d] > kMaxElements || r.strides[d] > kMaxElements) return false;
+    if (r.sizes[d] == 0) numel = 0;
+    if (numel != 0) {
+      if (numel > kMaxElements / std::max<int64_t>(r.sizes[d], 1)) return false;
+      numel *= r.sizes[d];
+      last += (r.sizes[d] - 1) * r.strides[d];
+      if (last > kMaxElements) return false;
+    }
+  }
+  const size_t element = c10::elementSize(r.dtype);
+  if (r.bytes != static_cast<size_t>(numel) * element) return false;
+  return numel == 0 || static_cast<size_t>(last + 1) * element <= r.bytes;
+}
+
 absl::Status ParseTensor(const std::vector<absl::string_view>& f, size_t data_size,
                          Index* index) {
   int dtype = 0;
   int64_t dims = 0;
   if (f.size() < 4 || !absl::SimpleAtoi(f[2], &dtype) || !absl::SimpleAtoi(f[3], &dims) ||
       dims < 0 || dims > kMaxDims || f.size() != static_cast<size_t>(6 + 2 * dims) ||
-      dtype < 0 || dtype >= static_cast<int>(at::ScalarType::NumOptions)) {
+      dtype < 0 || dtype >= static_cast<int>(at::ScalarType::NumOptions) ||
+      !KnownDtype(static_cast<at::ScalarType>(dtype))) {
     return Malformed(absl::StrCat("bad tensor record '", absl::StrJoin(f, " "), "'"));
   }
   TensorRecord r;
@@ -258,29 +315,55 @@ absl::Status ParseTensor(const std::vector<absl::string_view>& f, size_t data_si
       r.bytes > data_size - r.offset) {
     return Malformed(absl::StrCat("tensor ", f[1], " lies outside the image"));
   }
-  index->tensors[std::string(f[1])] = std::move(r);
+  if (!FitsItsBytes(r)) {
+    return Malformed(absl::StrCat("tensor ", f[1], ": its shape [",
+                                  absl::StrJoin(r.sizes, ","), "] and strides [",
+                                  absl::StrJoin(r.strides, ","), "] do not match its ",
+                                  r.bytes, " bytes"));
+  }
+  if (!index->tensors.emplace(std::string(f[1]), std::move(r)).second) {
+    return Malformed(absl::StrCat("tensor ", f[1], " appears twice"));
+  }
   return absl::OkStatus();
 }
 
-absl::Status ParseLine(absl::string_view line, absl::string_view data, Index* index) {
-  std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
-  if (f[0] == "t") return ParseTensor(f, data.size(), index);
-  if (f[0] == "p" && f.size() == 3) {
-    PositionFields fields = FieldsOf(index->extras.position);
-    for (const auto& [name, v] : fields.ints) {
-      if (f[1] == name && absl::SimpleAtoi(f[2], v)) return absl::OkStatus();
-    }
-    for (const auto& [name, v] : fields.doubles) {
-      if (f[1] == name) {
-        *v = std::strtod(std::string(f[2]).c_str(), nullptr);
-        return absl::OkStatus();
-      }
-    }
-    if (f[1] == "sums_global") {
-      index->extras.position.sums_global = f[2] == "1";
-      return absl::OkStatus();
+absl::Status ParsePosition(const std::vector<absl::string_view>& f, bool legacy,
+                           TrainPosition* p) {
+  PositionFields fields = FieldsOf(*p);
+  std::vector<std::pair<const char*, int64_t*>> ints = fields.ints;
+  if (legacy) {
+    for (const auto& field : LegacyFieldsOf(*p)) ints.push_back(field);
+  }
+  for (const auto& [name, v] : ints) {
+    if (f[1] == name) {
+      if (absl::SimpleAtoi(f[2], v)) return absl::OkStatus();
+      return Malformed(absl::StrCat("bad position field ", name, " '", f[2], "'"));
     }
   }
+  for (const auto& [name, v] : fields.doubles) {
+    if (f[1] == name) {
+      // Hexadecimal floats (HexDouble), inf and nan: strtod reads them all.
+      const std::string text(f[2]);
+      char* end = nullptr;
+      *v = std::strtod(text.c_str(), &end);
+      if (!text.empty() && end != nullptr && *end == '\0') return absl::OkStatus();
+      return Malformed(absl::StrCat("bad position field ", name, " '", f[2], "'"));
+    }
+  }
+  if (f[1] == "sums_global") {
+    p->sums_global = f[2] == "1";
+    return absl::OkStatus();
+  }
+  // Fields of format 1 that format 2 dropped are ignored there.
+  if (legacy) return absl::OkStatus();
+  return Malformed(absl::StrCat("unknown position field ", f[1]));
+}
+
+absl::Status ParseLine(absl::string_view line, absl::string_view data, bool legacy,
+                       Index* index) {
+  std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+  if (f[0] == "t") return ParseTensor(f, data.size(), index);
+  if (f[0] == "p" && f.size() == 3) return ParsePosition(f, legacy, &index->extras.position);
   size_t a = 0, b = 0;
   int64_t v = 0;
   if (f[0] == "s" && f.size() == 4 && absl::SimpleAtoi(f[1], &a) &&
@@ -295,30 +378,35 @@ absl::Status ParseLine(absl::string_view line, absl::string_view data, Index* in
     if (f[1] == "rows") index->extras.metrics_rows = std::move(blob);
     return absl::OkStatus();
   }
-  return Malformed(absl::StrCat("bad index line '", line, "'"));
+  return Malformed(absl::StrCat("bad index line '", line.substr(0, 200), "'"));
 }
 
-// Parses the index; tensor records' offsets are returned from the image's
-// start.
+// Parses and checks the index: every record lies inside the image and its
+// shape and strides match its bytes. Tensor records' offsets are returned
+// from the image's start.
 absl::StatusOr<Index> ParseIndex(absl::string_view bytes) {
-  const size_t nl = bytes.find('\n');
+  const size_t nl = bytes.substr(0, 128).find('\n');
   std::vector<absl::string_view> head =
       absl::StrSplit(bytes.substr(0, nl == absl::string_view::npos ? 0 : nl), ' ');
   size_t index_size = 0;
   if (nl == absl::string_view::npos || head.size() != 3 || head[0] != kMagic ||
       !absl::SimpleAtoi(head[2], &index_size) || index_size > kMaxIndex ||
       index_size > bytes.size() - nl - 1) {
-    return Malformed("not a state image (bad header)");
+    return Malformed("not a state image (bad header, or truncated)");
   }
-  if (head[1] != "1") return Malformed(absl::StrCat("format ", head[1], ", this build reads 1"));
+  if (head[1] != "1" && head[1] != kFormat) {
+    return Malformed(absl::StrCat("format ", head[1], ", this build reads 1 and ", kFormat));
+  }
+  const bool legacy = head[1] == "1";
   // Record offsets count from the data section, after the padded index.
   const size_t data_start = AlignUp(nl + 1 + index_size);
   if (data_start > bytes.size()) return Malformed("truncated");
   const absl::string_view data = bytes.substr(data_start);
   Index index;
+  if (legacy) index.extras.position.legacy_iteration = 0;
   for (absl::string_view line :
        absl::StrSplit(bytes.substr(nl + 1, index_size), '\n', absl::SkipEmpty())) {
-    if (absl::Status s = ParseLine(line, data, &index); !s.ok()) return s;
+    if (absl::Status s = ParseLine(line, data, legacy, &index); !s.ok()) return s;
   }
   for (auto& [name, r] : index.tensors) r.offset += data_start;
   return index;
@@ -330,73 +418,93 @@ at::Tensor View(absl::string_view bytes, const TensorRecord& r) {
                        at::TensorOptions().dtype(r.dtype));
 }
 
-// Copies record `name` into `dst`, which must have its shape and dtype.
-absl::Status CopyInto(const Index& index, absl::string_view bytes, const std::string& name,
-                      at::Tensor dst) {
+// Checks that record `name` exists with `like`'s shape and dtype.
+absl::Status CheckLike(const Index& index, const std::string& name, const at::Tensor& like) {
   auto it = index.tensors.find(name);
   if (it == index.tensors.end()) return DoesNotFit(absl::StrCat("no tensor ", name));
   const TensorRecord& r = it->second;
-  if (dst.sizes() != at::IntArrayRef(r.sizes) || dst.scalar_type() != r.dtype) {
-    return DoesNotFit(absl::StrCat(name, " has shape [", absl::StrJoin(r.sizes, ","),
-                                  "] there, [", absl::StrJoin(dst.sizes(), ","),
-                                  "] in this model"));
+  if (like.sizes() != at::IntArrayRef(r.sizes) || like.scalar_type() != r.dtype) {
+    return DoesNotFit(absl::StrCat(name, " is ", c10::toString(r.dtype), " [",
+                                   absl::StrJoin(r.sizes, ","), "] there, ",
+                                   c10::toString(like.scalar_type()), " [",
+                                   absl::StrJoin(like.sizes(), ","), "] in this model"));
   }
-  torch::NoGradGuard no_grad;
-  dst.copy_(View(bytes, r));
   return absl::OkStatus();
 }
 
 // A new tensor on `device` holding record `name`, with its strides.
-absl::StatusOr<at::Tensor> Clone(const Index& index, absl::string_view bytes,
-                                 const std::string& name,
-                                 const torch::Device& device = torch::kCPU) {
-  auto it = index.tensors.find(name);
-  if (it == index.tensors.end()) return Malformed(absl::StrCat("no tensor ", name));
-  at::Tensor src = View(bytes, it->second);
+at::Tensor Clone(const Index& index, absl::string_view bytes, const std::string& name,
+                 const torch::Device& device = torch::kCPU) {
+  at::Tensor src = View(bytes, index.tensors.at(name));
   at::Tensor out = at::empty_strided(src.sizes(), src.strides(), src.options().device(device));
   out.copy_(src);
   return out;
 }
 
-absl::Status RestoreOptimizer(const Index& index, absl::string_view bytes,
-                              torch::optim::Optimizer& optimizer) {
+// What the optimizer's state for one parameter is made of in the image.
+struct OptimizerSlot {
+  size_t group = 0, param = 0;
+  std::vector<std::string> fields;  // Record names, each the parameter's shape.
+  const int64_t* adam_step = nullptr;
+};
+
+// Checks the optimizer's records against its parameters; returns what to
+// restore. Nothing is changed.
+absl::StatusOr<std::vector<OptimizerSlot>> PlanOptimizer(const Index& index,
+                                                         torch::optim::Optimizer& optimizer) {
   const bool adam = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-  auto& state = optimizer.state();
-  state.clear();
+  std::vector<OptimizerSlot> plan;
   const auto& groups = optimizer.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t i = 0; i < groups[g].params().size(); ++i) {
       const std::string base = absl::StrCat("o.", g, ".", i, ".");
       const at::Tensor& param = groups[g].params()[i];
-      const auto key = StateKey(optimizer, param);
-      const torch::Device device = param.device();
+      OptimizerSlot slot{g, i, {}, nullptr};
       if (adam) {
         auto step = index.adam_steps.find({g, i});
         if (step == index.adam_steps.end()) continue;  // Never stepped.
-        auto s = std::make_unique<torch::optim::AdamWParamState>();
-        s->step(step->second);
-        absl::StatusOr<at::Tensor> avg = Clone(index, bytes, base + "exp_avg", device);
-        absl::StatusOr<at::Tensor> sq = Clone(index, bytes, base + "exp_avg_sq", device);
-        if (!avg.ok()) return avg.status();
-        if (!sq.ok()) return sq.status();
-        s->exp_avg(*avg);
-        s->exp_avg_sq(*sq);
+        slot.adam_step = &step->second;
+        slot.fields = {base + "exp_avg", base + "exp_avg_sq"};
         if (index.tensors.count(base + "max_exp_avg_sq") > 0) {
-          absl::StatusOr<at::Tensor> max_sq = Clone(index, bytes, base + "max_exp_avg_sq", device);
-          if (!max_sq.ok()) return max_sq.status();
-          s->max_exp_avg_sq(*max_sq);
+          slot.fields.push_back(base + "max_exp_avg_sq");
         }
-        state[key] = std::move(s);
       } else if (index.tensors.count(base + "momentum_buffer") > 0) {
-        auto s = std::make_unique<torch::optim::SGDParamState>();
-        absl::StatusOr<at::Tensor> t = Clone(index, bytes, base + "momentum_buffer", device);
-        if (!t.ok()) return t.status();
-        s->momentum_buffer(*t);
-        state[key] = std::move(s);
+        slot.fields = {base + "momentum_buffer"};
+      } else {
+        continue;
       }
+      for (const std::string& name : slot.fields) {
+        if (absl::Status s = CheckLike(index, name, param); !s.ok()) return s;
+      }
+      plan.push_back(std::move(slot));
     }
   }
-  return absl::OkStatus();
+  return plan;
+}
+
+void RestoreOptimizer(const Index& index, absl::string_view bytes,
+                      const std::vector<OptimizerSlot>& plan,
+                      torch::optim::Optimizer& optimizer) {
+  auto& state = optimizer.state();
+  state.clear();
+  const auto& groups = optimizer.param_groups();
+  for (const OptimizerSlot& slot : plan) {
+    const at::Tensor& param = groups[slot.group].params()[slot.param];
+    const auto key = StateKey(optimizer, param);
+    const torch::Device device = param.device();
+    if (slot.adam_step != nullptr) {
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->step(*slot.adam_step);
+      s->exp_avg(Clone(index, bytes, slot.fields[0], device));
+      s->exp_avg_sq(Clone(index, bytes, slot.fields[1], device));
+      if (slot.fields.size() > 2) s->max_exp_avg_sq(Clone(index, bytes, slot.fields[2], device));
+      state[key] = std::move(s);
+    } else {
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(Clone(index, bytes, slot.fields[0], device));
+      state[key] = std::move(s);
+    }
+  }
 }
 
 }  // namespace
@@ -408,39 +516,80 @@ absl::Status ReadImageExtras(absl::string_view bytes, StateExtras* extras) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> ContentDigest(absl::string_view bytes) {
+  absl::StatusOr<Index> index = ParseIndex(bytes);
+  if (!index.ok()) return index.status();
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  TrainPosition& p = index->extras.position;
+  const PositionFields fields = FieldsOf(p);
+  std::string core;
+  for (size_t k = 0; k < fields.core_ints; ++k) {
+    absl::StrAppend(&core, fields.ints[k].first, "=", *fields.ints[k].second, "\n");
+  }
+  for (const auto& [at, step] : index->adam_steps) {
+    absl::StrAppend(&core, "s ", at.first, " ", at.second, " ", step, "\n");
+  }
+  XXH3_64bits_update(state, core.data(), core.size());
+  // Parameters and optimizer state: the same on every rank after a step.
+  // Buffers (BatchNorm statistics) are not: each rank updates its own in
+  // its forward, and DDP makes them equal only before the next one.
+  for (const auto& [name, r] : index->tensors) {
+    if (!absl::StartsWith(name, "m.") && !absl::StartsWith(name, "o.")) continue;
+    XXH3_64bits_update(state, name.data(), name.size() + 1);
+    XXH3_64bits_update(state, bytes.data() + r.offset, r.bytes);
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return digest;
+}
+
 absl::Status RestoreImage(absl::string_view bytes, torch::nn::Module& model,
                           torch::optim::Optimizer& optimizer, StateExtras* extras) {
   absl::StatusOr<Index> index = ParseIndex(bytes);
   if (!index.ok()) return index.status();
+  // Everything is checked before anything is copied: a state that does not
+  // fit leaves the model and the optimizer as they were.
   size_t expected = 0;
-  for (auto& item : model.named_parameters()) {
+  for (const auto& item : model.named_parameters()) {
     ++expected;
-    if (absl::Status s = CopyInto(*index, bytes, "m." + item.key(), item.value()); !s.ok()) {
-      return s;
-    }
-    item.value().mutable_grad() = at::Tensor();
+    if (absl::Status s = CheckLike(*index, "m." + item.key(), item.value()); !s.ok()) return s;
   }
-  for (auto& item : model.named_buffers()) {
+  for (const auto& item : model.named_buffers()) {
     ++expected;
-    if (absl::Status s = CopyInto(*index, bytes, "u." + item.key(), item.value()); !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = CheckLike(*index, "u." + item.key(), item.value()); !s.ok()) return s;
   }
   size_t model_records = 0;
   for (const auto& [name, r] : index->tensors) {
-    if (name.rfind("m.", 0) == 0 || name.rfind("u.", 0) == 0) ++model_records;
+    if (absl::StartsWith(name, "m.") || absl::StartsWith(name, "u.")) ++model_records;
   }
   if (model_records != expected) {
     return DoesNotFit(absl::StrCat("it holds ", model_records,
-                                  " model tensors, this model has ", expected));
+                                   " model tensors, this model has ", expected));
   }
-  if (absl::Status s = RestoreOptimizer(*index, bytes, optimizer); !s.ok()) return s;
-  for (const auto& [name, state] :
-       {std::pair{"rng", &index->extras.rng.cpu}, std::pair{"rng.cuda", &index->extras.rng.cuda}}) {
-    if (index->tensors.count(name) == 0) continue;
-    absl::StatusOr<at::Tensor> rng = Clone(*index, bytes, name);
-    if (!rng.ok()) return rng.status();
-    *state = *rng;
+  absl::StatusOr<std::vector<OptimizerSlot>> plan = PlanOptimizer(*index, optimizer);
+  if (!plan.ok()) return plan.status();
+  for (const char* name : {"rng", "rng.cuda"}) {
+    auto it = index->tensors.find(name);
+    if (it != index->tensors.end() &&
+        (it->second.dtype != at::kByte || it->second.sizes.size() != 1)) {
+      return Malformed(absl::StrCat("generator state ", name, " is not a byte vector"));
+    }
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : model.named_parameters()) {
+      item.value().copy_(View(bytes, index->tensors.at("m." + item.key())));
+      item.value().mutable_grad() = at::Tensor();
+    }
+    for (auto& item : model.named_buffers()) {
+      item.value().copy_(View(bytes, index->tensors.at("u." + item.key())));
+    }
+  }
+  RestoreOptimizer(*index, bytes, *plan, optimizer);
+  for (const auto& [name, state] : {std::pair{"rng", &index->extras.rng.cpu},
+                                    std::pair{"rng.cuda", &index->extras.rng.cuda}}) {
+    if (index->tensors.count(name) > 0) *state = Clone(*index, bytes, name);
   }
   *extras = std::move(index->extras);
   return absl::OkStatus();

@@ -4,10 +4,12 @@
 // memcpy per tensor straight into the destination (the snapshot's shared
 // memory): no serialization on the training thread.
 //
-// Layout: the text line "ELASTRUN-STATE 1 <index bytes>\n", the index (text,
+// Layout: the text line "ELASTRUN-STATE 2 <index bytes>\n", the index (text,
 // one record per line), zero padding to a 64-byte boundary, then the raw
 // data of every tensor and blob at the offsets the index gives:
 //   p <field> <value>                        position (TrainPosition)
+// Format 1 (an older build) counted the position in batches per rank; it is
+// still read, into TrainPosition's legacy fields.
 //   s <group> <param> <step>                 AdamW's step counter
 //   b <name> <offset> <bytes>                config YAML, metrics rows
 //   t <name> <dtype> <dims> <sizes..> <strides..> <offset> <bytes>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer_pch.h"
@@ -82,9 +85,13 @@ bool IsStateImage(absl::string_view bytes);
 
 // Loads an image into an identically built model and optimizer (creating
 // the optimizer's per-parameter state), and returns the rest in `*extras`
-// (the generator state is returned, not applied). DataLoss naming what does
-// not fit (a tensor missing or of another shape: another model) or what is
-// malformed.
+// (the generator state is returned, not applied). Everything is checked
+// before any tensor is touched: every record lies inside the bytes, its
+// shape and strides address exactly its bytes, and it has the shape and
+// type of what it restores; on any error the model and the optimizer are
+// unchanged. DataLoss naming what does not fit (a tensor missing or of
+// another shape or type: another model) or what is malformed (a crafted or
+// truncated image).
 absl::Status RestoreImage(absl::string_view bytes, torch::nn::Module& model,
                           torch::optim::Optimizer& optimizer, StateExtras* extras);
 
@@ -93,6 +100,16 @@ absl::Status RestoreImage(absl::string_view bytes, torch::nn::Module& model,
 // a GPU's on a CPU run, is left alone).
 Generators GeneratorStates(const torch::Device& device);
 void SetGeneratorStates(const Generators& states, const torch::Device& device);
+
+// A digest of the part of an image every rank holds alike when it holds
+// the same state: the position's shared fields (epoch, samples done,
+// lineage, branch, accumulation), the parameters and the optimizer's state
+// (not the buffers, the generators or the rank's own loss sums). Two ranks'
+// images of one step have equal digests; images of different states (a
+// lineage counted twice, an optimizer state that drifted) do not. XXH3,
+// 64 bits: it guards against mistakes, not against an adversary.
+// DataLoss as RestoreImage for a malformed image.
+absl::StatusOr<uint64_t> ContentDigest(absl::string_view bytes);
 
 // The image's position and blobs only (no model needed).
 absl::Status ReadImageExtras(absl::string_view bytes, StateExtras* extras);

@@ -79,6 +79,7 @@ absl::StatusOr<EvalResult> Evaluate(Model& model, const Dataset& test, int world
   at::Tensor loss_sum = at::zeros({}, dev_double);
   for (size_t b = 0; b < shard.size(); b += kBatch) {
     const size_t e = std::min(shard.size(), b + kBatch);
+    worker::ReportBusy();  // A long evaluation is not a hang.
     Batch batch = MakeBatchOn(test, shard, b, e, placement.device);
     AutocastScope autocast(placement);
     at::Tensor logits = model->forward(batch.x);
@@ -157,20 +158,26 @@ absl::Status TrainLoop::Build() {
   ASSIGN_OR_RETURN(sampler_,
                    DistributedSampler::Create(train_set_.size(), world_, rank_,
                                               sampler_options, TorchPermutation));
+  global_batch_ = data.batch_size * world_;
   batches_per_epoch_ = (sampler_->num_samples() + data.batch_size - 1) / data.batch_size;
-  const int64_t global_batch = data.batch_size * world_;
-  ASSIGN_OR_RETURN(schedule_,
-                   YoloV5Schedule::Create(c.schedule, c.optimizer.lr0, batches_per_epoch_,
-                                          c.optimizer.nbs, global_batch));
-  ASSIGN_OR_RETURN(
-      optimizer_,
-      Optimizer::Create(c.optimizer, *model_,
-                        schedule_->ScaledWeightDecay(c.optimizer.weight_decay)));
+  schedule_options_ = c.schedule;
+  lr0_ = c.optimizer.lr0;
+  nbs_ = c.optimizer.nbs;
+  ASSIGN_OR_RETURN(schedule_, YoloV5Schedule::Create(
+                                  c.schedule, lr0_, nbs_,
+                                  YoloV5Schedule::WarmupSamples(c.schedule, batches_per_epoch_,
+                                                                global_batch_)));
+  // YOLOv5 scales the decay by the batch an optimizer step sees: this
+  // world's global batch x its accumulation.
+  ASSIGN_OR_RETURN(optimizer_,
+                   Optimizer::Create(c.optimizer, *model_,
+                                     schedule_->ScaledWeightDecay(c.optimizer.weight_decay,
+                                                                  global_batch_)));
   return absl::OkStatus();
 }
 
-// Resumes (when asked) and fits the position and the loss scaler to this
-// world.
+// Resumes (when asked) and fits the position, the schedule and the loss
+// scaler to this world.
 absl::Status TrainLoop::RestorePosition() {
   // A run with an id resumes whenever a state of its own exists (its own
   // only: Resume ignores other runs'), whatever the restart count says.
@@ -179,19 +186,29 @@ absl::Status TrainLoop::RestorePosition() {
     if (!run.resume.has_value()) run.resume = "";
     ASSIGN_OR_RETURN(Resumed r, Resume(run, identity_, cfg_, world_, rank_, group_, *model_,
                                        optimizer_->torch_optimizer(), area_.get()));
-    if (r.resumed) ApplyResumed(r.extras, r.own_snapshots);
+    if (r.resumed) {
+      ApplyResumed(r);
+      if (pos_.legacy_iteration >= 0) ConvertLegacyPosition();
+      resumed_world_ = std::max<int64_t>(pos_.world_size, 1);
+      // The warm-up the run started with, whatever the world size now.
+      if (pos_.warmup_samples > 0) {
+        ASSIGN_OR_RETURN(schedule_, YoloV5Schedule::Create(schedule_options_, lr0_, nbs_,
+                                                           pos_.warmup_samples));
+      }
+      // Gradients are never stored: without a tail to recompute, none are
+      // accumulated.
+      if (pos_.tail_from < 0) pos_.micro_batches = 0;
+      // A new branch of the run's history: every state from here on
+      // outranks every state of the one it resumed from.
+      ++pos_.branch;
+      own_sums_ = r.own_snapshots && resumed_world_ == world_;
+      SayResumed(r);
+    }
   }
   if (!rng_at_step_.cpu.defined()) rng_at_step_ = GeneratorStates(placement_.device);
-  if (resumed_ && pos_.world_size != world_) {
-    // Iterations per epoch depend on the world size, so the schedule's step
-    // counter restarts here, and gradients accumulated for the old group
-    // are dropped (and a tail is not recomputed: its shards are gone).
-    pos_.last_opt_step = pos_.epoch * batches_per_epoch_ + pos_.iteration - 1;
-    pos_.micro_batches = 0;
-    pos_.tail_begin = -1;
-    optimizer_->ZeroGrad();
-  }
+  pos_.warmup_samples = schedule_->warmup_samples();
   pos_.world_size = world_;
+  first_lineage_ = pos_.lineage;
   if (placement_.loss_scaling) {
     scaler_.emplace();
     if (resumed_ && pos_.amp_scale > 0) {
@@ -201,17 +218,64 @@ absl::Status TrainLoop::RestorePosition() {
   return absl::OkStatus();
 }
 
-void TrainLoop::ApplyResumed(const StateExtras& extras, bool own_snapshots) {
+void TrainLoop::ApplyResumed(const Resumed& resumed) {
+  const StateExtras& extras = resumed.extras;
   resumed_ = true;
   pos_ = extras.position;
   metrics_rows_ = extras.metrics_rows;
   rows_carried_ = extras.rows_carried;
-  own_sums_ = own_snapshots;
   if (extras.rng.cpu.defined()) {
     SetGeneratorStates(extras.rng, placement_.device);
     // A state taken on another device holds no generator of this one.
     rng_at_step_ = GeneratorStates(placement_.device);
   }
+}
+
+void TrainLoop::ConvertLegacyPosition() {
+  // The older build's shards: world_size ranks, batches of batch_size.
+  const int old_world = static_cast<int>(std::max<int64_t>(pos_.world_size, 1));
+  SamplerOptions options;
+  options.drop_last = cfg_.data.drop_last;
+  absl::StatusOr<DistributedSampler> old =
+      DistributedSampler::Create(train_set_.size(), old_world, 0, options, TorchPermutation);
+  const int64_t b = cfg_.data.batch_size;
+  if (old.ok()) {
+    const int64_t nb = std::max<int64_t>((old->num_samples() + b - 1) / b, 1);
+    pos_.samples_done = old->Advance(0, pos_.legacy_iteration * b);
+    const int64_t last = pos_.legacy_last_opt_step;
+    pos_.step_epoch = last >= 0 ? last / nb : 0;
+    pos_.step_done = last >= 0 ? old->Advance(0, (last % nb + 1) * b) : 0;
+    pos_.tail_from = pos_.legacy_tail_begin >= 0 ? old->Advance(0, pos_.legacy_tail_begin * b) : -1;
+    // Any order that grows along that run's history will do.
+    pos_.lineage = last + 1 + pos_.epoch;
+  }
+  pos_.legacy_iteration = pos_.legacy_last_opt_step = pos_.legacy_tail_begin = -1;
+}
+
+void TrainLoop::SayResumed(const Resumed& r) const {
+  if (!leader_) return;
+  const int64_t n = train_set_.size();
+  std::fprintf(run_.out,
+               "resumed at epoch %lld, iteration %lld from the %s of rank %d%s: sample %lld of "
+               "%lld, state %lld of branch %lld, taken on %lld rank(s)\n",
+               static_cast<long long>(pos_.epoch + 1),
+               static_cast<long long>(pos_.samples_done / global_batch_), r.source_tier.c_str(),
+               r.source, r.everyone ? " (every rank had it)" : ", broadcast to every rank",
+               static_cast<long long>(pos_.samples_done), static_cast<long long>(n),
+               static_cast<long long>(pos_.lineage), static_cast<long long>(pos_.branch - 1),
+               static_cast<long long>(resumed_world_));
+  if (resumed_world_ != world_ && pos_.samples_done > 0 && pos_.samples_done < n) {
+    std::fprintf(run_.out,
+                 "state taken on %lld rank(s), now %d: the rest of epoch %lld (%lld samples) "
+                 "is dealt to %d rank(s), one optimizer step every %lld batch(es) of %lld "
+                 "samples (nominal batch %lld)\n",
+                 static_cast<long long>(resumed_world_), world_,
+                 static_cast<long long>(pos_.epoch + 1),
+                 static_cast<long long>(n - pos_.samples_done), world_,
+                 static_cast<long long>(schedule_->Accumulate(global_batch_)),
+                 static_cast<long long>(global_batch_), static_cast<long long>(nbs_));
+  }
+  std::fflush(run_.out);
 }
 
 // Rank 0's run folder: config.yaml, metrics.csv (appended to when
@@ -237,13 +301,14 @@ absl::Status TrainLoop::PrepareRunFolder() {
   std::fprintf(
       run_.out,
       "elastrun-train: %d rank(s) on %s, %lld train / %lld test samples, batch %lld x %d, "
-      "%lld iterations/epoch, warm-up %lld iterations, accumulate %lld\n",
+      "%lld iterations/epoch, warm-up %lld iterations (%lld samples), accumulate %lld\n",
       world_, placement_.Describe().c_str(), static_cast<long long>(train_set_.size()),
       static_cast<long long>(test_set_.size()),
       static_cast<long long>(cfg_.data.batch_size), world_,
       static_cast<long long>(batches_per_epoch_),
-      static_cast<long long>(schedule_->warmup_iters()),
-      static_cast<long long>(schedule_->accumulate()));
+      static_cast<long long>(schedule_->warmup_samples() / global_batch_),
+      static_cast<long long>(schedule_->warmup_samples()),
+      static_cast<long long>(schedule_->Accumulate(global_batch_)));
   std::fflush(run_.out);
   return absl::OkStatus();
 }
@@ -261,7 +326,7 @@ absl::Status TrainLoop::OpenSampleLog() {
 
 absl::StatusOr<TrainResult> TrainLoop::Run() {
   model_->train();
-  if (pos_.tail_begin >= 0 && pos_.epoch < cfg_.train.epochs) RETURN_IF_ERROR(ReplayTail());
+  if (pos_.tail_from >= 0 && pos_.epoch < cfg_.train.epochs) RETURN_IF_ERROR(ReplayTail());
   for (int64_t epoch = pos_.epoch; epoch < cfg_.train.epochs; ++epoch) {
     RETURN_IF_ERROR(RunEpoch(epoch));
   }
@@ -278,11 +343,12 @@ at::Tensor TrainLoop::Loss(const Batch& batch) {
 absl::Status TrainLoop::RunEpoch(int64_t epoch) {
   const int64_t checkpoint_iters = cfg_.train.checkpoint_iters;
   StartEpoch(epoch);
-  for (int64_t i = epoch_.first; i < batches_per_epoch_; ++i) {
+  for (int64_t k = 0; k < epoch_.batches; ++k) {
     // Due here, taken at the next optimizer step (all ranks then hold the
     // same state); the end of the epoch takes it if none comes before.
+    const int64_t i = epoch_.first_iteration + k;
     if (checkpoint_iters > 0 && (i + 1) % checkpoint_iters == 0) checkpoint_pending_ = true;
-    RETURN_IF_ERROR(TrainBatch(epoch, i));
+    RETURN_IF_ERROR(TrainBatch(epoch, k));
   }
   return EndEpoch(epoch);
 }
@@ -290,24 +356,30 @@ absl::Status TrainLoop::RunEpoch(int64_t epoch) {
 void TrainLoop::StartEpoch(int64_t epoch) {
   epoch_.start = Clock::now();
   sampler_->set_epoch(epoch);
-  epoch_.first = epoch == pos_.epoch ? pos_.iteration : 0;
+  epoch_.first_done = epoch == pos_.epoch ? pos_.samples_done : 0;
   pos_.epoch = epoch;
-  epoch_.indices = sampler_->Indices(epoch_.first * cfg_.data.batch_size);
+  pos_.samples_done = epoch_.first_done;
+  const int64_t batch_size = cfg_.data.batch_size;
+  epoch_.indices = sampler_->Indices(epoch_.first_done);
+  epoch_.batches =
+      (static_cast<int64_t>(epoch_.indices.size()) + batch_size - 1) / batch_size;
+  epoch_.first_iteration = epoch_.first_done / global_batch_;
   epoch_.loss_sum = 0;
   epoch_.seen = 0;
   epoch_.seen_at_start = 0;
-  if (epoch_.first == 0) return;
+  if (epoch_.first_done == 0) return;
   // A resumed epoch starts from the sums so far: each rank's own when every
-  // rank restored its own snapshot; else the sums over all ranks (counted
-  // once, on rank 0), which a per-step snapshot does not hold: then rank 0
-  // estimates them from its source's own (the mean of one rank).
-  const double w = static_cast<double>(world_);
+  // rank restored its own snapshot on as many ranks; else the sums over all
+  // ranks (counted once, on rank 0), which a per-step snapshot does not
+  // hold: then rank 0 estimates them from its source's own (the mean of one
+  // rank, times the ranks that took it).
   if (own_sums_) {
     epoch_.loss_sum = pos_.local_loss_sum;
     epoch_.seen = pos_.local_seen;
-    epoch_.seen_at_start = pos_.local_seen * w;
+    epoch_.seen_at_start = pos_.local_seen * static_cast<double>(world_);
   } else {
     const bool global = pos_.sums_global;
+    const double w = static_cast<double>(std::max<int64_t>(resumed_world_, 1));
     epoch_.seen_at_start = global ? pos_.seen : pos_.local_seen * w;
     if (leader_) {
       epoch_.loss_sum = global ? pos_.loss_sum : pos_.local_loss_sum * w;
@@ -316,16 +388,25 @@ void TrainLoop::StartEpoch(int64_t epoch) {
   }
 }
 
-absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t i) {
-  const int64_t ni = i + batches_per_epoch_ * epoch;
-  const IterationValues v = schedule_->At(ni, epoch);
-  optimizer_->Apply(v);
-  const bool step = ni - pos_.last_opt_step >= v.accumulate;
-  MaybeInjectFault(ni);
+int64_t TrainLoop::GlobalIteration(int64_t epoch, int64_t k) const {
+  return epoch * batches_per_epoch_ + epoch_.first_iteration + k;
+}
+
+absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t k) {
   const int64_t batch_size = cfg_.data.batch_size;
-  const size_t b = static_cast<size_t>((i - epoch_.first) * batch_size);
+  const int64_t ni = GlobalIteration(epoch, k);
+  // The schedule counts samples, so it goes on from the same sample
+  // whatever the world size.
+  const int64_t done = sampler_->Advance(epoch_.first_done, k * batch_size);
+  const IterationValues v =
+      schedule_->At(epoch * train_set_.size() + done, epoch, global_batch_);
+  optimizer_->Apply(v);
+  const bool step = pos_.micro_batches + 1 >= v.accumulate;
+  MaybeInjectFault(ni);
+  HoldWhileAsked();
+  const size_t b = static_cast<size_t>(k * batch_size);
   const size_t e = std::min(epoch_.indices.size(), b + static_cast<size_t>(batch_size));
-  if (sample_log_ >= 0) RETURN_IF_ERROR(LogSamples(epoch, i, b, e));
+  if (sample_log_ >= 0) RETURN_IF_ERROR(LogSamples(epoch, epoch_.first_iteration + k, b, e));
   Batch batch = MakeBatchOn(train_set_, epoch_.indices, b, e, placement_.device);
   // Without a step the reducer only accumulates (DDP's no_sync()).
   if (ddp_) ddp_->BeforeForward(step);
@@ -337,22 +418,24 @@ absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t i) {
     loss.backward();
   }
   ++pos_.micro_batches;
-  if (step) OptimizerStep(ni);
+  if (step) OptimizerStep(epoch, k);
   const double l = loss.item<double>();
   if (!marked_ready_ && !run_.ready_dir.empty()) RETURN_IF_ERROR(MarkReady());
   epoch_.loss_sum += l * static_cast<double>(e - b);
   epoch_.seen += static_cast<double>(e - b);
   if (leader_) {
-    progress_.Update(epoch, cfg_.train.epochs, i, batches_per_epoch_, l, v.lr,
+    progress_.Update(epoch, cfg_.train.epochs, epoch_.first_iteration + k,
+                     epoch_.first_iteration, epoch_.first_iteration + epoch_.batches, l, v.lr,
                      SecondsSince(epoch_.start));
-    // To the launcher or node daemon (`elastrun status`); never blocks.
-    worker::ReportProgress(
-        ni + 1, {{"epoch", static_cast<double>(epoch + 1)}, {"loss", l}, {"lr", v.lr}});
   }
-  return step ? AfterStep(i) : absl::OkStatus();
+  // Every rank, so that hang detection knows each one's step (to the
+  // launcher or node daemon, `elastrun status`); never blocks.
+  worker::ReportProgress(
+      ni + 1, {{"epoch", static_cast<double>(epoch + 1)}, {"loss", l}, {"lr", v.lr}});
+  return step ? AfterStep(k) : absl::OkStatus();
 }
 
-void TrainLoop::OptimizerStep(int64_t ni) {
+void TrainLoop::OptimizerStep(int64_t epoch, int64_t k) {
   const double factor = 1.0 / (static_cast<double>(pos_.micro_batches) *
                                (scaler_ ? scaler_->scale() : 1.0));
   const bool found_inf = optimizer_->ScaleGradients(factor, scaler_.has_value());
@@ -362,7 +445,9 @@ void TrainLoop::OptimizerStep(int64_t ni) {
     optimizer_->ZeroGrad();
   }
   pos_.micro_batches = 0;
-  pos_.last_opt_step = ni;
+  ++pos_.lineage;
+  pos_.step_epoch = epoch;
+  pos_.step_done = sampler_->Advance(epoch_.first_done, (k + 1) * cfg_.data.batch_size);
 }
 
 absl::Status TrainLoop::EndEpoch(int64_t epoch) {
@@ -372,7 +457,7 @@ absl::Status TrainLoop::EndEpoch(int64_t epoch) {
   RETURN_IF_ERROR(SumOverRanks(group_, train_sums));
   ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_, placement_));
   result_.epoch = epoch + 1;
-  result_.train_loss = train_sums[0] / train_sums[1];
+  result_.train_loss = train_sums[1] > 0 ? train_sums[0] / train_sums[1] : 0;
   result_.test_acc = eval.acc;
   result_.test_loss = eval.loss;
   const bool best = eval.acc > pos_.best_acc;
@@ -388,21 +473,31 @@ absl::Status TrainLoop::EndEpoch(int64_t epoch) {
   m.images_per_sec = (train_sums[1] - epoch_.seen_at_start) / train_s;
   // Every rank keeps the rows: any node may hold rank 0 after a re-form.
   metrics_rows_ += MetricsRow(m);
+  ++pos_.lineage;
+  // Inside an accumulation, the samples since the last step are recomputed
+  // on resume (their gradients differ by rank and are not stored): from
+  // the last step's position in this epoch, or the whole epoch when that
+  // step ended the one before; when it lies further back, they are dropped.
+  if (pos_.micro_batches == 0) {
+    pos_.tail_from = -1;
+  } else if (pos_.step_epoch == epoch) {
+    pos_.tail_from = pos_.step_done;
+  } else if (pos_.step_epoch + 1 == epoch && pos_.step_done >= train_set_.size()) {
+    pos_.tail_from = 0;
+  } else {
+    pos_.tail_from = -1;
+  }
   pos_.epoch = epoch + 1;
-  pos_.iteration = 0;
-  // Inside an accumulation, the batches since the last step are recomputed
-  // on resume (their gradients differ by rank and are not stored); when
-  // that step lies in an earlier epoch, they are dropped.
-  const int64_t tail = pos_.last_opt_step + 1 - epoch * batches_per_epoch_;
-  pos_.tail_begin = pos_.micro_batches > 0 && tail >= 0 ? tail : -1;
+  pos_.samples_done = 0;
   // A mid-epoch checkpoint still pending (no step since it was due) is
   // this one.
   const bool due = checkpoint_pending_ ||
                    (train.checkpoint_period > 0 &&
                     ((epoch + 1) % train.checkpoint_period == 0 || epoch + 1 == train.epochs));
   checkpoint_pending_ = false;
-  RETURN_IF_ERROR(CaptureState(Capture::kEpochEnd, due, best));
-  pos_.tail_begin = -1;
+  // best.ckpt follows every best epoch, a periodic checkpoint due or not.
+  RETURN_IF_ERROR(CaptureState(Capture::kEpochEnd, due || best, best));
+  pos_.tail_from = -1;
   if (!leader_) return absl::OkStatus();
   return ReportEpoch(m);
 }
@@ -469,6 +564,14 @@ absl::Status TrainLoop::MarkReady() {
   const std::string name = absl::StrCat(run_.ready_dir, "/ready.", run_.attempt, ".", rank_);
   // Whole or absent: the reader polls for it.
   return WriteFileAtomically(name, absl::StrCat(absl::ToUnixNanos(absl::Now()), "\n"));
+}
+
+void TrainLoop::HoldWhileAsked() const {
+  if (run_.hold_file.empty()) return;
+  while (::access(run_.hold_file.c_str(), F_OK) == 0) {
+    worker::ReportBusy();
+    ::usleep(10000);
+  }
 }
 
 void TrainLoop::MaybeInjectFault(int64_t ni) const {

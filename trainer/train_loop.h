@@ -15,7 +15,13 @@
 // Captures are taken at optimizer steps only, so gradients accumulated
 // between steps (different on every rank) are never stored; the one
 // exception, the end of an epoch inside an accumulation, records which
-// batches to recompute instead (TrainPosition::tail_begin, ReplayTail).
+// samples to recompute instead (TrainPosition::tail_from, ReplayTail).
+//
+// The position is the epoch and the samples of its global order trained
+// (sampler.h), so a state taken on any number of ranks continues on this
+// one: the rest of the epoch is dealt to this world's ranks. The schedule
+// is a function of the samples trained (schedule.h), and the accumulation
+// keeps the nominal batch for this world's global batch.
 #ifndef ELASTRUN_TRAINER_TRAIN_LOOP_H_
 #define ELASTRUN_TRAINER_TRAIN_LOOP_H_
 
@@ -39,6 +45,7 @@
 #include "trainer/models.h"
 #include "trainer/optimizer.h"
 #include "trainer/persister.h"
+#include "trainer/resume.h"
 #include "trainer/sampler.h"
 #include "trainer/schedule.h"
 #include "trainer/state_image.h"
@@ -71,11 +78,15 @@ class TrainLoop {
  private:
   using Clock = std::chrono::steady_clock;
 
-  // The epoch in progress.
+  // The epoch in progress: the part of it this process trains.
   struct EpochState {
     Clock::time_point start;
-    int64_t first = 0;  // First batch this run trains (> 0: resumed mid-epoch).
-    std::vector<int64_t> indices;  // This rank's samples from batch `first` on.
+    int64_t first_done = 0;  // The position it starts at (> 0: resumed mid-epoch).
+    int64_t batches = 0;     // Batches each rank trains from there.
+    // The epoch's iteration number (at this world's global batch) of the
+    // first of them: what progress lines and reports count from.
+    int64_t first_iteration = 0;
+    std::vector<int64_t> indices;  // This rank's samples from first_done on.
     double loss_sum = 0;           // Loss x samples so far (see StartEpoch).
     double seen = 0;               // Samples so far (see StartEpoch).
     double seen_at_start = 0;      // Samples over all ranks done before this run.
@@ -91,23 +102,32 @@ class TrainLoop {
   absl::Status Build();
   absl::Status OpenSnapshots();
   absl::Status RestorePosition();
-  void ApplyResumed(const StateExtras& extras, bool own_snapshots);
+  void ApplyResumed(const Resumed& resumed);
+  // A state of an older build counted batches per rank: in samples.
+  void ConvertLegacyPosition();
+  // Rank 0's line saying where the run resumed.
+  void SayResumed(const Resumed& resumed) const;
   absl::Status PrepareRunFolder();
   absl::Status OpenSampleLog();
 
   // One epoch: its batches, mid-epoch checkpoints, then EndEpoch.
   absl::Status RunEpoch(int64_t epoch);
   void StartEpoch(int64_t epoch);
-  // Batch `i` of `epoch`: forward, backward, and an optimizer step when
-  // the accumulation is complete.
-  absl::Status TrainBatch(int64_t epoch, int64_t i);
+  // The k-th batch this process trains of `epoch`: forward, backward, and
+  // an optimizer step when the accumulation is complete.
+  absl::Status TrainBatch(int64_t epoch, int64_t k);
+  // The global iteration of that batch at this world's batch size (epoch x
+  // batches per epoch + the batch's place in the epoch): the step progress
+  // reports and fault injection count.
+  int64_t GlobalIteration(int64_t epoch, int64_t k) const;
   // The batch's mean loss, its forward under autocast when amp is on.
   at::Tensor Loss(const Batch& batch);
-  // The optimizer step at global iteration `ni`: averages the accumulated
-  // gradients, unscales them, and steps (or skips an inf/nan step).
-  void OptimizerStep(int64_t ni);
-  // After the optimizer step at batch `i`: a capture when one is due.
-  absl::Status AfterStep(int64_t i);
+  // The optimizer step after the k-th batch of `epoch`: averages the
+  // accumulated gradients, unscales them, and steps (or skips an inf/nan
+  // step); the lineage grows.
+  void OptimizerStep(int64_t epoch, int64_t k);
+  // After the optimizer step at the k-th batch: a capture when one is due.
+  absl::Status AfterStep(int64_t k);
   bool SnapshotDue();
   // Every rank measures a snapshot's copy against a step; together they
   // pick how many steps apart snapshots go (train.snapshot_iters = 0).
@@ -134,6 +154,8 @@ class TrainLoop {
   // RunOptions::ready_dir's file, once.
   absl::Status MarkReady();
   void MaybeInjectFault(int64_t ni) const;
+  // RunOptions::hold_file.
+  void HoldWhileAsked() const;
 
   const TrainerConfig& cfg_;
   const RunOptions& run_;
@@ -150,11 +172,16 @@ class TrainLoop {
   Dataset train_set_;
   Dataset test_set_;
   std::optional<DistributedSampler> sampler_;  // Set by Build.
-  int64_t batches_per_epoch_ = 0;              // nb in YOLOv5's terms.
-  std::optional<YoloV5Schedule> schedule_;     // Set by Build.
+  int64_t batches_per_epoch_ = 0;              // nb in YOLOv5's terms, this world's.
+  int64_t global_batch_ = 0;                   // Batch size x world size.
+  std::optional<YoloV5Schedule> schedule_;     // Set by Build; RestorePosition.
+  ScheduleOptions schedule_options_;           // To remake it for a resumed warm-up.
+  double lr0_ = 0;
+  int64_t nbs_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
   TrainPosition pos_;
   bool resumed_ = false;
+  int64_t resumed_world_ = 0;  // Ranks the resumed state was taken on.
   std::optional<LossScaler> scaler_;              // train.amp with float16.
   std::unique_ptr<DistributedDataParallel> ddp_;  // With a group only.
   std::optional<MetricsWriter> metrics_;          // Rank 0 only.
@@ -173,6 +200,7 @@ class TrainLoop {
   std::string snapshot_meta_;  // The run's meta in every snapshot (SnapshotMeta).
   std::unique_ptr<CheckpointPersister> persister_;  // This node's local rank 0.
   int64_t steps_ = 0;           // Optimizer steps this process took.
+  int64_t first_lineage_ = 0;   // The lineage this process started at.
   int64_t snapshot_every_ = 1;  // Steps between snapshots (auto mode).
   bool checkpoint_pending_ = false;  // Due at the next optimizer step.
   bool own_sums_ = false;       // Resumed from every rank's own snapshot.

@@ -13,6 +13,8 @@
 #include "common/status_macros.h"
 #include "trainer/resume.h"
 #include "trainer/state_image.h"
+#include "trainer/temp_files.h"
+#include "worker/progress.h"
 
 namespace elastrun::trainer {
 namespace {
@@ -47,21 +49,29 @@ absl::Status TrainLoop::OpenSnapshots() {
   area_ = *std::move(area);
   snapshot_meta_ = SnapshotMeta(identity_, world_);
   if (local_rank == 0) {
+    // What a writer killed mid-write left (a partial checkpoint, a link
+    // never renamed): this node's dead writers' at once, others' when old.
+    for (const std::string& dir : {checkpoint_dir_, cfg_.train.output_dir}) {
+      for (const std::string& file : RemoveStaleTemporaries(dir)) {
+        std::fprintf(stderr, "rank %d: removed a temporary file whose writer is gone: %s\n",
+                     rank_, file.c_str());
+      }
+    }
     persister_ = std::make_unique<CheckpointPersister>(area_.get(), checkpoint_dir_, identity_);
   }
   return absl::OkStatus();
 }
 
-absl::Status TrainLoop::AfterStep(int64_t i) {
+absl::Status TrainLoop::AfterStep(int64_t k) {
   if (steps_++ == 0) first_step_ = Clock::now();
   // Where a replay of an epoch's tail would start (the generator state
   // before that tail's forwards).
   rng_at_step_ = GeneratorStates(placement_.device);
-  pos_.iteration = i + 1;
+  pos_.samples_done = pos_.step_done;
   if (cfg_.train.snapshot_iters == 0 && steps_ == kCalibrationSteps) {
     RETURN_IF_ERROR(CalibrateSnapshots());
   }
-  if (i + 1 == batches_per_epoch_) return absl::OkStatus();  // EndEpoch captures.
+  if (k + 1 == epoch_.batches) return absl::OkStatus();  // EndEpoch captures.
   if (checkpoint_pending_) {
     checkpoint_pending_ = false;
     return CaptureState(Capture::kCheckpoint, /*persist=*/true, /*best=*/false);
@@ -121,7 +131,7 @@ absl::Status TrainLoop::CaptureState(Capture kind, bool persist, bool best) {
   extras.position = pos_;
   extras.config_yaml = config_yaml_;
   extras.metrics_rows = metrics_rows_;
-  extras.rng = pos_.tail_begin >= 0 ? rng_at_step_ : GeneratorStates(placement_.device);
+  extras.rng = pos_.tail_from >= 0 ? rng_at_step_ : GeneratorStates(placement_.device);
   const StateImage image = StateImage::Plan(*model_, optimizer_->torch_optimizer(), extras);
   absl::StatusOr<char*> dst = area_->BeginWrite(image.size());
   if (absl::IsUnavailable(dst.status()) && persist && persister_) {
@@ -168,17 +178,19 @@ absl::Status TrainLoop::UseProcessMemory(const absl::Status& why) {
 }
 
 absl::Status TrainLoop::ReplayTail() {
-  // Same weights, same generator state, same shard: the same gradients the
-  // uninterrupted run held at the epoch's end, without a step, without
-  // counting the loss (the epoch was reported) or logging the samples.
+  // Same weights, same generator state, and the same samples dealt to this
+  // world's ranks: on as many ranks as took the state, the same shards and
+  // so bitwise the gradients the uninterrupted run held at the epoch's end;
+  // on another number, those samples' gradients all the same. No step, no
+  // loss counted (the epoch was reported), no samples logged (they were).
   const int64_t epoch = pos_.epoch - 1;
   const int64_t batch_size = cfg_.data.batch_size;
   sampler_->set_epoch(epoch);
-  const std::vector<int64_t> indices = sampler_->Indices(pos_.tail_begin * batch_size);
+  const std::vector<int64_t> indices = sampler_->Indices(pos_.tail_from);
   pos_.micro_batches = 0;
-  for (int64_t i = pos_.tail_begin; i < batches_per_epoch_; ++i) {
-    const size_t b = static_cast<size_t>((i - pos_.tail_begin) * batch_size);
+  for (size_t b = 0; b < indices.size(); b += static_cast<size_t>(batch_size)) {
     const size_t e = std::min(indices.size(), b + static_cast<size_t>(batch_size));
+    worker::ReportBusy();
     Batch batch = MakeBatchOn(train_set_, indices, b, e, placement_.device);
     if (ddp_) ddp_->BeforeForward(false);
     at::Tensor loss = Loss(batch);
@@ -190,7 +202,7 @@ absl::Status TrainLoop::ReplayTail() {
     std::fprintf(run_.out, "recomputed the gradients of epoch %lld's last %lld batches\n",
                  static_cast<long long>(epoch + 1), static_cast<long long>(pos_.micro_batches));
   }
-  pos_.tail_begin = -1;
+  pos_.tail_from = -1;
   return absl::OkStatus();
 }
 

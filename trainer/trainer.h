@@ -52,9 +52,15 @@ struct RunOptions {
   // For tests: every batch this rank trains is appended to this file as a
   // line "<attempt> <epoch> <iteration in epoch> <sample index>...", with
   // one unbuffered write per batch, so a killed rank's lines are complete.
-  // Empty: no log.
+  // The iteration counts global batches of this world's size from the
+  // epoch's start. Empty: no log.
   std::string sample_log;
   int attempt = 0;
+  // For tests that must act while training is at a known point (a node
+  // rejoining before the run ends): before each batch, every rank waits
+  // while this file exists (checking every 10 ms, sending beats so the
+  // launcher does not take it for a hang). Empty: never.
+  std::string hold_file;
 };
 
 // What the final line reports.

@@ -1,13 +1,20 @@
 // Torch-free parts of the trainer: schedule formulas, sampler index math,
 // IDX reading and its errors, flags, metrics, digests.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,6 +27,7 @@
 #include "trainer/plot.h"
 #include "trainer/sampler.h"
 #include "trainer/schedule.h"
+#include "trainer/temp_files.h"
 #include "trainer/test_files.h"
 
 namespace elastrun::trainer {
@@ -43,20 +51,26 @@ ScheduleOptions Hyp() {
   return o;
 }
 
+// YOLOv5's schedule at one world size: `ni` iterations of `gb` samples.
+absl::StatusOr<YoloV5Schedule> At(const ScheduleOptions& o, int64_t nb, int64_t nbs,
+                                  int64_t gb) {
+  return YoloV5Schedule::Create(o, 0.01, nbs, YoloV5Schedule::WarmupSamples(o, nb, gb));
+}
+
 TEST(ScheduleTest, WarmupLengthIsAtLeast100Iterations) {
-  EXPECT_EQ(YoloV5Schedule::Create(Hyp(), 0.01, 469, 64, 128)->warmup_iters(), 1407);
-  EXPECT_EQ(YoloV5Schedule::Create(Hyp(), 0.01, 20, 64, 128)->warmup_iters(), 100);
+  EXPECT_EQ(YoloV5Schedule::WarmupSamples(Hyp(), 469, 128), 1407 * 128);
+  EXPECT_EQ(YoloV5Schedule::WarmupSamples(Hyp(), 20, 128), 100 * 128);
   ScheduleOptions o = Hyp();
   o.warmup_epochs = 0.5;
   // round(0.5 * 5) = round(2.5) = 2 in Python; still 100.
-  EXPECT_EQ(YoloV5Schedule::Create(o, 0.01, 5, 64, 128)->warmup_iters(), 100);
+  EXPECT_EQ(YoloV5Schedule::WarmupSamples(o, 5, 128), 100 * 128);
   o.warmup_epochs = 2.5;
   // round(2.5 * 101) = round(252.5) = 252 (half to even).
-  EXPECT_EQ(YoloV5Schedule::Create(o, 0.01, 101, 64, 128)->warmup_iters(), 252);
+  EXPECT_EQ(YoloV5Schedule::WarmupSamples(o, 101, 128), 252 * 128);
 }
 
 TEST(ScheduleTest, CosineAndLinearLrFactors) {
-  auto s = YoloV5Schedule::Create(Hyp(), 0.01, 469, 64, 64);
+  auto s = At(Hyp(), 469, 64, 64);
   ASSERT_TRUE(s.ok());
   for (int e : {0, 1, 5, 9, 10}) {
     const double want = ((1 - std::cos(e * M_PI / 10)) / 2) * (0.01 - 1) + 1;
@@ -66,7 +80,7 @@ TEST(ScheduleTest, CosineAndLinearLrFactors) {
   EXPECT_NEAR(s->LrFactor(10), 0.01, 1e-15);
   ScheduleOptions o = Hyp();
   o.one_cycle = false;
-  auto lin = YoloV5Schedule::Create(o, 0.01, 469, 64, 64);
+  auto lin = At(o, 469, 64, 64);
   for (int e : {0, 3, 10}) {
     EXPECT_NEAR(lin->LrFactor(e), (1 - e / 10.0) * (1 - 0.01) + 0.01, 1e-15);
   }
@@ -74,52 +88,75 @@ TEST(ScheduleTest, CosineAndLinearLrFactors) {
 
 TEST(ScheduleTest, WarmupValuesFollowYoloV5Formulas) {
   // nb = 100 -> nw = 300; nbs 64 over a global batch of 16 -> accumulate 4.
-  auto s = YoloV5Schedule::Create(Hyp(), 0.01, 100, 64, 16);
+  // Without a re-form `seen` is ni x 16: YOLOv5's values at ni.
+  constexpr int64_t kGb = 16;
+  auto s = At(Hyp(), 100, 64, kGb);
   ASSERT_TRUE(s.ok());
-  ASSERT_EQ(s->warmup_iters(), 300);
-  IterationValues v = s->At(0, 0);
+  ASSERT_EQ(s->warmup_samples(), 300 * kGb);
+  IterationValues v = s->At(0, 0, kGb);
   EXPECT_DOUBLE_EQ(v.bias_lr, 0.1);
   EXPECT_DOUBLE_EQ(v.lr, 0.0);
   EXPECT_DOUBLE_EQ(v.momentum, 0.8);
   EXPECT_EQ(v.accumulate, 1);
   // ni = 150, epoch 1: halfway; target lr0 * lf(1).
   const double target = 0.01 * s->LrFactor(1);
-  v = s->At(150, 1);
+  v = s->At(150 * kGb, 1, kGb);
   EXPECT_NEAR(v.bias_lr, 0.1 + 0.5 * (target - 0.1), 1e-15);
   EXPECT_NEAR(v.lr, 0.5 * target, 1e-15);
   EXPECT_NEAR(v.momentum, 0.8 + 0.5 * (0.937 - 0.8), 1e-15);
   EXPECT_EQ(v.accumulate, 2);  // round(interp = 2.5) = 2, half to even
-  v = s->At(60, 0);
+  v = s->At(60 * kGb, 0, kGb);
   EXPECT_EQ(v.accumulate, 2);  // round(1 + 0.2 * 3 = 1.6)
   EXPECT_NEAR(v.lr, 0.2 * 0.01, 1e-15);
-  v = s->At(300, 2);  // the last warm-up iteration reaches the targets
+  v = s->At(300 * kGb, 2, kGb);  // the last warm-up iteration reaches the targets
   EXPECT_NEAR(v.lr, 0.01 * s->LrFactor(2), 1e-15);
   EXPECT_NEAR(v.bias_lr, 0.01 * s->LrFactor(2), 1e-15);
   EXPECT_DOUBLE_EQ(v.momentum, 0.937);
   EXPECT_EQ(v.accumulate, 4);
-  v = s->At(750, 7);  // after warm-up
+  v = s->At(750 * kGb, 7, kGb);  // after warm-up
   EXPECT_DOUBLE_EQ(v.lr, 0.01 * s->LrFactor(7));
   EXPECT_DOUBLE_EQ(v.bias_lr, v.lr);
   EXPECT_DOUBLE_EQ(v.momentum, 0.937);
   EXPECT_EQ(v.accumulate, 4);
 }
 
+// The lr, bias lr and momentum at a sample do not depend on the world
+// size; the accumulation keeps the nominal batch for the world's global
+// batch, as YOLOv5's round(nbs / gb).
+TEST(ScheduleTest, AReFormKeepsTheLrAndTheNominalBatch) {
+  auto s = At(Hyp(), 100, 64, 32);  // The run started on 2 ranks x 16.
+  ASSERT_TRUE(s.ok());
+  for (int64_t seen : {int64_t{0}, int64_t{1000}, int64_t{4800}, int64_t{9600},
+                       int64_t{20000}}) {
+    const IterationValues two = s->At(seen, 2, 32);
+    for (int64_t gb : {16, 48, 64, 128}) {
+      const IterationValues other = s->At(seen, 2, gb);
+      EXPECT_EQ(other.lr, two.lr) << seen << " " << gb;
+      EXPECT_EQ(other.bias_lr, two.bias_lr) << seen << " " << gb;
+      EXPECT_EQ(other.momentum, two.momentum) << seen << " " << gb;
+    }
+  }
+  EXPECT_EQ(s->At(20000, 5, 32).accumulate, 2);
+  EXPECT_EQ(s->At(20000, 5, 16).accumulate, 4);
+  EXPECT_EQ(s->At(20000, 5, 48).accumulate, 1);  // round(1.33)
+  EXPECT_EQ(s->At(20000, 5, 128).accumulate, 1);
+}
+
 TEST(ScheduleTest, AccumulationAndWeightDecayScaling) {
   // Global batch 128 > nbs 64: accumulate max(round(0.5), 1) = 1, decay x2.
-  auto big = YoloV5Schedule::Create(Hyp(), 0.01, 10, 64, 128);
-  EXPECT_EQ(big->accumulate(), 1);
-  EXPECT_DOUBLE_EQ(big->ScaledWeightDecay(0.0005), 0.001);
+  auto s = At(Hyp(), 10, 64, 128);
+  EXPECT_EQ(s->Accumulate(128), 1);
+  EXPECT_DOUBLE_EQ(s->ScaledWeightDecay(0.0005, 128), 0.001);
   // Global batch 24: accumulate round(2.667) = 3, decay * 24 * 3 / 64.
-  auto small = YoloV5Schedule::Create(Hyp(), 0.01, 10, 64, 24);
-  EXPECT_EQ(small->accumulate(), 3);
-  EXPECT_DOUBLE_EQ(small->ScaledWeightDecay(0.0005), 0.0005 * 72 / 64);
+  EXPECT_EQ(s->Accumulate(24), 3);
+  EXPECT_DOUBLE_EQ(s->ScaledWeightDecay(0.0005, 24), 0.0005 * 72 / 64);
 }
 
 TEST(ScheduleTest, RejectsBadSizes) {
-  EXPECT_FALSE(YoloV5Schedule::Create(Hyp(), 0.01, 0, 64, 64).ok());
+  EXPECT_FALSE(YoloV5Schedule::Create(Hyp(), 0.01, 0, 6400).ok());
   ScheduleOptions o = Hyp();
   o.epochs = 0;
-  EXPECT_THAT(std::string(YoloV5Schedule::Create(o, 0.01, 1, 64, 64).status().message()),
+  EXPECT_THAT(std::string(YoloV5Schedule::Create(o, 0.01, 64, 6400).status().message()),
               HasSubstr("epochs"));
 }
 
@@ -197,14 +234,102 @@ TEST(SamplerTest, SeedPlusEpochReachesThePermutation) {
   EXPECT_THAT(seeds, ElementsAre(42u));
 }
 
-TEST(SamplerTest, ResumeOffsetSkipsTrainedSamples) {
-  auto s = DistributedSampler::Create(20, 2, 1, {}, Reverse);
-  s->set_epoch(1);
-  const std::vector<int64_t> all = s->Indices();
-  const std::vector<int64_t> rest = s->Indices(4);
-  ASSERT_EQ(rest.size(), all.size() - 4);
-  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), all.begin() + 4));
-  EXPECT_TRUE(s->Indices(100).empty());
+TEST(SamplerTest, ResumeAtTheSameWorldSizeContinuesTheShards) {
+  for (int64_t n : {20, 21, 23}) {
+    auto s = DistributedSampler::Create(n, 2, 1, {}, Reverse);
+    s->set_epoch(1);
+    const std::vector<int64_t> all = s->Indices();
+    // After 2 batches of 2 on each of the 2 ranks: position 8.
+    EXPECT_EQ(s->Advance(0, 4), 8);
+    const std::vector<int64_t> rest = s->Indices(8);
+    ASSERT_EQ(rest.size(), all.size() - 4) << n;
+    EXPECT_TRUE(std::equal(rest.begin(), rest.end(), all.begin() + 4)) << n;
+    EXPECT_TRUE(s->Indices(n).empty());
+    EXPECT_EQ(s->Advance(0, s->num_samples()), n) << "the padding is no position";
+  }
+}
+
+// The position arithmetic over many (old world, new world, batch) changes,
+// drop_last or not: after training k batches at one world size and going
+// on at another from the position reached, the new shards are disjoint,
+// their union is exactly the rest of the epoch (plus the padding of the
+// last batch), and each batch over all ranks is the next block of the
+// order. Several re-forms in one epoch: every sample once in all.
+TEST(SamplerTest, ReFormsAtAnyWorldSizeTrainEverySampleOnce) {
+  for (bool drop_last : {false, true}) {
+    for (int64_t n : {37, 64, 96, 101}) {
+      for (int64_t batch : {1, 3, 8}) {
+        for (int w0 : {1, 2, 3, 4}) {
+          for (int w1 : {1, 2, 3, 5}) {
+            for (int w2 : {1, 2, 4}) {
+              SCOPED_TRACE(::testing::Message()
+                           << "n=" << n << " batch=" << batch << " worlds " << w0 << "," << w1
+                           << "," << w2 << " drop_last=" << drop_last);
+              SamplerOptions o;
+              o.drop_last = drop_last;
+              std::multiset<int64_t> trained;
+              int64_t done = 0;
+              const int worlds[] = {w0, w1, w2};
+              for (int part = 0; part < 3 && done < n; ++part) {
+                const int w = worlds[part];
+                if (drop_last && n - done < w) break;
+                std::vector<std::vector<int64_t>> shards;
+                for (int r = 0; r < w; ++r) {
+                  auto s = DistributedSampler::Create(n, w, r, o, Reverse);
+                  ASSERT_TRUE(s.ok());
+                  s->set_epoch(2);
+                  shards.push_back(s->Indices(done));
+                  ASSERT_EQ(static_cast<int64_t>(shards.back().size()), s->ShardSize(done));
+                }
+                auto s = DistributedSampler::Create(n, w, 0, o, Reverse);
+                s->set_epoch(2);
+                const std::vector<int64_t> order = s->GlobalOrder(0);
+                // Train 2 batches (the last part: to the end), then re-form.
+                const int64_t per_rank = static_cast<int64_t>(shards[0].size());
+                const int64_t count =
+                    part == 2 ? per_rank : std::min<int64_t>(2 * batch, per_rank);
+                for (int64_t b = 0; b < count; b += batch) {
+                  // This batch over all ranks: the next block of the order.
+                  std::vector<int64_t> block;
+                  for (int64_t j = b; j < std::min(count, b + batch); ++j) {
+                    for (int r = 0; r < w; ++r) block.push_back(shards[r][j]);
+                  }
+                  std::sort(block.begin(), block.end());
+                  const int64_t from = s->Advance(done, b);
+                  std::vector<int64_t> want(order.begin() + from,
+                                            order.begin() + std::min<int64_t>(
+                                                n, from + static_cast<int64_t>(block.size())));
+                  std::sort(want.begin(), want.end());
+                  if (!drop_last && from + static_cast<int64_t>(block.size()) > n) {
+                    // Padding: the head of the order again.
+                    EXPECT_TRUE(std::includes(block.begin(), block.end(), want.begin(),
+                                              want.end()));
+                  } else {
+                    EXPECT_EQ(block, want);
+                  }
+                }
+                const int64_t next = s->Advance(done, count);
+                for (int r = 0; r < w; ++r) {
+                  for (int64_t j = 0; j < count; ++j) {
+                    // Padding repeats samples of the head; count only the rest.
+                    const int64_t at = done + j * w + r;
+                    if (at < next) trained.insert(shards[r][j]);
+                  }
+                }
+                done = next;
+              }
+              std::set<int64_t> distinct(trained.begin(), trained.end());
+              EXPECT_EQ(distinct.size(), trained.size()) << "a sample trained twice";
+              if (!drop_last) {
+                EXPECT_EQ(done, n);
+                EXPECT_EQ(static_cast<int64_t>(distinct.size()), n) << "a sample skipped";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(SamplerTest, RejectsBadArguments) {
@@ -465,8 +590,8 @@ TEST(CheckpointFileTest, RoundTripAndListing) {
   // keep = 2: the oldest numbered one is gone; last and best stay.
   std::vector<std::string> all = ListCheckpoints(dir);
   ASSERT_EQ(all.size(), 2u);
-  EXPECT_THAT(all[0], HasSubstr("ckpt_0002000000.ckpt"));
-  EXPECT_THAT(all[1], HasSubstr("ckpt_0001000000.ckpt"));
+  EXPECT_THAT(all[0], HasSubstr("ckpt_0000000000002000000.ckpt"));
+  EXPECT_THAT(all[1], HasSubstr("ckpt_0000000000001000000.ckpt"));
   auto last = ReadCheckpointFile(dir + "/last.ckpt");
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(last->key, 2000000);
@@ -499,7 +624,7 @@ TEST(CheckpointFileTest, CorruptOrTruncatedNewestFallsBackToPrevious) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->key, 1);
   ASSERT_EQ(skipped.size(), 1u);
-  EXPECT_THAT(skipped[0], HasSubstr("ckpt_0000000002.ckpt"));
+  EXPECT_THAT(skipped[0], HasSubstr("ckpt_0000000000000000002.ckpt"));
   // Truncated, and garbage.
   std::ofstream(newest, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   EXPECT_THAT(std::string(ReadCheckpointFile(newest).status().message()),
@@ -509,6 +634,105 @@ TEST(CheckpointFileTest, CorruptOrTruncatedNewestFallsBackToPrevious) {
               HasSubstr("not a checkpoint"));
   EXPECT_EQ(LoadNewestCheckpoint(dir, RunIdentity{}, nullptr)->key, 1);
   EXPECT_TRUE(absl::IsNotFound(LoadNewestCheckpoint(dir + "/empty", RunIdentity{}, nullptr).status()));
+}
+
+// Nodes that share an output folder write the same checkpoint (same key,
+// same run) at about the same time: when last.ckpt already names the very
+// file a writer links, its rename does nothing, and its temporary link must
+// not stay behind.
+TEST(CheckpointFileTest, WritersSharingAFolderLeaveNoLinks) {
+  const std::string dir = TestDir() + "/checkpoints";
+  CheckpointBlob blob;
+  blob.run = RunIdentity{"shared", "digest"};
+  blob.payload = std::string(4096, 'w');
+  auto writer = [&] {
+    for (int i = 0; i < 300; ++i) {
+      // Every writer writes the same keys, in the same order.
+      CheckpointBlob mine = blob;
+      mine.key = i / 3;
+      EXPECT_TRUE(SaveCheckpoint(dir, mine, /*best=*/true).ok());
+    }
+  };
+  std::thread a(writer), b(writer);
+  a.join();
+  b.join();
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_EQ(name.find(".link."), std::string::npos) << name << " was left behind";
+    EXPECT_EQ(name.find(".tmp."), std::string::npos) << name << " was left behind";
+  }
+  EXPECT_TRUE(ReadCheckpointFile(dir + "/last.ckpt").ok());
+}
+
+// ------------------------------------------------- temporaries, progress
+
+TEST(TempFilesTest, NamesAreUniquePerWriterAndHost) {
+  const std::string a = TemporaryName("/x/last.ckpt", "link");
+  const std::string b = TemporaryName("/x/last.ckpt", "link");
+  EXPECT_NE(a, b);
+  EXPECT_THAT(a, ::testing::StartsWith("/x/last.ckpt.link." + HostToken() + "-" +
+                                       std::to_string(getpid()) + "-"));
+  EXPECT_THAT(HostToken(), ::testing::MatchesRegex("[A-Za-z0-9_-]+~[0-9a-f]{8}"));
+}
+
+// A writer killed mid-write (a partial checkpoint, a link never renamed)
+// leaves its temporary behind: the next start removes this host's dead
+// writers' at once and others' once old; live writers' and other files
+// stay.
+TEST(TempFilesTest, DeadWritersTemporariesAreRemoved) {
+  namespace fs = std::filesystem;
+  const std::string dir = TestDir();
+  auto touch = [&](const std::string& name) {
+    std::ofstream(dir + "/" + name) << std::string(1000, 'x');
+    return dir + "/" + name;
+  };
+  // A real writer that dies: a child process makes its temporaries and is
+  // killed before renaming them.
+  const pid_t child = fork();
+  if (child == 0) {
+    std::ofstream(TemporaryName(dir + "/ckpt_1.ckpt", "tmp")) << std::string(1000, 'x');
+    std::ofstream(TemporaryName(dir + "/last.ckpt", "link")) << "x";
+    ::raise(SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const std::string live = TemporaryName(dir + "/metrics.csv", "tmp");
+  std::ofstream(live) << "a writer still at work";
+  const std::string other_recent = touch("best.ckpt.link.otherhost~0badcafe-77-00ff");
+  const std::string other_old = touch("last.ckpt.tmp.otherhost~0badcafe-78-00ff");
+  const std::string legacy_old = touch("metrics.csv.tmp.4242.3");
+  const std::string keep = touch("ckpt_0000000000000000001_ab.ckpt");
+  const auto two_hours_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  fs::last_write_time(other_old, two_hours_ago);
+  fs::last_write_time(legacy_old, two_hours_ago);
+
+  const std::vector<std::string> removed = RemoveStaleTemporaries(dir);
+  EXPECT_EQ(removed.size(), 4u) << ::testing::PrintToString(removed);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().string());
+  std::sort(left.begin(), left.end());
+  std::vector<std::string> want = {live, other_recent, keep};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(left, want);
+  EXPECT_THAT(::testing::PrintToString(removed), HasSubstr("(1000 bytes)"));
+  EXPECT_TRUE(RemoveStaleTemporaries(dir + "/missing").empty());
+}
+
+// After a resume mid-epoch, the rate and ETA count only the iterations
+// this process trained.
+TEST(ProgressTest, RateAndEtaCountOnlyTheIterationsSinceTheStart) {
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  Progress p(out, /*tty=*/false, /*log_period=*/5);
+  // Resumed at iteration 90 of 100; 5 iterations in 1 s.
+  p.Update(0, 1, 94, 90, 100, 0.5, 0.01, 1.0);
+  std::fclose(out);
+  const std::string line(text, size);
+  std::free(text);
+  EXPECT_THAT(line, HasSubstr("iter 95/100"));
+  EXPECT_THAT(line, HasSubstr("5.0 it/s eta 1s")) << line;
 }
 
 }  // namespace

@@ -160,10 +160,12 @@ TEST(CheckpointTest, MidEpochResumeAndCorruptNewestFallsBack) {
   first.train.epochs = 1;
   ASSERT_TRUE(TrainQuietly(first, std::nullopt).ok());
   const std::string ckpts = CheckpointDir(cfg.train.output_dir);
-  // Newest: end of epoch 1 (key 1000000), then iteration 15 of epoch 1.
+  // Newest: end of epoch 1 (state 17: 16 steps, then the epoch's end),
+  // then iteration 15 of epoch 1 (state 15, after its step).
   std::vector<std::string> all = ListCheckpoints(ckpts);
   ASSERT_EQ(all.size(), 2u);
-  EXPECT_THAT(all[1], HasSubstr("ckpt_0000000015_"));
+  EXPECT_THAT(all[0], HasSubstr("ckpt_0000000000000000017_"));
+  EXPECT_THAT(all[1], HasSubstr("ckpt_0000000000000000015_"));
   // Corrupt the newest: the run must fall back to iteration 15, re-train
   // the last batch of epoch 1 and end where the uninterrupted run did.
   {

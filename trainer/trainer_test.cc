@@ -56,6 +56,30 @@ std::optional<std::string> RunPython(const std::string& script) {
   return out;
 }
 
+// The next line of `lines` as integers (empty at the end).
+std::vector<int64_t> NextInts(std::istream& lines) {
+  std::string line;
+  std::getline(lines, line);
+  std::istringstream words(line);
+  std::vector<int64_t> out;
+  for (int64_t v; words >> v;) out.push_back(v);
+  return out;
+}
+
+// This build's shard of rank `r` from position `done`, shuffled as the
+// trainer shuffles (torch.randperm).
+std::vector<int64_t> Shard(int64_t n, int world, int r, uint64_t seed, int64_t epoch,
+                           bool drop_last, int64_t done) {
+  SamplerOptions o;
+  o.seed = seed;
+  o.drop_last = drop_last;
+  auto s = DistributedSampler::Create(n, world, r, o, TorchPermutation);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  s->set_epoch(epoch);
+  return s->Indices(done);
+}
+
 TEST(SamplerVsPyTorchTest, ShardsEqualDistributedSampler) {
   struct Case {
     int64_t n;
@@ -91,22 +115,60 @@ TEST(SamplerVsPyTorchTest, ShardsEqualDistributedSampler) {
       SCOPED_TRACE(::testing::Message() << "n=" << c.n << " world=" << c.world
                                         << " seed=" << c.seed << " epoch=" << c.epoch
                                         << " rank=" << r);
-      std::string line;
-      ASSERT_TRUE(std::getline(lines, line));
-      std::istringstream words(line);
-      std::vector<int64_t> want;
-      for (int64_t v; words >> v;) want.push_back(v);
-      SamplerOptions o;
-      o.seed = c.seed;
-      o.drop_last = c.drop_last;
-      auto s = DistributedSampler::Create(c.n, c.world, r, o, TorchPermutation);
-      ASSERT_TRUE(s.ok());
-      s->set_epoch(c.epoch);
-      EXPECT_EQ(s->Indices(), want);
+      const std::vector<int64_t> want = NextInts(lines);
+      EXPECT_EQ(Shard(c.n, c.world, r, c.seed, c.epoch, c.drop_last, 0), want);
       seen.insert(want.begin(), want.end());
     }
     if (!c.drop_last) {
       EXPECT_EQ(static_cast<int64_t>(seen.size()), c.n);
+    }
+  }
+}
+
+// The elastic deal (the rest of the epoch's order from a position, to any
+// world size) against a Python transcription over torch.randperm: the
+// order is PyTorch's DistributedSampler's for the seed and epoch, the rest
+// G[done:] is padded with G's head (or cut) and dealt rank r, r + w, ...
+TEST(SamplerVsPyTorchTest, RestOfTheEpochDealtAsThePythonReference) {
+  struct Case {
+    int64_t n, done;
+    int world;
+    uint64_t seed;
+    int64_t epoch;
+    bool drop_last;
+  };
+  const std::vector<Case> cases = {
+      {101, 32, 3, 7, 2, false}, {1000, 448, 1, 0, 1, false}, {1000, 447, 2, 0, 1, false},
+      {1000, 999, 3, 5, 0, false}, {10, 4, 4, 123, 5, true},  {6144, 3072, 2, 0, 1, false},
+      {97, 60, 5, 3, 3, true},    {97, 60, 5, 3, 3, false},   {7, 2, 8, 1, 0, false}};
+  std::string script =
+      "import math, torch\n"
+      "for n, done, w, seed, epoch, drop in [";
+  for (const Case& c : cases) {
+    script += "(" + std::to_string(c.n) + "," + std::to_string(c.done) + "," +
+              std::to_string(c.world) + "," + std::to_string(c.seed) + "," +
+              std::to_string(c.epoch) + "," + (c.drop_last ? "True" : "False") + "),";
+  }
+  script +=
+      "]:\n"
+      "  g = torch.Generator()\n"
+      "  g.manual_seed(seed + epoch)\n"
+      "  order = torch.randperm(n, generator=g).tolist()\n"
+      "  rest = order[done:]\n"
+      "  per = (n - done) // w if drop else math.ceil((n - done) / w)\n"
+      "  total = per * w\n"
+      "  rest = rest[:total] + [order[i % n] for i in range(max(0, total - len(rest)))]\n"
+      "  for r in range(w):\n"
+      "    print(' '.join(map(str, rest[r:total:w])))\n";
+  std::optional<std::string> out = RunPython(script);
+  if (!out) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+  std::istringstream lines(*out);
+  for (const Case& c : cases) {
+    for (int r = 0; r < c.world; ++r) {
+      SCOPED_TRACE(::testing::Message() << "n=" << c.n << " done=" << c.done
+                                        << " world=" << c.world << " rank=" << r);
+      EXPECT_EQ(Shard(c.n, c.world, r, c.seed, c.epoch, c.drop_last, c.done),
+                NextInts(lines));
     }
   }
 }

@@ -110,17 +110,20 @@ class Cluster {
   // behind `prefix` (e.g. "ip netns exec NS"), with `extra` flags.
   void StartDaemon(const std::vector<std::string>& prefix = {},
                    const std::vector<std::string>& extra = {}) {
-    const std::string id = absl::StrCat("node", daemons_.size());
-    std::vector<std::string> argv = prefix;
-    argv.insert(argv.end(),
-                {testing::BinDir() + "/elastrund", "--rendezvous", address_, "--node-id",
-                 id, "--slots", "2", "--state-dir", absl::StrCat(dir_, "/state-", id),
-                 "--log-dir", absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s",
-                 "--token-file", token_file_, "--cred-socket", cred_socket(daemons_.size())});
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto d = testing::Subprocess::Start(argv, {marker_});
+    auto d = testing::Subprocess::Start(DaemonArgv(daemons_.size(), prefix, extra), {marker_});
     ASSERT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));
+  }
+  // Starts daemon "node<i>" again, as StartDaemon did (same node id, state
+  // and log folders), once the one before it has exited: a node that comes
+  // back after a crash.
+  void RestartDaemon(size_t i, const std::vector<std::string>& prefix = {},
+                     const std::vector<std::string>& extra = {}) {
+    ASSERT_LT(i, daemons_.size());
+    ASSERT_TRUE(daemons_[i]->exit_code().has_value()) << "node" << i << " still runs";
+    auto d = testing::Subprocess::Start(DaemonArgv(i, prefix, extra), {marker_});
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemons_[i] = *std::move(d);
   }
 
   // SIGTERMs every daemon still running (expecting exit 128+SIGTERM) and the
@@ -247,6 +250,19 @@ class Cluster {
   const std::string& address() const { return address_; }
 
  private:
+  std::vector<std::string> DaemonArgv(size_t i, const std::vector<std::string>& prefix,
+                                      const std::vector<std::string>& extra) const {
+    const std::string id = absl::StrCat("node", i);
+    std::vector<std::string> argv = prefix;
+    argv.insert(argv.end(),
+                {testing::BinDir() + "/elastrund", "--rendezvous", address_, "--node-id",
+                 id, "--slots", "2", "--state-dir", absl::StrCat(dir_, "/state-", id),
+                 "--log-dir", absl::StrCat(dir_, "/", id), "--shutdown-timeout", "5s",
+                 "--token-file", token_file_, "--cred-socket", cred_socket(i)});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
   int CountNodes(bool watching_only) {
     grpc::ClientContext ctx;
     Prepare(ctx);
