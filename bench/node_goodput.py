@@ -135,7 +135,6 @@ class Node:
         return any(w.finished.is_set() for w in self.watchers)
 
 
-
 def where(nodes):
     """Rank 0's newest progress, "epoch E/N iter I/T", whichever node has it."""
     newest = (-1.0, "starting")
