@@ -70,6 +70,10 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
       if (p.requires_grad()) params.push_back(p);
     }
     if (params.empty()) return absl::InvalidArgumentError("DDP: the model has no parameters");
+    if (options.stop_vote) {
+      ddp->stop_vote_ = torch::zeros({1}, params.front().options()).requires_grad_(true);
+      params.push_back(ddp->stop_vote_);
+    }
     ddp->buffers_ = ddp->module_->buffers();
     ddp->BroadcastState(0);
     // As torch/nn/parallel/distributed.py: buckets by size in parameter
@@ -100,6 +104,20 @@ void DistributedDataParallel::BroadcastState(int root) {
   if (!state.empty()) {
     c10d::broadcast_coalesced(group_, state, options_.broadcast_bytes, root);
   }
+}
+
+at::Tensor DistributedDataParallel::StopTerm(bool stop) const {
+  if (!stop_vote_.defined()) return at::Tensor();
+  // d(term)/d(vote) = 1 or 0; the term itself is 0 x that = 0.
+  return (stop_vote_ * (stop ? 1.0 : 0.0)).sum();
+}
+
+bool DistributedDataParallel::StopVoted() {
+  if (!stop_vote_.defined() || !stop_vote_.grad().defined()) return false;
+  at::Tensor& g = stop_vote_.mutable_grad();
+  const bool voted = g.item<double>() > 0;
+  g.zero_();
+  return voted;
 }
 
 void DistributedDataParallel::BeforeForward(bool sync) {

@@ -35,6 +35,13 @@ struct DdpOptions {
   bool broadcast_buffers = true;
   // Bucket size of broadcast_coalesced (Python DDP: 250 MiB).
   size_t broadcast_bytes = size_t{250} << 20;
+  // A one-element parameter of the wrapper's own (not the model's, never
+  // in the optimizer or a checkpoint) rides in the gradient buckets: its
+  // gradient is each rank's vote to stop after the step in progress, and
+  // the step's allreduce adds the votes up, so all ranks agree on the step
+  // to stop after with no collective of their own (StopTerm, StopVoted).
+  // With it, every synced forward's loss must include StopTerm.
+  bool stop_vote = false;
 };
 
 // Wraps one module on one rank. The module and the process group must
@@ -55,6 +62,14 @@ class DistributedDataParallel {
   void BeforeForward(bool sync);
   void BeforeBackward(const at::Tensor& loss, bool sync);
 
+  // This rank's vote for the step in progress, as a term to add to the
+  // loss of each of its forwards: zero, so the loss and every other
+  // gradient stay what they were (an undefined tensor without stop_vote).
+  at::Tensor StopTerm(bool stop) const;
+  // After the synced backward of a step: whether any rank voted to stop in
+  // any of its micro-batches; clears the votes.
+  bool StopVoted();
+
   // Bucket assignment (parameter indices per bucket, in reduction order).
   const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
 
@@ -67,6 +82,7 @@ class DistributedDataParallel {
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   DdpOptions options_;
   std::vector<at::Tensor> buffers_;
+  at::Tensor stop_vote_;  // Zero; its gradient is the votes.
   std::vector<std::vector<size_t>> buckets_;
   std::unique_ptr<c10d::Reducer> reducer_;
   // Buffers are broadcast after a synced backward (DDP's

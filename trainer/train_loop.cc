@@ -19,6 +19,7 @@
 #include "trainer/plot.h"
 #include "trainer/resume.h"
 #include "trainer/state_image.h"
+#include "trainer/stop_signal.h"
 #include "worker/process_group.h"
 #include "worker/progress.h"
 
@@ -131,8 +132,10 @@ absl::StatusOr<std::unique_ptr<TrainLoop>> TrainLoop::Create(
     // ProcessGroupOptions::cuda_device, as Train does), Gloo on a CPU.
     ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::ProcessGroup> collectives,
                      group->ForDevice(loop->placement_.device.type()));
+    DdpOptions ddp;
+    ddp.stop_vote = true;  // TrainBatch adds its StopTerm to every loss.
     ASSIGN_OR_RETURN(loop->ddp_,
-                     DistributedDataParallel::Create(loop->model_.ptr(), collectives));
+                     DistributedDataParallel::Create(loop->model_.ptr(), collectives, ddp));
   }
   if (loop->leader_) RETURN_IF_ERROR(loop->PrepareRunFolder());
   RETURN_IF_ERROR(loop->OpenSampleLog());
@@ -326,10 +329,14 @@ absl::Status TrainLoop::OpenSampleLog() {
 
 absl::StatusOr<TrainResult> TrainLoop::Run() {
   model_->train();
+  // A stop the launcher asks for finishes the step in progress first, when
+  // its snapshot outlives this process (stop_signal.h).
+  if (area_shared_) StopSignal::Arm();
   if (pos_.tail_from >= 0 && pos_.epoch < cfg_.train.epochs) RETURN_IF_ERROR(ReplayTail());
   for (int64_t epoch = pos_.epoch; epoch < cfg_.train.epochs; ++epoch) {
     RETURN_IF_ERROR(RunEpoch(epoch));
   }
+  StopSignal::Disarm();
   return Finish();
 }
 
@@ -411,7 +418,14 @@ absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t k) {
   // Without a step the reducer only accumulates (DDP's no_sync()).
   if (ddp_) ddp_->BeforeForward(step);
   at::Tensor loss = Loss(batch);
-  if (ddp_) ddp_->BeforeBackward(loss, step);
+  if (ddp_) {
+    // This rank's vote to stop after this step (a SIGTERM came): the
+    // step's allreduce tells every rank the votes (ddp.h, stop_signal.h).
+    if (at::Tensor vote = ddp_->StopTerm(StopSignal::Requested()); vote.defined()) {
+      loss = loss + vote;
+    }
+    ddp_->BeforeBackward(loss, step);
+  }
   if (scaler_) {
     (loss * scaler_->scale()).backward();
   } else {
@@ -446,6 +460,9 @@ void TrainLoop::OptimizerStep(int64_t epoch, int64_t k) {
   }
   pos_.micro_batches = 0;
   ++pos_.lineage;
+  // Every rank learns the same votes with the gradients: all stop after
+  // the same step. Alone, this process's own request decides.
+  stop_agreed_ = ddp_ ? ddp_->StopVoted() : StopSignal::Requested();
   pos_.step_epoch = epoch;
   pos_.step_done = sampler_->Advance(epoch_.first_done, (k + 1) * cfg_.data.batch_size);
 }
@@ -453,8 +470,12 @@ void TrainLoop::OptimizerStep(int64_t epoch, int64_t k) {
 absl::Status TrainLoop::EndEpoch(int64_t epoch) {
   const TrainOptions& train = cfg_.train;
   const double train_s = SecondsSince(epoch_.start);
-  std::vector<double> train_sums = {epoch_.loss_sum, epoch_.seen};
+  // With the epoch's sums, the ranks' votes to stop after its end: one
+  // answer for all.
+  std::vector<double> train_sums = {epoch_.loss_sum, epoch_.seen,
+                                    StopSignal::Requested() ? 1.0 : 0.0};
   RETURN_IF_ERROR(SumOverRanks(group_, train_sums));
+  stop_agreed_ = train_sums[2] > 0;
   ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_, placement_));
   result_.epoch = epoch + 1;
   result_.train_loss = train_sums[1] > 0 ? train_sums[0] / train_sums[1] : 0;
@@ -497,6 +518,7 @@ absl::Status TrainLoop::EndEpoch(int64_t epoch) {
   checkpoint_pending_ = false;
   // best.ckpt follows every best epoch, a periodic checkpoint due or not.
   RETURN_IF_ERROR(CaptureState(Capture::kEpochEnd, due || best, best));
+  if (stop_agreed_) return StopWithThisState(Capture::kEpochEnd);
   pos_.tail_from = -1;
   if (!leader_) return absl::OkStatus();
   return ReportEpoch(m);
@@ -568,7 +590,7 @@ absl::Status TrainLoop::MarkReady() {
 
 void TrainLoop::HoldWhileAsked() const {
   if (run_.hold_file.empty()) return;
-  while (::access(run_.hold_file.c_str(), F_OK) == 0) {
+  while (::access(run_.hold_file.c_str(), F_OK) == 0 && !StopSignal::Requested()) {
     worker::ReportBusy();
     ::usleep(10000);
   }

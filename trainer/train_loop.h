@@ -126,8 +126,15 @@ class TrainLoop {
   // accumulated gradients, unscales them, and steps (or skips an inf/nan
   // step); the lineage grows.
   void OptimizerStep(int64_t epoch, int64_t k);
-  // After the optimizer step at the k-th batch: a capture when one is due.
+  // After the optimizer step at the k-th batch: a capture when one is due
+  // (CaptureDueAfterStep); when a stop was asked for, this step's capture,
+  // then the end of the process (StopAtCapturedState).
   absl::Status AfterStep(int64_t k);
+  absl::Status CaptureDueAfterStep(int64_t k);
+  // Ends the process (as SIGTERM would) once the state now is captured;
+  // returns only an error of that capture.
+  absl::Status StopWithThisState(Capture kind);
+  [[noreturn]] void StopAtCapturedState();
   bool SnapshotDue();
   // Every rank measures a snapshot's copy against a step; together they
   // pick how many steps apart snapshots go (train.snapshot_iters = 0).
@@ -200,6 +207,9 @@ class TrainLoop {
   std::string snapshot_meta_;  // The run's meta in every snapshot (SnapshotMeta).
   std::unique_ptr<CheckpointPersister> persister_;  // This node's local rank 0.
   int64_t steps_ = 0;           // Optimizer steps this process took.
+  Clock::time_point last_step_at_;   // When the last one was done.
+  int64_t captured_lineage_ = -1;    // The state last captured (its lineage).
+  bool stop_agreed_ = false;  // The ranks agreed to stop after this step.
   int64_t first_lineage_ = 0;   // The lineage this process started at.
   int64_t snapshot_every_ = 1;  // Steps between snapshots (auto mode).
   bool checkpoint_pending_ = false;  // Due at the next optimizer step.

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "trainer/resume.h"
 #include "trainer/state_image.h"
+#include "trainer/stop_signal.h"
 #include "trainer/temp_files.h"
 #include "worker/progress.h"
 
@@ -63,7 +64,42 @@ absl::Status TrainLoop::OpenSnapshots() {
 }
 
 absl::Status TrainLoop::AfterStep(int64_t k) {
-  if (steps_++ == 0) first_step_ = Clock::now();
+  RETURN_IF_ERROR(CaptureDueAfterStep(k));
+  // Asked to stop during this step (any rank): it is done, so it goes
+  // with us.
+  if (stop_agreed_) return StopWithThisState(Capture::kSnapshot);
+  return absl::OkStatus();
+}
+
+absl::Status TrainLoop::StopWithThisState(Capture kind) {
+  if (captured_lineage_ != pos_.lineage) {
+    // Not captured yet (not due, or skipped while the persister held the
+    // other slot): now, once that slot is free.
+    if (persister_) persister_->WaitUnpinned();
+    RETURN_IF_ERROR(CaptureState(kind, false, false));
+  }
+  StopAtCapturedState();
+}
+
+void TrainLoop::StopAtCapturedState() {
+  std::fprintf(stderr,
+               "rank %d: stopping as asked (SIGTERM) after step %lld: the state at epoch %lld, "
+               "sample %lld is in the snapshot\n",
+               rank_, static_cast<long long>(pos_.lineage),
+               static_cast<long long>(pos_.epoch + 1),
+               static_cast<long long>(pos_.samples_done));
+  std::fflush(stderr);
+  // The persister's file in progress, if any, is removed at the next start.
+  StopSignal::Exit();
+}
+
+absl::Status TrainLoop::CaptureDueAfterStep(int64_t k) {
+  const Clock::time_point now = Clock::now();
+  if (steps_ > 0) {
+    StopSignal::SetStepTime(absl::FromChrono(now - last_step_at_));
+  }
+  last_step_at_ = now;
+  if (steps_++ == 0) first_step_ = now;
   // Where a replay of an epoch's tail would start (the generator state
   // before that tail's forwards).
   rng_at_step_ = GeneratorStates(placement_.device);
@@ -150,6 +186,7 @@ absl::Status TrainLoop::CaptureState(Capture kind, bool persist, bool best) {
   if (!dst.ok()) return dst.status();
   image.WriteTo(*dst);
   area_->Commit(CheckpointKey(pos_), snapshot_meta_);
+  captured_lineage_ = pos_.lineage;
   const double seconds = SecondsSince(start);
   ++captures_.taken;
   captures_.seconds += seconds;
@@ -164,6 +201,8 @@ absl::Status TrainLoop::CaptureState(Capture kind, bool persist, bool best) {
 }
 
 absl::Status TrainLoop::UseProcessMemory(const absl::Status& why) {
+  // Snapshots no longer outlive the process: a stop ends it at once again.
+  StopSignal::Disarm();
   std::fprintf(stderr, "rank %d: snapshot memory full (%s); snapshots stay in this process\n",
                rank_, std::string(why.message()).c_str());
   if (persister_) RETURN_IF_ERROR(persister_->Flush());

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/worker_env.h"
 #include "trainer/device.h"
+#include "trainer/stop_signal.h"
 #include "trainer/train_loop.h"
 #include "worker/process_group.h"
 
@@ -41,6 +42,8 @@ void PrepareStandby(const TrainerConfig& cfg) {
 }
 
 absl::StatusOr<TrainResult> Train(const TrainerConfig& cfg, const RunOptions& run) {
+  // Unarmed until training runs: SIGTERM still ends the process at once.
+  StopSignal::Install();
   std::unique_ptr<worker::ProcessGroup> group;
   if (run.env.has_value()) {
     // A rank on a GPU gets an NCCL group on it beside Gloo.

@@ -254,6 +254,60 @@ TEST(DdpTest, TwoRankGradientsEqualGlobalBatchGradient) {
   }
 }
 
+// The stop vote rides in the gradient buckets: a vote of one rank, in any
+// micro-batch of a step, reaches every rank with that step's allreduce,
+// and the model's gradients are bitwise those without the vote.
+TEST(DdpTest, AStopVoteOfOneRankReachesEveryRankWithTheStep) {
+  torch::manual_seed(5);
+  const at::Tensor x = at::randn({8, 16});
+  const at::Tensor y = at::randint(5, {8}, at::kLong);
+  Model models[2][2];
+  for (auto& pair : models) {
+    for (Model& m : pair) {
+      torch::manual_seed(1);
+      m = SmallMlp();
+    }
+  }
+  // Step 0: nobody votes; step 1: rank 1 votes in its first micro-batch
+  // only; step 2: nobody again.
+  bool voted[2][3] = {};
+  std::vector<at::Tensor> grads[2][2];  // [with vote option][rank]
+  for (int with : {0, 1}) {
+    RunTwoRanks([&](int rank, ProcessGroup& group) {
+      Model model = models[with][rank];
+      DdpOptions o;
+      o.stop_vote = with == 1;
+      auto cpu_group = group.ForDevice(c10::DeviceType::CPU);
+      ASSERT_TRUE(cpu_group.ok()) << cpu_group.status();
+      auto ddp = DistributedDataParallel::Create(model.ptr(), *cpu_group, o);
+      ASSERT_TRUE(ddp.ok()) << ddp.status();
+      for (int step = 0; step < 3; ++step) {
+        for (int m = 0; m < 2; ++m) {
+          const bool sync = m == 1;
+          const int b = rank * 4 + m * 2;
+          (*ddp)->BeforeForward(sync);
+          at::Tensor loss = torch::nn::functional::cross_entropy(
+              model->forward(x.slice(0, b, b + 2)), y.slice(0, b, b + 2));
+          if (with == 1) loss = loss + (*ddp)->StopTerm(step == 1 && rank == 1 && m == 0);
+          (*ddp)->BeforeBackward(loss, sync);
+          loss.backward();
+        }
+        if (with == 1) voted[rank][step] = (*ddp)->StopVoted();
+      }
+      grads[with][rank] = Gradients(model);
+    });
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_FALSE(voted[rank][0]) << rank;
+    EXPECT_TRUE(voted[rank][1]) << rank;
+    EXPECT_FALSE(voted[rank][2]) << "votes are cleared after a step; rank " << rank;
+    ASSERT_EQ(grads[1][rank].size(), grads[0][rank].size());
+    for (size_t i = 0; i < grads[0][rank].size(); ++i) {
+      EXPECT_TRUE(at::equal(grads[1][rank][i], grads[0][rank][i])) << rank << " " << i;
+    }
+  }
+}
+
 TEST(DdpTest, NoSyncAccumulatesThenReducesTheSum) {
   torch::manual_seed(5);
   const at::Tensor x = at::randn({8, 16});
