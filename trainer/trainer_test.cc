@@ -254,6 +254,24 @@ TEST(DdpTest, TwoRankGradientsEqualGlobalBatchGradient) {
   }
 }
 
+// One step on `rank` of two micro-batches of 2 samples (rows rank * 4 +
+// [0, 2) and [2, 4)), synced on the second; with a stop vote in the
+// wrapper, micro-batch m votes vote(m).
+void TwoMicroBatches(DistributedDataParallel& ddp, Model& model, const at::Tensor& x,
+                     const at::Tensor& y, int rank,
+                     const std::function<bool(int)>& vote = [](int) { return false; }) {
+  for (int m = 0; m < 2; ++m) {
+    const bool sync = m == 1;
+    const int b = rank * 4 + m * 2;
+    ddp.BeforeForward(sync);
+    at::Tensor loss = torch::nn::functional::cross_entropy(
+        model->forward(x.slice(0, b, b + 2)), y.slice(0, b, b + 2));
+    if (at::Tensor term = ddp.StopTerm(vote(m)); term.defined()) loss = loss + term;
+    ddp.BeforeBackward(loss, sync);
+    loss.backward();
+  }
+}
+
 // The stop vote rides in the gradient buckets: a vote of one rank, in any
 // micro-batch of a step, reaches every rank with that step's allreduce,
 // and the model's gradients are bitwise those without the vote.
@@ -282,16 +300,9 @@ TEST(DdpTest, AStopVoteOfOneRankReachesEveryRankWithTheStep) {
       auto ddp = DistributedDataParallel::Create(model.ptr(), *cpu_group, o);
       ASSERT_TRUE(ddp.ok()) << ddp.status();
       for (int step = 0; step < 3; ++step) {
-        for (int m = 0; m < 2; ++m) {
-          const bool sync = m == 1;
-          const int b = rank * 4 + m * 2;
-          (*ddp)->BeforeForward(sync);
-          at::Tensor loss = torch::nn::functional::cross_entropy(
-              model->forward(x.slice(0, b, b + 2)), y.slice(0, b, b + 2));
-          if (with == 1) loss = loss + (*ddp)->StopTerm(step == 1 && rank == 1 && m == 0);
-          (*ddp)->BeforeBackward(loss, sync);
-          loss.backward();
-        }
+        TwoMicroBatches(**ddp, model, x, y, rank, [&](int m) {
+          return with == 1 && step == 1 && rank == 1 && m == 0;
+        });
         if (with == 1) voted[rank][step] = (*ddp)->StopVoted();
       }
       grads[with][rank] = Gradients(model);
@@ -342,15 +353,7 @@ TEST(DdpTest, NoSyncAccumulatesThenReducesTheSum) {
     ASSERT_TRUE(cpu_group.ok()) << cpu_group.status();
     auto ddp = DistributedDataParallel::Create(model.ptr(), *cpu_group);
     ASSERT_TRUE(ddp.ok()) << ddp.status();
-    for (int m = 0; m < 2; ++m) {
-      const bool sync = m == 1;
-      const int b = rank * 4 + m * 2;
-      (*ddp)->BeforeForward(sync);
-      at::Tensor loss = torch::nn::functional::cross_entropy(
-          model->forward(x.slice(0, b, b + 2)), y.slice(0, b, b + 2));
-      (*ddp)->BeforeBackward(loss, sync);
-      loss.backward();
-    }
+    TwoMicroBatches(**ddp, model, x, y, rank);
     got[rank] = Gradients(model);
   });
   for (int rank = 0; rank < 2; ++rank) {
