@@ -507,5 +507,82 @@ TEST(PlannedStopTest, SigtermFinishesTheStepInProgress) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+// Hang detection with elastrun-train's ranks: every rank reports its step,
+// so a stopped rank is named with the step it reached; and ranks busy
+// between steps (held here, as in a long evaluation or resume) send beats,
+// so hang detection does not fire on them.
+class TrainerHangTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    train_ = testing::BinDir() + "/elastrun-train";
+    if (!testing::FileExists(train_)) GTEST_SKIP() << train_ << " is not built";
+    dir_ = testing::MakeTempDir("trainer_hang");
+    marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=trainer-hang-", getpid(), "-", dir_);
+    fs::create_directories(dir_ + "/samples");
+    std::ofstream(dir_ + "/cfg.yaml") << "_base_: " << testing::SourceDir()
+                                      << "/configs/fashion_mnist_mlp.yaml\n"
+                                      << "data: {synthetic: true, synthetic_train_size: 20480,\n"
+                                      << "       synthetic_test_size: 256, batch_size: 16}\n"
+                                      << "train: {epochs: 1, log_period: 0}\n";
+  }
+  void TearDown() override {
+    run_.reset();
+    for (pid_t pid : testing::ProcessesWithEnv(marker_)) kill(pid, SIGKILL);
+    if (!HasFailure() && !dir_.empty()) fs::remove_all(dir_);
+  }
+
+  void Start(const std::string& hang_timeout) {
+    auto run = testing::Subprocess::Start(
+        {testing::BinDir() + "/elastrun", "run", "--nproc-per-node", "2", "--max-restarts", "1",
+         "--hang-timeout", hang_timeout, train_, "--config", dir_ + "/cfg.yaml",
+         "train.output_dir=" + dir_ + "/run"},
+        {marker_, "ELASTRUN_TRAIN_SAMPLE_LOG=" + dir_ + "/samples",
+         "ELASTRUN_TRAIN_HOLD_FILE=" + dir_ + "/hold", "OMP_NUM_THREADS=1"});
+    ASSERT_TRUE(run.ok()) << run.status();
+    run_ = *std::move(run);
+    ASSERT_TRUE(PollUntil([&] {
+      return ParseSampleLog(testing::ReadFile(dir_ + "/samples/rank1.log")).size() >= 50;
+    })) << run_->Output();
+  }
+  // The worker of `rank` in the first attempt.
+  pid_t Worker(int rank) {
+    std::set<pid_t> marked;
+    for (pid_t pid : testing::ProcessesWithEnv(marker_)) marked.insert(pid);
+    for (pid_t pid : testing::ProcessesWithEnv(absl::StrCat("RANK=", rank))) {
+      if (marked.count(pid)) return pid;
+    }
+    return -1;
+  }
+
+  std::string train_, dir_, marker_;
+  std::unique_ptr<testing::Subprocess> run_;
+};
+
+TEST_F(TrainerHangTest, AStoppedRankIsNamedWithTheStepItReached) {
+  ASSERT_NO_FATAL_FAILURE(Start("2s"));
+  const pid_t rank1 = Worker(1);
+  ASSERT_GT(rank1, 0);
+  kill(rank1, SIGSTOP);
+  ASSERT_TRUE(run_->Wait(absl::Minutes(3)).ok());
+  const std::string out = run_->Output();
+  EXPECT_EQ(run_->exit_code(), 0) << out;
+  // A rank that reported steps (not "before reporting a step").
+  EXPECT_THAT(out, ::testing::ContainsRegex("rank 1 hung at step [1-9][0-9]*")) << out;
+}
+
+TEST_F(TrainerHangTest, RanksBusyBetweenStepsAreNotHung) {
+  ASSERT_NO_FATAL_FAILURE(Start("1s"));
+  std::ofstream(dir_ + "/hold") << "hold\n";
+  // Three hang timeouts with no step on any rank: the subject of the test
+  // is this stretch of time, nothing is waited for.
+  absl::SleepFor(absl::Seconds(3));
+  ::unlink((dir_ + "/hold").c_str());
+  ASSERT_TRUE(run_->Wait(absl::Minutes(3)).ok());
+  const std::string out = run_->Output();
+  EXPECT_EQ(run_->exit_code(), 0) << out;
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("hung"))) << out;
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("restarting"))) << out;
+}
+
 }  // namespace
 }  // namespace elastrun::daemon_testing
