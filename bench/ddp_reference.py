@@ -12,7 +12,9 @@ Trains what elastrun-train trains, from the same resolved config
 - SGD (momentum, Nesterov) with YOLOv5's three parameter groups (biases,
   decayed weights, norm weights) and weight decay scaled by
   global batch x accumulate / nbs; YOLOv5's warm-up and one-cycle schedule,
-  gradient accumulation to nbs (trainer/optimizer.cc, trainer/schedule.cc);
+  counted in samples trained as the trainer counts it (the warm-up lasts
+  YOLOv5's warm-up iterations x the global batch, in samples), gradient
+  accumulation to nbs (trainer/optimizer.cc, trainer/schedule.cc);
 - torch.set_num_threads(1) by default (train.threads), Gloo from the
   torchrun environment, DistributedDataParallel with its defaults (1 MiB
   first bucket, 25 MiB buckets, broadcast_buffers=True);
@@ -202,6 +204,9 @@ class Schedule:
     def __init__(self, s, lr0, nb, nbs, global_batch):
         self.s, self.lr0, self.nbs, self.gb = s, lr0, nbs, global_batch
         self.warmup_iters = max(round(float(s["warmup_epochs"]) * nb), MIN_WARMUP_ITERS)
+        # As elastrun-train (trainer/schedule.h): the schedule counts samples
+        # trained, the warm-up lasting warmup_iters global batches of them.
+        self.warmup_samples = self.warmup_iters * global_batch
         self.accumulate = max(round(nbs / global_batch), 1)
 
     def lr_factor(self, epoch):
@@ -210,16 +215,17 @@ class Schedule:
             return ((1 - math.cos(epoch * math.pi / n)) / 2) * (lrf - 1.0) + 1.0
         return (1 - epoch / n) * (1.0 - lrf) + lrf
 
-    def at(self, ni, epoch):
+    def at(self, seen, epoch):
+        """Values for the batch trained after `seen` samples of the run."""
         target = self.lr0 * self.lr_factor(epoch)
         mom = float(self.s["momentum"])
-        if ni <= self.warmup_iters:
-            nw = self.warmup_iters
+        if seen <= self.warmup_samples:
+            nw = self.warmup_samples
             return dict(
-                bias_lr=interp(ni, 0, nw, float(self.s["warmup_bias_lr"]), target),
-                lr=interp(ni, 0, nw, 0.0, target),
-                momentum=interp(ni, 0, nw, float(self.s["warmup_momentum"]), mom),
-                accumulate=max(1, round(interp(ni, 0, nw, 1.0, self.nbs / self.gb))))
+                bias_lr=interp(seen, 0, nw, float(self.s["warmup_bias_lr"]), target),
+                lr=interp(seen, 0, nw, 0.0, target),
+                momentum=interp(seen, 0, nw, float(self.s["warmup_momentum"]), mom),
+                accumulate=max(1, round(interp(seen, 0, nw, 1.0, self.nbs / self.gb))))
         return dict(bias_lr=target, lr=target, momentum=mom, accumulate=self.accumulate)
 
 
@@ -412,11 +418,11 @@ def main():
         loss_sum, seen = 0.0, 0.0
         for i in range(nb):
             ni = i + nb * epoch
-            v = schedule.at(ni, epoch)
+            v = schedule.at(epoch * len(train_y) + min(len(train_y), i * global_batch), epoch)
             for g, kind in zip(optimizer.param_groups, kinds):
                 g["lr"] = v["bias_lr"] if kind == "bias" else v["lr"]
                 g["momentum"] = v["momentum"]
-            step = ni - last_opt_step >= v["accumulate"]
+            step = micro + 1 >= v["accumulate"]
             idx = indices[i * bs:(i + 1) * bs]
             if sample_log is not None:
                 log_samples(sample_log, attempt, epoch, i, idx)
