@@ -213,7 +213,9 @@ def node_commands(args, folder, launcher, port, run_id, train_size, resolved):
                  "--max-restarts", str(MAX_RESTARTS), "--rdzv-conf", conf,
                  "--log-dir", os.path.join(node, "logs")]
         if launcher == "elastrun":
-            cmd = [args.elastrun, "run", *flags, args.trainer, "--config", CONFIG,
+            # Pre-started workers take over at a re-form, as in goodput.py.
+            standby = ["--standby"] if args.standby else []
+            cmd = [args.elastrun, "run", *flags, *standby, args.trainer, "--config", CONFIG,
                    *overrides(args, train_size), "train.log_period=1",
                    f"train.output_dir={os.path.join(node, 'out')}"]
             node_env = dict(env, ELASTRUN_TRAIN_SAMPLE_LOG=os.path.join(node, "samples"))
@@ -506,6 +508,8 @@ def parse_args():
     ap.add_argument("--clean", action=argparse.BooleanOptionalAction,
                     help="also run each launcher without faults (default: yes; --quick: no)")
     ap.add_argument("--test-size", type=int, help="synthetic test samples (default 1024)")
+    ap.add_argument("--standby", action=argparse.BooleanOptionalAction, default=True,
+                    help="elastrun run --standby: pre-started workers (default on)")
     ap.add_argument("--last-call", type=float,
                     help="last_call_timeout of both launchers' rendezvous, s (default: each "
                          "launcher's own, elastrun 1 s, torchrun 30 s)")
