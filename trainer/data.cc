@@ -2,6 +2,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <map>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "trainer/idx.h"
 
@@ -33,7 +36,22 @@ Dataset Synthetic(const DataOptions& o, bool train, uint64_t seed) {
 
 }  // namespace
 
-absl::StatusOr<Dataset> LoadDataset(const DataOptions& o, bool train, uint64_t seed) {
+namespace {
+
+// What a split's bytes depend on.
+std::string SplitKey(const DataOptions& o, bool train, uint64_t seed) {
+  return absl::StrCat(o.synthetic ? "synthetic " : "files ", o.root, " ",
+                      o.synthetic_train_size, " ", o.synthetic_test_size, " ", o.image_size,
+                      " ", o.num_classes, " ", seed, train ? " train" : " test");
+}
+
+// Splits loaded ahead by PreloadDatasets, by SplitKey; each taken once.
+std::map<std::string, Dataset>& Preloaded() {
+  static auto* splits = new std::map<std::string, Dataset>();
+  return *splits;
+}
+
+absl::StatusOr<Dataset> LoadSplit(const DataOptions& o, bool train, uint64_t seed) {
   if (o.synthetic) {
     if ((train ? o.synthetic_train_size : o.synthetic_test_size) <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -53,6 +71,25 @@ absl::StatusOr<Dataset> LoadDataset(const DataOptions& o, bool train, uint64_t s
   d.images = FromBytes(idx->images.data, {dims[0], 1, dims[1], dims[2]}, at::kByte);
   d.labels = FromBytes(idx->labels.data, idx->labels.dims, at::kLong);
   return d;
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> LoadDataset(const DataOptions& o, bool train, uint64_t seed) {
+  auto it = Preloaded().find(SplitKey(o, train, seed));
+  if (it != Preloaded().end()) {
+    Dataset d = std::move(it->second);
+    Preloaded().erase(it);
+    return d;
+  }
+  return LoadSplit(o, train, seed);
+}
+
+void PreloadDatasets(const DataOptions& o, uint64_t seed) {
+  for (bool train : {true, false}) {
+    absl::StatusOr<Dataset> d = LoadSplit(o, train, seed);
+    if (d.ok()) Preloaded()[SplitKey(o, train, seed)] = *std::move(d);
+  }
 }
 
 namespace {

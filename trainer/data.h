@@ -32,6 +32,14 @@ inline constexpr double kPixelStd = 0.3530;
 absl::StatusOr<Dataset> LoadDataset(const DataOptions& options, bool train,
                                     uint64_t seed);
 
+// Loads both splits ahead of training, for a worker started as a standby
+// (before its activation, which then costs no data loading): a later
+// LoadDataset with the same options and seed returns the loaded split (its
+// tensors shared, never copied) once, instead of reading or drawing it
+// again. An error is dropped: the real load reports it. Call from one
+// thread, before training.
+void PreloadDatasets(const DataOptions& options, uint64_t seed);
+
 // The samples `indices[begin, end)` as a batch: x float32 [b, c, h, w]
 // normalized with kPixelMean/kPixelStd, y int64 [b].
 struct Batch {

@@ -84,10 +84,11 @@ std::string FinalLine(const TrainResult& result);
 absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const RunOptions& options);
 
 // For a worker started as a standby (`elastrun run --standby`), before it
-// waits for its activation: when the launcher says which local rank it
-// will be (ELASTRUN_STANDBY_LOCAL_RANK) and that rank trains on a GPU,
-// prepares that GPU (device.h, WarmUp). Best effort; returns at once
-// otherwise.
+// waits for its activation: loads the data (the same on every rank), and
+// when the launcher says which local rank it will be
+// (ELASTRUN_STANDBY_LOCAL_RANK) and that rank trains on a GPU, prepares
+// that GPU (device.h, WarmUp). Best effort; returns at once for a worker
+// that is not a standby.
 void PrepareStandby(const TrainerConfig& config);
 
 // As Train, over a process group the caller made (nullptr: one process);

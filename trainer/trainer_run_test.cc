@@ -1,7 +1,13 @@
 // The trainer end to end: training runs on 1 and 2 ranks, checkpoints and
 // resume (bitwise), the elastrun-train binary, and an elastic run with a
 // killed rank under `elastrun run`.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +26,7 @@
 #include "trainer/optimizer.h"
 #include "trainer/options.h"
 #include "trainer/sampler.h"
+#include "trainer/temp_files.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_test_util.h"
 #include "worker/process_group.h"
@@ -121,6 +128,50 @@ absl::StatusOr<TrainResult> TrainQuietly(const TrainerConfig& cfg,
   if (output != nullptr) *output = ReadAll(run.out);
   std::fclose(run.out);
   return r;
+}
+
+// A node whose writer was killed while it wrote a checkpoint (a SIGKILL
+// mid-persist) left a partial temporary beside its checkpoints: the next
+// start removes it; a live writer's stays.
+TEST(CheckpointTest, ADeadWritersPartialCheckpointIsRemovedAtTheNextStart) {
+  const std::string dir = TestDir();
+  TrainerConfig cfg = SyntheticConfig(dir + "/a", "mlp");
+  cfg.train.epochs = 1;
+  const std::string ckpts = CheckpointDir(cfg.train.output_dir);
+  fs::create_directories(ckpts);
+  // The writer's temporary, named as TemporaryName names it, with the
+  // writer's own pid (filled in by the child).
+  const std::string prefix =
+      ckpts + "/ckpt_0000000000000000007_ab.ckpt.tmp." + HostToken() + "-";
+  const std::string suffix = "-00000000deadbeef";
+  const pid_t writer = fork();
+  if (writer == 0) {
+    // Plain system calls and the stack only: this process has threads, the
+    // child may not take a lock one of them held (malloc's included).
+    char name[4096];
+    if (prefix.size() + suffix.size() + 24 > sizeof name) ::_exit(1);
+    std::memcpy(name, prefix.data(), prefix.size());
+    char digits[24];
+    int n = 0;
+    for (pid_t pid = ::getpid(); pid > 0; pid /= 10) digits[n++] = static_cast<char>('0' + pid % 10);
+    size_t at = prefix.size();
+    while (n > 0) name[at++] = digits[--n];
+    std::memcpy(name + at, suffix.c_str(), suffix.size() + 1);
+    const int fd = ::open(name, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    const char half[] = "ELASTRUN-CKPT 2 7 1000000 ";
+    if (fd >= 0 && ::write(fd, half, sizeof half - 1) > 0) ::raise(SIGKILL);
+    ::_exit(1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(writer, &status, 0), writer);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the writer was not killed mid-write";
+  const std::string partial = prefix + std::to_string(writer) + suffix;
+  ASSERT_TRUE(fs::exists(partial));
+  const std::string live = TemporaryName(ckpts + "/last.ckpt", "link");
+  std::ofstream(live) << "a writer of this process, still at work";
+  ASSERT_TRUE(TrainQuietly(cfg, std::nullopt).ok());
+  EXPECT_FALSE(fs::exists(partial)) << partial << " was left behind";
+  EXPECT_TRUE(fs::exists(live));
 }
 
 TEST(CheckpointTest, ResumeAfterAnEpochIsBitwiseIdentical) {

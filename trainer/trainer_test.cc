@@ -532,6 +532,33 @@ TEST(DataTest, MissingDataFileIsAClearError) {
               HasSubstr("nothing/train-images-idx3-ubyte.gz: no such file"));
 }
 
+// A standby loads the data before its activation: training then gets the
+// same splits, taken once (its storage, not a copy), for the options and
+// seed it was loaded with only.
+TEST(DataTest, PreloadedSplitsAreTheSameAndTakenOnce) {
+  DataOptions o;
+  o.synthetic = true;
+  o.synthetic_train_size = 40;
+  o.synthetic_test_size = 20;
+  auto fresh = LoadDataset(o, true, 9);
+  ASSERT_TRUE(fresh.ok());
+  PreloadDatasets(o, 9);
+  DataOptions other = o;
+  other.synthetic_train_size = 41;
+  auto different = LoadDataset(other, true, 9);  // Not what was loaded.
+  ASSERT_TRUE(different.ok());
+  EXPECT_EQ(different->size(), 41);
+  auto first = LoadDataset(o, true, 9);
+  auto again = LoadDataset(o, true, 9);
+  auto test = LoadDataset(o, false, 9);
+  ASSERT_TRUE(first.ok() && again.ok() && test.ok());
+  EXPECT_TRUE(at::equal(first->images, fresh->images));
+  EXPECT_TRUE(at::equal(first->labels, fresh->labels));
+  EXPECT_TRUE(at::equal(again->images, fresh->images));
+  EXPECT_NE(first->images.data_ptr(), again->images.data_ptr()) << "taken twice";
+  EXPECT_EQ(test->size(), 20);
+}
+
 TEST(DataTest, SyntheticIsDeterministicAndBatchesAreNormalized) {
   DataOptions o;
   o.synthetic = true;
