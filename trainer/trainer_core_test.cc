@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -249,80 +250,90 @@ TEST(SamplerTest, ResumeAtTheSameWorldSizeContinuesTheShards) {
   }
 }
 
-// The position arithmetic over many (old world, new world, batch) changes,
-// drop_last or not: after training k batches at one world size and going
-// on at another from the position reached, the new shards are disjoint,
+// One epoch of `n` samples trained in three parts at world sizes
+// `worlds`, re-forming after 2 optimizer steps of `accumulate` batches of
+// `batch` per rank (states are taken at steps), the last part to the end:
+// each part's shards are dealt from the position the one before reached.
+// Checks that each batch over all ranks is the next block of the order,
+// and returns every sample trained (padding left out).
+std::multiset<int64_t> TrainInParts(int64_t n, int64_t batch, int accumulate,
+                                    const std::array<int, 3>& worlds, bool drop_last) {
+  SamplerOptions o;
+  o.drop_last = drop_last;
+  std::multiset<int64_t> trained;
+  int64_t done = 0;
+  for (size_t part = 0; part < worlds.size() && done < n; ++part) {
+    const int w = worlds[part];
+    std::vector<std::vector<int64_t>> shards;
+    for (int r = 0; r < w; ++r) {
+      auto s = DistributedSampler::Create(n, w, r, o, Reverse);
+      EXPECT_TRUE(s.ok());
+      if (!s.ok()) return trained;
+      s->set_epoch(2);
+      shards.push_back(s->Indices(done));
+      EXPECT_EQ(static_cast<int64_t>(shards.back().size()), s->ShardSize(done));
+    }
+    auto s = DistributedSampler::Create(n, w, 0, o, Reverse);
+    s->set_epoch(2);
+    const std::vector<int64_t> order = s->GlobalOrder(0);
+    const int64_t per_rank = static_cast<int64_t>(shards[0].size());
+    const int64_t count =
+        part + 1 == worlds.size() ? per_rank : std::min<int64_t>(2 * accumulate * batch, per_rank);
+    for (int64_t b = 0; b < count; b += batch) {
+      // This batch over all ranks: the next block of the order (or, at the
+      // epoch's end, its rest and padding from the order's head).
+      std::vector<int64_t> block;
+      for (int64_t j = b; j < std::min(count, b + batch); ++j) {
+        for (int r = 0; r < w; ++r) block.push_back(shards[r][j]);
+      }
+      std::sort(block.begin(), block.end());
+      const int64_t from = s->Advance(done, b);
+      std::vector<int64_t> want(
+          order.begin() + from,
+          order.begin() + std::min<int64_t>(n, from + static_cast<int64_t>(block.size())));
+      std::sort(want.begin(), want.end());
+      if (!drop_last && from + static_cast<int64_t>(block.size()) > n) {
+        EXPECT_TRUE(std::includes(block.begin(), block.end(), want.begin(), want.end()));
+      } else {
+        EXPECT_EQ(block, want) << "batch " << b / batch << " of part " << part;
+      }
+    }
+    const int64_t next = s->Advance(done, count);
+    for (int r = 0; r < w; ++r) {
+      for (int64_t j = 0; j < count; ++j) {
+        if (done + j * w + r < next) trained.insert(shards[r][j]);  // Not padding.
+      }
+    }
+    done = next;
+  }
+  EXPECT_TRUE(drop_last || done == n);
+  return trained;
+}
+
+// The position arithmetic over many (old world, new world, batch,
+// accumulation) changes, drop_last or not: the new shards are disjoint,
 // their union is exactly the rest of the epoch (plus the padding of the
 // last batch), and each batch over all ranks is the next block of the
-// order. Several re-forms in one epoch: every sample once in all.
+// order. Two re-forms in one epoch: every sample once in all.
 TEST(SamplerTest, ReFormsAtAnyWorldSizeTrainEverySampleOnce) {
   for (bool drop_last : {false, true}) {
     for (int64_t n : {37, 64, 96, 101}) {
       for (int64_t batch : {1, 3, 8}) {
-        for (int w0 : {1, 2, 3, 4}) {
-          for (int w1 : {1, 2, 3, 5}) {
-            for (int w2 : {1, 2, 4}) {
-              SCOPED_TRACE(::testing::Message()
-                           << "n=" << n << " batch=" << batch << " worlds " << w0 << "," << w1
-                           << "," << w2 << " drop_last=" << drop_last);
-              SamplerOptions o;
-              o.drop_last = drop_last;
-              std::multiset<int64_t> trained;
-              int64_t done = 0;
-              const int worlds[] = {w0, w1, w2};
-              for (int part = 0; part < 3 && done < n; ++part) {
-                const int w = worlds[part];
-                if (drop_last && n - done < w) break;
-                std::vector<std::vector<int64_t>> shards;
-                for (int r = 0; r < w; ++r) {
-                  auto s = DistributedSampler::Create(n, w, r, o, Reverse);
-                  ASSERT_TRUE(s.ok());
-                  s->set_epoch(2);
-                  shards.push_back(s->Indices(done));
-                  ASSERT_EQ(static_cast<int64_t>(shards.back().size()), s->ShardSize(done));
+        for (int accumulate : {1, 3}) {
+          for (int w0 : {1, 2, 3, 4}) {
+            for (int w1 : {1, 2, 3, 5}) {
+              for (int w2 : {1, 2, 4}) {
+                SCOPED_TRACE(::testing::Message()
+                             << "n=" << n << " batch=" << batch << " accumulate=" << accumulate
+                             << " worlds " << w0 << "," << w1 << "," << w2
+                             << " drop_last=" << drop_last);
+                const std::multiset<int64_t> trained =
+                    TrainInParts(n, batch, accumulate, {w0, w1, w2}, drop_last);
+                const std::set<int64_t> distinct(trained.begin(), trained.end());
+                EXPECT_EQ(distinct.size(), trained.size()) << "a sample trained twice";
+                if (!drop_last) {
+                  EXPECT_EQ(static_cast<int64_t>(distinct.size()), n) << "a sample skipped";
                 }
-                auto s = DistributedSampler::Create(n, w, 0, o, Reverse);
-                s->set_epoch(2);
-                const std::vector<int64_t> order = s->GlobalOrder(0);
-                // Train 2 batches (the last part: to the end), then re-form.
-                const int64_t per_rank = static_cast<int64_t>(shards[0].size());
-                const int64_t count =
-                    part == 2 ? per_rank : std::min<int64_t>(2 * batch, per_rank);
-                for (int64_t b = 0; b < count; b += batch) {
-                  // This batch over all ranks: the next block of the order.
-                  std::vector<int64_t> block;
-                  for (int64_t j = b; j < std::min(count, b + batch); ++j) {
-                    for (int r = 0; r < w; ++r) block.push_back(shards[r][j]);
-                  }
-                  std::sort(block.begin(), block.end());
-                  const int64_t from = s->Advance(done, b);
-                  std::vector<int64_t> want(order.begin() + from,
-                                            order.begin() + std::min<int64_t>(
-                                                n, from + static_cast<int64_t>(block.size())));
-                  std::sort(want.begin(), want.end());
-                  if (!drop_last && from + static_cast<int64_t>(block.size()) > n) {
-                    // Padding: the head of the order again.
-                    EXPECT_TRUE(std::includes(block.begin(), block.end(), want.begin(),
-                                              want.end()));
-                  } else {
-                    EXPECT_EQ(block, want);
-                  }
-                }
-                const int64_t next = s->Advance(done, count);
-                for (int r = 0; r < w; ++r) {
-                  for (int64_t j = 0; j < count; ++j) {
-                    // Padding repeats samples of the head; count only the rest.
-                    const int64_t at = done + j * w + r;
-                    if (at < next) trained.insert(shards[r][j]);
-                  }
-                }
-                done = next;
-              }
-              std::set<int64_t> distinct(trained.begin(), trained.end());
-              EXPECT_EQ(distinct.size(), trained.size()) << "a sample trained twice";
-              if (!drop_last) {
-                EXPECT_EQ(done, n);
-                EXPECT_EQ(static_cast<int64_t>(distinct.size()), n) << "a sample skipped";
               }
             }
           }
