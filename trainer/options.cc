@@ -43,7 +43,8 @@ const Schema& TrainSchema() {
         .Optional("output_dir", Type::String(), "'runs/default'",
                   "Run folder: metrics.csv, config.yaml, checkpoints.")
         .Optional("checkpoint_period", Type::Int(), "1",
-                  "Checkpoint every N epochs (0: never).")
+                  "Checkpoint every N epochs (0: never; best.ckpt follows every best epoch "
+                  "whatever this says).")
         .Optional("checkpoint_iters", Type::Int(), "0",
                   "Also checkpoint every N iterations within an epoch (0: off); taken at "
                   "the next optimizer step.")

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_split.h"
 #include "common/config/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,6 +27,7 @@
 #include "trainer/optimizer.h"
 #include "trainer/options.h"
 #include "trainer/sampler.h"
+#include "trainer/state_image.h"
 #include "trainer/temp_files.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_test_util.h"
@@ -172,6 +174,36 @@ TEST(CheckpointTest, ADeadWritersPartialCheckpointIsRemovedAtTheNextStart) {
   ASSERT_TRUE(TrainQuietly(cfg, std::nullopt).ok());
   EXPECT_FALSE(fs::exists(partial)) << partial << " was left behind";
   EXPECT_TRUE(fs::exists(live));
+}
+
+// best.ckpt follows the best epoch even when no periodic checkpoint is due
+// then (here none is).
+TEST(CheckpointTest, BestCheckpointIsWrittenWhenAnEpochIsBestWhateverIsDue) {
+  const std::string dir = TestDir();
+  TrainerConfig cfg = SyntheticConfig(dir + "/a", "mlp");
+  cfg.train.epochs = 3;
+  cfg.train.checkpoint_period = 0;  // No periodic checkpoint at all.
+  ASSERT_TRUE(TrainQuietly(cfg, std::nullopt).ok());
+  // The best epoch: the first with the highest test accuracy.
+  std::ifstream metrics(cfg.train.output_dir + "/metrics.csv");
+  std::string line;
+  std::getline(metrics, line);  // header
+  int64_t best_epoch = 0;
+  double best_acc = -1;
+  while (std::getline(metrics, line)) {
+    std::vector<std::string> f = absl::StrSplit(line, ',');
+    ASSERT_GE(f.size(), 4u) << line;
+    if (std::stod(f[3]) > best_acc) {
+      best_acc = std::stod(f[3]);
+      best_epoch = std::stoll(f[0]);
+    }
+  }
+  absl::StatusOr<CheckpointBlob> best =
+      ReadCheckpointFile(CheckpointDir(cfg.train.output_dir) + "/best.ckpt");
+  ASSERT_TRUE(best.ok()) << best.status();
+  StateExtras extras;
+  ASSERT_TRUE(ReadImageExtras(best->payload, &extras).ok());
+  EXPECT_EQ(extras.position.epoch, best_epoch) << "best.ckpt is not the best epoch's state";
 }
 
 TEST(CheckpointTest, ResumeAfterAnEpochIsBitwiseIdentical) {
