@@ -69,17 +69,6 @@ bool PageMapped(const char* p) {
   return mincore(const_cast<char*>(p), 1, &in_core) == 0 || errno != ENOMEM;
 }
 
-// Whether no page of `slot`'s mapping, header included, is mapped here.
-bool SlotUnmapped(const SnapshotSlot& slot) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const char* begin = slot.bytes.data() - SnapshotArea::kHeaderBytes;
-  const size_t size = SnapshotArea::kHeaderBytes + slot.bytes.size();
-  for (size_t offset = 0; offset < size; offset += page) {
-    if (PageMapped(begin + offset)) return false;
-  }
-  return true;
-}
-
 // A fresh folder per test, on /dev/shm (a tmpfs, where the launcher puts
 // snapshots) when it is usable, else in the test's temp folder.
 class SnapshotAreaTest : public ::testing::Test {
@@ -355,10 +344,10 @@ TEST_F(SnapshotAreaTest, ForkedChildInheritsNoSlotMemory) {
       for (const SnapshotSlot& slot : slots) {
         ASSERT_TRUE(PageMapped(slot.bytes.data())) << "slot " << slot.index;
       }
-      const int status = RunChild([&slots] {
-        for (const SnapshotSlot& slot : slots) {
-          if (!SlotUnmapped(slot)) return 10 + slot.index;
-        }
+      // The child looks for the slots' files and memfds among its mappings
+      // by name, not at their addresses: a runtime that maps memory in the
+      // child (ThreadSanitizer's does) may be given the freed range.
+      const int status = RunChild([] {
         // Neither a slot file nor its memfd ("memfd:elastrun-snapshot-rank0.slotN").
         std::ifstream maps("/proc/self/maps");
         const std::string text(std::istreambuf_iterator<char>(maps), {});
@@ -367,8 +356,7 @@ TEST_F(SnapshotAreaTest, ForkedChildInheritsNoSlotMemory) {
       });
       ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
       EXPECT_EQ(WEXITSTATUS(status), 0)
-          << "10+N: slot N is mapped in the child; 2: no /proc/self/maps; 3: maps "
-             "show a slot";
+          << "2: no /proc/self/maps; 3: the child's maps show a slot";
     }
   }
 }
