@@ -129,7 +129,18 @@ def running_workers(launcher_pid):
     order as both launchers start them). Standbys of the next attempt are in
     a younger process group and are left out."""
     live = {}
+    try:
+        launcher_exe = os.readlink(f"/proc/{launcher_pid}/exe")
+    except OSError:
+        launcher_exe = None
     for kid in children(launcher_pid):
+        try:
+            # elastrun's own helper processes (its cgroup watchdog) run the
+            # launcher's binary: not workers.
+            if launcher_exe is not None and os.readlink(f"/proc/{kid}/exe") == launcher_exe:
+                continue
+        except OSError:
+            continue
         st = proc_stat(kid)
         if st and st[0] not in "ZX":
             live[kid] = st
