@@ -14,8 +14,11 @@ PACKAGES=(
   libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev zlib1g-dev nlohmann-json3-dev libssl-dev
   # XXH3, header-only: the trainer's content digest of a training state
   libxxhash-dev
-  # reference PyTorch (tests run real torchrun-style scripts; benches compare)
-  python3 python3-torch
+  # the detector: image decoding and encoding (stb_image, stb_image_write)
+  libstb-dev
+  # reference PyTorch (tests run real torchrun-style scripts; benches compare);
+  # torchvision's box ops and NMS are the detector's references
+  python3 python3-torch python3-torchvision
   # data for the trainer
   dataset-fashion-mnist
   # TLS tests make their certificates with the openssl program
