@@ -418,6 +418,25 @@ TEST(BoxesTest, NonMaxSuppressionEdgeCases) {
   EXPECT_FLOAT_EQ((*best)[0][0][0].item<float>(), 20.f * 49);
 }
 
+TEST(BoxesTest, CudaTensorsGiveTheCpuResultOnTheirDevice) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(9);
+  at::Tensor boxes, scores, idxs;
+  RandomNmsInput(500, rng, &boxes, &scores, &idxs);
+  const at::Tensor keep = Ok(BatchedNms(boxes.cuda(), scores.cuda(), idxs.cuda(), 0.5));
+  EXPECT_TRUE(keep.is_cuda());
+  EXPECT_TRUE(keep.cpu().equal(Ok(BatchedNms(boxes, scores, idxs, 0.5))));
+  at::Tensor pred =
+      at::rand({2, 300, 8}) * at::tensor({160.f, 160.f, 60.f, 60.f, 1.f, 1.f, 1.f, 1.f});
+  auto cpu = NonMaxSuppression(pred), cuda = NonMaxSuppression(pred.cuda());
+  ASSERT_TRUE(cpu.ok() && cuda.ok());
+  for (size_t i = 0; i < cpu->size(); ++i) {
+    EXPECT_TRUE((*cuda)[i].is_cuda());
+    ASSERT_EQ((*cuda)[i].sizes(), (*cpu)[i].sizes());
+    EXPECT_TRUE(at::allclose((*cuda)[i].cpu(), (*cpu)[i], 1e-6, 1e-5));
+  }
+}
+
 TEST(BoxesTest, ErrorsNameTheArgument) {
   const at::Tensor good = at::zeros({3, 4});
   auto bad_shape = BoxIou(at::zeros({3, 5}), good);
