@@ -200,6 +200,11 @@ absl::StatusOr<ApPerClassResult> ApPerClass(absl::Span<const Correct> tp,
                    [&](size_t a, size_t b) { return conf[a] > conf[b]; });
   std::map<int64_t, int64_t> labels;  // class -> number of labels, by class
   for (int64_t c : target_cls) ++labels[c];
+  std::map<int64_t, std::vector<size_t>>
+      ranked;  // class -> its predictions, by confidence
+  for (size_t i : order) {
+    if (labels.count(pred_cls[i]) > 0) ranked[pred_cls[i]].push_back(i);
+  }
 
   const std::vector<double>& px = CurveGrid();
   ApPerClassResult result;
@@ -213,8 +218,7 @@ absl::StatusOr<ApPerClassResult> ApPerClass(absl::Span<const Correct> tp,
     std::vector<double> neg_conf;  // -conf, increasing
     std::array<std::vector<double>, kNumIouThresholds> recall, precision;
     std::array<int64_t, kNumIouThresholds> tpc{};
-    for (size_t i : order) {
-      if (pred_cls[i] != cls) continue;
+    for (size_t i : ranked[cls]) {
       neg_conf.push_back(-conf[i]);
       const double n = static_cast<double>(neg_conf.size());
       for (int t = 0; t < kNumIouThresholds; ++t) {
