@@ -18,7 +18,8 @@ namespace elastrun::trainer {
 const char kMetricsHeader[] =
     "epoch,train_loss,test_loss,test_acc,lr,seconds,images_per_sec";
 
-absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path, bool append) {
+absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path, bool append,
+                                                  const std::string& header) {
   std::error_code ec;
   const bool had_rows = append && std::filesystem::file_size(path, ec) > 0 && !ec;
   std::FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
@@ -26,32 +27,36 @@ absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path, bool 
     return absl::FailedPreconditionError(
         absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
   }
-  if (!had_rows) std::fprintf(f, "%s\n", kMetricsHeader);
+  if (!had_rows) std::fprintf(f, "%s\n", header.c_str());
   std::fflush(f);
   return MetricsWriter(f, path);
 }
 
-absl::StatusOr<std::string> KeepEarlierMetrics(const std::string& output_dir) {
-  const std::string metrics = output_dir + "/metrics.csv";
+absl::StatusOr<std::string> KeepEarlierMetrics(const std::string& output_dir,
+                                               const std::vector<std::string>& files,
+                                               const std::string& header) {
+  if (files.empty()) return std::string();
   std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(metrics, ec);
+  const uintmax_t size = std::filesystem::file_size(output_dir + "/" + files[0], ec);
   // A header alone (a run that died in its first epoch) is nothing to keep.
-  if (ec || size <= std::strlen(kMetricsHeader) + 1) return std::string();
+  if (ec || size <= header.size() + 1) return std::string();
+  auto numbered = [](const std::string& file, int n) {
+    const std::filesystem::path p(file);
+    return absl::StrCat(p.stem().string(), ".", n, p.extension().string());
+  };
   int n = 1;
-  while (std::filesystem::exists(absl::StrCat(output_dir, "/metrics.", n, ".csv"), ec)) ++n;
-  const std::pair<const char*, const char*> files[] = {
-      {"metrics", ".csv"}, {"config", ".yaml"}, {"plots", ".svg"}};
-  for (const auto& [stem, ext] : files) {
-    const std::string from = absl::StrCat(output_dir, "/", stem, ext);
+  while (std::filesystem::exists(output_dir + "/" + numbered(files[0], n), ec)) ++n;
+  for (const std::string& file : files) {
+    const std::string from = output_dir + "/" + file;
     if (!std::filesystem::exists(from, ec)) continue;
-    const std::string to = absl::StrCat(output_dir, "/", stem, ".", n, ext);
+    const std::string to = output_dir + "/" + numbered(file, n);
     std::filesystem::rename(from, to, ec);
     if (ec) {
       return absl::FailedPreconditionError(
           absl::StrCat("cannot keep ", from, " as ", to, ": ", ec.message()));
     }
   }
-  return absl::StrCat("metrics.", n, ".csv");
+  return numbered(files[0], n);
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -63,12 +68,14 @@ std::string MetricsRow(const EpochMetrics& m) {
                          m.test_loss, m.test_acc, m.lr, m.seconds, m.images_per_sec);
 }
 
-absl::Status WriteMetricsRows(const std::string& path, const std::string& rows) {
-  return WriteFileAtomically(path, absl::StrCat(kMetricsHeader, "\n", rows));
+absl::Status WriteMetricsRows(const std::string& path, const std::string& rows,
+                              const std::string& header) {
+  return WriteFileAtomically(path, absl::StrCat(header, "\n", rows));
 }
 
-absl::Status MetricsWriter::Append(const EpochMetrics& m) {
-  const std::string row = MetricsRow(m);
+absl::Status MetricsWriter::Append(const EpochMetrics& m) { return AppendRow(MetricsRow(m)); }
+
+absl::Status MetricsWriter::AppendRow(const std::string& row) {
   std::fputs(row.c_str(), file_);
   if (std::fflush(file_) != 0) {
     return absl::FailedPreconditionError(

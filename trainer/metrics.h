@@ -35,7 +35,9 @@ std::string MetricsRow(const EpochMetrics& m);
 // Replaces `path` (atomically) with the header and `rows` (MetricsRow's,
 // concatenated): a resumed run's record, carried in its state, whichever
 // node now writes it.
-absl::Status WriteMetricsRows(const std::string& path, const std::string& rows);
+// `header`: the csv's header line (the detector's results.csv has its own).
+absl::Status WriteMetricsRows(const std::string& path, const std::string& rows,
+                              const std::string& header = kMetricsHeader);
 
 // Writes metrics.csv. Rows are flushed as they come, so a crash keeps the
 // epochs already done. Not thread-safe.
@@ -43,12 +45,16 @@ class MetricsWriter {
  public:
   // Creates (or, when `append` and the file exists, appends to) `path`.
   // Errors name the path (FailedPrecondition).
-  static absl::StatusOr<MetricsWriter> Open(const std::string& path, bool append);
+  // `header` goes first into a file without rows.
+  static absl::StatusOr<MetricsWriter> Open(const std::string& path, bool append,
+                                            const std::string& header = kMetricsHeader);
   MetricsWriter(MetricsWriter&& other) noexcept : file_(other.file_) { other.file_ = nullptr; }
   MetricsWriter& operator=(MetricsWriter&&) = delete;
   ~MetricsWriter();
 
   absl::Status Append(const EpochMetrics& row);
+  // A row as formatted (with its newline).
+  absl::Status AppendRow(const std::string& row);
 
  private:
   explicit MetricsWriter(std::FILE* file, std::string path)
@@ -86,8 +92,12 @@ class Progress {
 // keeps earlier runs: renames metrics.csv, config.yaml and plots.svg to
 // metrics.<N>.csv, config.<N>.yaml and plots.<N>.svg with the first free N.
 // Returns the new metrics file's name, or "" when nothing had to move.
-// Errors name the file that could not be renamed.
-absl::StatusOr<std::string> KeepEarlierMetrics(const std::string& output_dir);
+// Errors name the file that could not be renamed. Another task's record:
+// `files` (its csv first, whose header is `header`).
+absl::StatusOr<std::string> KeepEarlierMetrics(
+    const std::string& output_dir,
+    const std::vector<std::string>& files = {"metrics.csv", "config.yaml", "plots.svg"},
+    const std::string& header = kMetricsHeader);
 
 // Writes `contents` to `path` atomically: temporary file, fsync, rename,
 // fsync of the folder. Errors name the path and the failing call.

@@ -27,9 +27,14 @@ const Schema& DataSchema() {
         .Optional("num_classes", Type::Int(), "10", "Classes.")
         .Optional("image_size", Type::Int(), "28", "Image height and width.")
         .Optional("num_workers", Type::Int(), "0",
-                  "Accepted for compatibility; data are held in memory.")
+                  "Loader threads (the detector; the classifier holds its data in memory).")
         .Optional("drop_last", Type::Bool(), "false",
-                  "Cut (true) or pad (false) to equal shards.");
+                  "Cut (true) or pad (false) to equal shards.")
+        .Optional("yaml", Type::String(), "''",
+                  "The detector's dataset: a YOLOv5 data.yaml (path, train, val, nc, names).")
+        .Optional("hyp", Type::String(), "''",
+                  "The detector's YOLOv5 hyp.yaml ('': hyp.scratch-low's values); the "
+                  "config's hyp: section overrides its keys.");
     return s;
   }();
   return *schema;
@@ -61,6 +66,8 @@ const Schema& TrainSchema() {
                   "scaling, on CUDA only; bfloat16 also on a CPU).")
         .Optional("amp_dtype", Type::String(), "'float16'",
                   "float16 or bfloat16: the autocast type of train.amp.")
+        .Optional("sync_bn", Type::Bool(), "false",
+                  "SyncBatchNorm: BatchNorm statistics over every rank (the detector).")
         .Optional("run_name", Type::String(), "''",
                   "Run id in checkpoints (default: the launcher's); the same name resumes "
                   "across submissions.");
@@ -80,6 +87,8 @@ DataOptions DataOptionsFrom(const Node& n) {
   o.image_size = n.Find("image_size")->as_int();
   o.num_workers = n.Find("num_workers")->as_int();
   o.drop_last = n.Find("drop_last")->as_bool();
+  o.yaml = n.Find("yaml")->ScalarText();
+  o.hyp = n.Find("hyp")->ScalarText();
   return o;
 }
 
@@ -96,6 +105,7 @@ TrainOptions TrainOptionsFrom(const Node& n) {
   o.device = n.Find("device")->ScalarText();
   o.amp = n.Find("amp")->as_bool();
   o.amp_dtype = n.Find("amp_dtype")->ScalarText();
+  o.sync_bn = n.Find("sync_bn")->as_bool();
   o.run_name = n.Find("run_name")->ScalarText();
   return o;
 }

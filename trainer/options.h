@@ -33,6 +33,11 @@ struct DataOptions {
   int64_t num_workers = 0;
   // Drop the last incomplete shard samples (DistributedSampler's drop_last).
   bool drop_last = false;
+  // The detector's (model `_target_: YoloV5`): its dataset's data.yaml
+  // (YOLOv5's form, trainer/detect/README.md) and, optionally, a YOLOv5
+  // hyp.yaml that the config's `hyp:` section overrides.
+  std::string yaml;
+  std::string hyp;
 };
 
 // The `train` section.
@@ -63,6 +68,9 @@ struct TrainOptions {
   // CUDA and CPU and needs no scaling.
   bool amp = false;
   std::string amp_dtype = "float16";
+  // BatchNorm statistics reduced over the job's ranks (the detector's
+  // SyncBatchNorm; Gloo on a CPU, NCCL on GPUs).
+  bool sync_bn = false;
   // Names the run in its checkpoints (run_identity.h) in place of the
   // launcher's run id, so a later submission with the same name (and
   // config) resumes it. "": the launcher's TORCHELASTIC_RUN_ID.

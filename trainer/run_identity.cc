@@ -72,7 +72,10 @@ namespace {
 // so the runs still resume after an upgrade.
 const std::vector<std::pair<std::string, std::string>>& LaterKeys() {
   static const auto* keys =
-      new std::vector<std::pair<std::string, std::string>>{{"train.amp_dtype", "float16"}};
+      new std::vector<std::pair<std::string, std::string>>{{"train.amp_dtype", "float16"},
+                                                           {"train.sync_bn", "false"},
+                                                           {"data.yaml", ""},
+                                                           {"data.hyp", ""}};
   return *keys;
 }
 

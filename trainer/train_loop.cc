@@ -30,18 +30,15 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The objects a config describes, instantiated.
+// The optimizer and schedule a config describes, instantiated (the task
+// instantiates the model).
 struct Components {
-  Model model;
   OptimizerSpec optimizer;
   ScheduleOptions schedule;
 };
 
 absl::StatusOr<Components> Instantiate(const config::Node& cfg) {
   Components c;
-  ASSIGN_OR_RETURN(config::Object model, config::InstantiateAt(cfg, "model"));
-  ASSIGN_OR_RETURN(std::shared_ptr<Model> m, model.Get<Model>());
-  c.model = *m;
   ASSIGN_OR_RETURN(config::Object opt, config::InstantiateAt(cfg, "optimizer"));
   ASSIGN_OR_RETURN(std::shared_ptr<OptimizerSpec> o, opt.Get<OptimizerSpec>());
   c.optimizer = *o;
@@ -58,43 +55,6 @@ std::string ParamsSha256(torch::nn::Module& model) {
     h.Update(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
   }
   return h.HexDigest();
-}
-
-struct EvalResult {
-  double loss = 0;
-  double acc = 0;
-};
-
-// Each rank scores its unpadded shard; correct, loss and count are summed.
-// The sums stay on the device until the end (no wait per batch), in double
-// as the host would add them.
-absl::StatusOr<EvalResult> Evaluate(Model& model, const Dataset& test, int world,
-                                    int rank, worker::ProcessGroup* group,
-                                    const Placement& placement) {
-  torch::NoGradGuard no_grad;
-  model->eval();
-  const std::vector<int64_t> shard = EvalShard(test.size(), world, rank);
-  constexpr size_t kBatch = 1000;
-  const auto dev_double = at::TensorOptions().dtype(at::kDouble).device(placement.device);
-  at::Tensor correct = at::zeros({}, dev_double);
-  at::Tensor loss_sum = at::zeros({}, dev_double);
-  for (size_t b = 0; b < shard.size(); b += kBatch) {
-    const size_t e = std::min(shard.size(), b + kBatch);
-    worker::ReportBusy();  // A long evaluation is not a hang.
-    Batch batch = MakeBatchOn(test, shard, b, e, placement.device);
-    AutocastScope autocast(placement);
-    at::Tensor logits = model->forward(batch.x);
-    correct += logits.argmax(1).eq(batch.y).sum();
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, batch.y,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .to(at::kDouble);
-  }
-  std::vector<double> sums = {correct.item<double>(), loss_sum.item<double>(),
-                              static_cast<double>(shard.size())};
-  RETURN_IF_ERROR(SumOverRanks(group, sums));
-  model->train();
-  return EvalResult{sums[1] / sums[2], sums[0] / sums[2]};
 }
 
 }  // namespace
@@ -127,6 +87,8 @@ absl::StatusOr<std::unique_ptr<TrainLoop>> TrainLoop::Create(
   RETURN_IF_ERROR(loop->Build());
   RETURN_IF_ERROR(loop->OpenSnapshots());
   RETURN_IF_ERROR(loop->RestorePosition());
+  // Before DDP's first broadcast: rank 0's result reaches every rank.
+  RETURN_IF_ERROR(loop->task_->Prepare(loop->resumed_));
   if (group != nullptr) {
     // NCCL for a model on a GPU (the group must have been made for it:
     // ProcessGroupOptions::cuda_device, as Train does), Gloo on a CPU.
@@ -135,7 +97,7 @@ absl::StatusOr<std::unique_ptr<TrainLoop>> TrainLoop::Create(
     DdpOptions ddp;
     ddp.stop_vote = true;  // TrainBatch adds its StopTerm to every loss.
     ASSIGN_OR_RETURN(loop->ddp_,
-                     DistributedDataParallel::Create(loop->model_.ptr(), collectives, ddp));
+                     DistributedDataParallel::Create(loop->task_->model(), collectives, ddp));
   }
   if (loop->leader_) RETURN_IF_ERROR(loop->PrepareRunFolder());
   RETURN_IF_ERROR(loop->OpenSampleLog());
@@ -149,17 +111,21 @@ absl::Status TrainLoop::Build() {
   const uint64_t seed = static_cast<uint64_t>(cfg_.train.seed);
   // The same initial weights everywhere (rank 0's are broadcast anyway).
   torch::manual_seed(seed);
+  TaskContext context;
+  context.cfg = &cfg_;
+  context.placement = &placement_;
+  context.group = group_;
+  context.world = world_;
+  context.rank = rank_;
+  context.out = run_.out;
+  ASSIGN_OR_RETURN(task_, MakeTask(context));
   ASSIGN_OR_RETURN(Components c, Instantiate(cfg_.resolved));
-  model_ = c.model;
-  // Drawn on the host, so every device starts from the same weights.
-  if (!placement_.device.is_cpu()) model_->to(placement_.device);
-  ASSIGN_OR_RETURN(train_set_, LoadDataset(data, /*train=*/true, seed));
-  ASSIGN_OR_RETURN(test_set_, LoadDataset(data, /*train=*/false, seed));
+  task_->Configure(&c.optimizer, &c.schedule);
   SamplerOptions sampler_options;
   sampler_options.seed = seed;
   sampler_options.drop_last = data.drop_last;
   ASSIGN_OR_RETURN(sampler_,
-                   DistributedSampler::Create(train_set_.size(), world_, rank_,
+                   DistributedSampler::Create(task_->train_size(), world_, rank_,
                                               sampler_options, TorchPermutation));
   global_batch_ = data.batch_size * world_;
   batches_per_epoch_ = (sampler_->num_samples() + data.batch_size - 1) / data.batch_size;
@@ -173,7 +139,7 @@ absl::Status TrainLoop::Build() {
   // YOLOv5 scales the decay by the batch an optimizer step sees: this
   // world's global batch x its accumulation.
   ASSIGN_OR_RETURN(optimizer_,
-                   Optimizer::Create(c.optimizer, *model_,
+                   Optimizer::Create(c.optimizer, *task_->model(),
                                      schedule_->ScaledWeightDecay(c.optimizer.weight_decay,
                                                                   global_batch_)));
   return absl::OkStatus();
@@ -187,7 +153,7 @@ absl::Status TrainLoop::RestorePosition() {
   if (run_.resume.has_value() || !identity_.run_id.empty()) {
     RunOptions run = run_;
     if (!run.resume.has_value()) run.resume = "";
-    ASSIGN_OR_RETURN(Resumed r, Resume(run, identity_, cfg_, world_, rank_, group_, *model_,
+    ASSIGN_OR_RETURN(Resumed r, Resume(run, identity_, cfg_, world_, rank_, group_, task_->state_module(),
                                        optimizer_->torch_optimizer(), area_.get()));
     if (r.resumed) {
       ApplyResumed(r);
@@ -240,7 +206,7 @@ void TrainLoop::ConvertLegacyPosition() {
   SamplerOptions options;
   options.drop_last = cfg_.data.drop_last;
   absl::StatusOr<DistributedSampler> old =
-      DistributedSampler::Create(train_set_.size(), old_world, 0, options, TorchPermutation);
+      DistributedSampler::Create(task_->train_size(), old_world, 0, options, TorchPermutation);
   const int64_t b = cfg_.data.batch_size;
   if (old.ok()) {
     const int64_t nb = std::max<int64_t>((old->num_samples() + b - 1) / b, 1);
@@ -257,7 +223,7 @@ void TrainLoop::ConvertLegacyPosition() {
 
 void TrainLoop::SayResumed(const Resumed& r) const {
   if (!leader_) return;
-  const int64_t n = train_set_.size();
+  const int64_t n = task_->train_size();
   std::fprintf(run_.out,
                "resumed at epoch %lld, iteration %lld from the %s of rank %d%s: sample %lld of "
                "%lld, state %lld of branch %lld, taken on %lld rank(s)\n",
@@ -288,25 +254,29 @@ absl::Status TrainLoop::PrepareRunFolder() {
   RETURN_IF_ERROR(MakeDirs(train.output_dir));
   if (!resumed_) {
     // Another run's record stays; its checkpoints are left where they are.
-    ASSIGN_OR_RETURN(std::string kept, KeepEarlierMetrics(train.output_dir));
+    ASSIGN_OR_RETURN(std::string kept,
+                     KeepEarlierMetrics(train.output_dir, task_->record_files(), task_->csv_header()));
     if (!kept.empty()) {
       std::fprintf(run_.out, "fresh run: kept the folder's earlier metrics.csv as %s\n",
                    kept.c_str());
     }
   }
   RETURN_IF_ERROR(WriteFileAtomically(train.output_dir + "/config.yaml", config_yaml_));
-  const std::string metrics_csv = train.output_dir + "/metrics.csv";
+  const std::string metrics_csv = train.output_dir + "/" + task_->csv_name();
   // A resumed run's record is the one its state carries, whichever node
   // wrote metrics.csv before (rank 0 may now be on another node).
-  if (resumed_ && rows_carried_) RETURN_IF_ERROR(WriteMetricsRows(metrics_csv, metrics_rows_));
-  ASSIGN_OR_RETURN(MetricsWriter w, MetricsWriter::Open(metrics_csv, resumed_));
+  if (resumed_ && rows_carried_) {
+    RETURN_IF_ERROR(WriteMetricsRows(metrics_csv, metrics_rows_, task_->csv_header()));
+  }
+  ASSIGN_OR_RETURN(MetricsWriter w,
+                   MetricsWriter::Open(metrics_csv, resumed_, task_->csv_header()));
   metrics_.emplace(std::move(w));
   std::fprintf(
       run_.out,
       "elastrun-train: %d rank(s) on %s, %lld train / %lld test samples, batch %lld x %d, "
       "%lld iterations/epoch, warm-up %lld iterations (%lld samples), accumulate %lld\n",
-      world_, placement_.Describe().c_str(), static_cast<long long>(train_set_.size()),
-      static_cast<long long>(test_set_.size()),
+      world_, placement_.Describe().c_str(), static_cast<long long>(task_->train_size()),
+      static_cast<long long>(task_->test_size()),
       static_cast<long long>(cfg_.data.batch_size), world_,
       static_cast<long long>(batches_per_epoch_),
       static_cast<long long>(schedule_->warmup_samples() / global_batch_),
@@ -328,7 +298,7 @@ absl::Status TrainLoop::OpenSampleLog() {
 }
 
 absl::StatusOr<TrainResult> TrainLoop::Run() {
-  model_->train();
+  task_->model()->train();
   // A stop the launcher asks for finishes the step in progress first, when
   // its snapshot outlives this process (stop_signal.h).
   if (area_shared_) StopSignal::Arm();
@@ -338,13 +308,6 @@ absl::StatusOr<TrainResult> TrainLoop::Run() {
   }
   StopSignal::Disarm();
   return Finish();
-}
-
-at::Tensor TrainLoop::Loss(const Batch& batch) {
-  // Backward runs outside autocast, as PyTorch's AMP recipe has it: its
-  // ops take the forward's types.
-  AutocastScope autocast(placement_);
-  return torch::nn::functional::cross_entropy(model_->forward(batch.x), batch.y);
 }
 
 absl::Status TrainLoop::RunEpoch(int64_t epoch) {
@@ -371,6 +334,7 @@ void TrainLoop::StartEpoch(int64_t epoch) {
   epoch_.batches =
       (static_cast<int64_t>(epoch_.indices.size()) + batch_size - 1) / batch_size;
   epoch_.first_iteration = epoch_.first_done / global_batch_;
+  task_->StartEpoch(epoch, epoch_.indices, batch_size);
   epoch_.loss_sum = 0;
   epoch_.seen = 0;
   epoch_.seen_at_start = 0;
@@ -406,7 +370,7 @@ absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t k) {
   // whatever the world size.
   const int64_t done = sampler_->Advance(epoch_.first_done, k * batch_size);
   const IterationValues v =
-      schedule_->At(epoch * train_set_.size() + done, epoch, global_batch_);
+      schedule_->At(epoch * task_->train_size() + done, epoch, global_batch_);
   optimizer_->Apply(v);
   const bool step = pos_.micro_batches + 1 >= v.accumulate;
   MaybeInjectFault(ni);
@@ -414,22 +378,24 @@ absl::Status TrainLoop::TrainBatch(int64_t epoch, int64_t k) {
   const size_t b = static_cast<size_t>(k * batch_size);
   const size_t e = std::min(epoch_.indices.size(), b + static_cast<size_t>(batch_size));
   if (sample_log_ >= 0) RETURN_IF_ERROR(LogSamples(epoch, epoch_.first_iteration + k, b, e));
-  Batch batch = MakeBatchOn(train_set_, epoch_.indices, b, e, placement_.device);
   // Without a step the reducer only accumulates (DDP's no_sync()).
   if (ddp_) ddp_->BeforeForward(step);
-  at::Tensor loss = Loss(batch);
+  ASSIGN_OR_RETURN(at::Tensor loss, task_->Loss(epoch, epoch_.indices, b, e));
+  // What backward takes: the loss, times the task's gradient scale.
+  const double scale = task_->loss_scale();
+  at::Tensor objective = scale == 1.0 ? loss : loss * scale;
   if (ddp_) {
     // This rank's vote to stop after this step (a SIGTERM came): the
     // step's allreduce tells every rank the votes (ddp.h, stop_signal.h).
     if (at::Tensor vote = ddp_->StopTerm(StopSignal::Requested()); vote.defined()) {
-      loss = loss + vote;
+      objective = objective + vote;
     }
-    ddp_->BeforeBackward(loss, step);
+    ddp_->BeforeBackward(objective, step);
   }
   if (scaler_) {
-    (loss * scaler_->scale()).backward();
+    (objective * scaler_->scale()).backward();
   } else {
-    loss.backward();
+    objective.backward();
   }
   ++pos_.micro_batches;
   if (step) OptimizerStep(epoch, k);
@@ -460,6 +426,7 @@ void TrainLoop::OptimizerStep(int64_t epoch, int64_t k) {
   }
   pos_.micro_batches = 0;
   ++pos_.lineage;
+  task_->AfterStep();
   // Every rank learns the same votes with the gradients: all stop after
   // the same step. Alone, this process's own request decides.
   stop_agreed_ = ddp_ ? ddp_->StopVoted() : StopSignal::Requested();
@@ -476,24 +443,25 @@ absl::Status TrainLoop::EndEpoch(int64_t epoch) {
                                     StopSignal::Requested() ? 1.0 : 0.0};
   RETURN_IF_ERROR(SumOverRanks(group_, train_sums));
   stop_agreed_ = train_sums[2] > 0;
-  ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_, placement_));
+  EpochTrain trained;
+  trained.epoch = epoch + 1;
+  trained.loss = train_sums[1] > 0 ? train_sums[0] / train_sums[1] : 0;
+  trained.lr = optimizer_->lr();
+  for (const auto& group : optimizer_->torch_optimizer().param_groups()) {
+    trained.lrs.push_back(group.options().get_lr());
+  }
+  // Training only (this run's part of the epoch when resumed mid-way).
+  trained.images_per_sec = (train_sums[1] - epoch_.seen_at_start) / train_s;
+  trained.start = epoch_.start;
+  ASSIGN_OR_RETURN(TaskEval eval, task_->Evaluate(trained));
   result_.epoch = epoch + 1;
-  result_.train_loss = train_sums[1] > 0 ? train_sums[0] / train_sums[1] : 0;
+  result_.train_loss = trained.loss;
   result_.test_acc = eval.acc;
   result_.test_loss = eval.loss;
-  const bool best = eval.acc > pos_.best_acc;
-  if (best) pos_.best_acc = eval.acc;
-  EpochMetrics m;
-  m.epoch = epoch + 1;
-  m.train_loss = result_.train_loss;
-  m.test_loss = eval.loss;
-  m.test_acc = eval.acc;
-  m.lr = optimizer_->lr();
-  m.seconds = SecondsSince(epoch_.start);
-  // Training only (this run's part of the epoch when resumed mid-way).
-  m.images_per_sec = (train_sums[1] - epoch_.seen_at_start) / train_s;
+  const bool best = eval.score > pos_.best_acc;
+  if (best) pos_.best_acc = eval.score;
   // Every rank keeps the rows: any node may hold rank 0 after a re-form.
-  metrics_rows_ += MetricsRow(m);
+  metrics_rows_ += eval.row;
   ++pos_.lineage;
   // Inside an accumulation, the samples since the last step are recomputed
   // on resume (their gradients differ by rank and are not stored): from
@@ -503,7 +471,7 @@ absl::Status TrainLoop::EndEpoch(int64_t epoch) {
     pos_.tail_from = -1;
   } else if (pos_.step_epoch == epoch) {
     pos_.tail_from = pos_.step_done;
-  } else if (pos_.step_epoch + 1 == epoch && pos_.step_done >= train_set_.size()) {
+  } else if (pos_.step_epoch + 1 == epoch && pos_.step_done >= task_->train_size()) {
     pos_.tail_from = 0;
   } else {
     pos_.tail_from = -1;
@@ -521,21 +489,15 @@ absl::Status TrainLoop::EndEpoch(int64_t epoch) {
   if (stop_agreed_) return StopWithThisState(Capture::kEpochEnd);
   pos_.tail_from = -1;
   if (!leader_) return absl::OkStatus();
-  return ReportEpoch(m);
+  return ReportEpoch(eval);
 }
 
-// Rank 0: metrics.csv, plots and the epoch's line.
-absl::Status TrainLoop::ReportEpoch(const EpochMetrics& m) {
-  const TrainOptions& train = cfg_.train;
+// Rank 0: the task's csv, plots and the epoch's line.
+absl::Status TrainLoop::ReportEpoch(const TaskEval& eval) {
   progress_.Finish();
-  RETURN_IF_ERROR(metrics_->Append(m));
-  RETURN_IF_ERROR(
-      WritePlots(train.output_dir + "/metrics.csv", train.output_dir + "/plots.svg"));
-  std::fprintf(run_.out,
-               "epoch %lld/%lld: train_loss %.4f test_loss %.4f test_acc %.4f lr %.5g "
-               "%.1fs %.0f img/s\n",
-               static_cast<long long>(m.epoch), static_cast<long long>(train.epochs),
-               m.train_loss, m.test_loss, m.test_acc, m.lr, m.seconds, m.images_per_sec);
+  RETURN_IF_ERROR(metrics_->AppendRow(eval.row));
+  RETURN_IF_ERROR(task_->WritePlots(cfg_.train.output_dir));
+  std::fprintf(run_.out, "%s\n", eval.line.c_str());
   std::fflush(run_.out);
   return absl::OkStatus();
 }
@@ -543,12 +505,13 @@ absl::Status TrainLoop::ReportEpoch(const EpochMetrics& m) {
 absl::StatusOr<TrainResult> TrainLoop::Finish() {
   if (result_.epoch == 0) {
     // Resumed from the last checkpoint of a finished run: nothing to train.
-    ASSIGN_OR_RETURN(EvalResult eval, Evaluate(model_, test_set_, world_, rank_, group_, placement_));
+    ASSIGN_OR_RETURN(TaskEval eval, task_->Evaluate(EpochTrain{}));
     result_.epoch = pos_.epoch;
     result_.test_acc = eval.acc;
     result_.test_loss = eval.loss;
   }
-  result_.params_sha256 = ParamsSha256(*model_);
+  RETURN_IF_ERROR(task_->Finish(cfg_.train.output_dir));
+  result_.params_sha256 = ParamsSha256(*task_->model());
   result_.seconds = SecondsSince(start_);
   // The run's last checkpoint is on disk before anyone reports success.
   if (persister_) RETURN_IF_ERROR(persister_->Flush());

@@ -49,6 +49,7 @@
 #include "trainer/sampler.h"
 #include "trainer/schedule.h"
 #include "trainer/state_image.h"
+#include "trainer/task.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_pch.h"
 #include "worker/snapshot_area.h"
@@ -120,8 +121,6 @@ class TrainLoop {
   // batches per epoch + the batch's place in the epoch): the step progress
   // reports and fault injection count.
   int64_t GlobalIteration(int64_t epoch, int64_t k) const;
-  // The batch's mean loss, its forward under autocast when amp is on.
-  at::Tensor Loss(const Batch& batch);
   // The optimizer step after the k-th batch of `epoch`: averages the
   // accumulated gradients, unscales them, and steps (or skips an inf/nan
   // step); the lineage grows.
@@ -152,7 +151,7 @@ class TrainLoop {
   // Sums the epoch's loss, evaluates, advances the position to the next
   // epoch, checkpoints it when due, and reports the epoch (rank 0).
   absl::Status EndEpoch(int64_t epoch);
-  absl::Status ReportEpoch(const EpochMetrics& m);
+  absl::Status ReportEpoch(const TaskEval& eval);
   // After the last epoch: the checkpoints on disk, the result, the barrier
   // and the final line.
   absl::StatusOr<TrainResult> Finish();
@@ -175,9 +174,8 @@ class TrainLoop {
 
   // In the order they are built, so they go in reverse: the DDP wrapper
   // before the model it holds, the sample log first (the destructor).
-  Model model_;
-  Dataset train_set_;
-  Dataset test_set_;
+  // The model, its data, loss and evaluation (task.h).
+  std::unique_ptr<Task> task_;
   std::optional<DistributedSampler> sampler_;  // Set by Build.
   int64_t batches_per_epoch_ = 0;              // nb in YOLOv5's terms, this world's.
   int64_t global_batch_ = 0;                   // Batch size x world size.

@@ -168,7 +168,7 @@ absl::Status TrainLoop::CaptureState(Capture kind, bool persist, bool best) {
   extras.config_yaml = config_yaml_;
   extras.metrics_rows = metrics_rows_;
   extras.rng = pos_.tail_from >= 0 ? rng_at_step_ : GeneratorStates(placement_.device);
-  const StateImage image = StateImage::Plan(*model_, optimizer_->torch_optimizer(), extras);
+  const StateImage image = StateImage::Plan(task_->state_module(), optimizer_->torch_optimizer(), extras);
   absl::StatusOr<char*> dst = area_->BeginWrite(image.size());
   if (absl::IsUnavailable(dst.status()) && persist && persister_) {
     // The previous checkpoint is still being copied out: wait for it.
@@ -230,9 +230,9 @@ absl::Status TrainLoop::ReplayTail() {
   for (size_t b = 0; b < indices.size(); b += static_cast<size_t>(batch_size)) {
     const size_t e = std::min(indices.size(), b + static_cast<size_t>(batch_size));
     worker::ReportBusy();
-    Batch batch = MakeBatchOn(train_set_, indices, b, e, placement_.device);
     if (ddp_) ddp_->BeforeForward(false);
-    at::Tensor loss = Loss(batch);
+    ASSIGN_OR_RETURN(at::Tensor loss, task_->Loss(epoch, indices, b, e));
+    if (task_->loss_scale() != 1.0) loss = loss * task_->loss_scale();
     if (ddp_) ddp_->BeforeBackward(loss, false);
     (scaler_ ? loss * scaler_->scale() : loss).backward();
     ++pos_.micro_batches;
