@@ -15,7 +15,8 @@ sides interleaved, so drift in the machine's load hits both alike):
             for Python 3.11)
   elastrun  elastrun run --nproc-per-node P elastrun-train --config
             configs/detect_fashion_yolov5n.yaml data.yaml=DIR/data.yaml
-            data.batch_size=B data.image_size=S train.epochs=E ...
+            data.batch_size=B data.image_size=S train.epochs=E ++hyp.mosaic=0 ...
+            (every augmentation of hyp.yaml set to 0: the reference has none)
 
 A run's figure is the images/s of its last epoch: elastrun-train's last
 "epoch ... img/s" line (or metrics.csv's images_per_sec), the reference's
@@ -59,6 +60,11 @@ TORCH_PYTHON = "/usr/bin/python3"
 CONFIG = "configs/detect_fashion_yolov5n.yaml"
 SIDES = ("python", "elastrun")
 LABELS = {"python": "Python DDP (YOLOv5 train.py)", "elastrun": "elastrun-train"}
+# YOLOv5's augmentations, all off for elastrun-train, as the reference has
+# none (YOLOv5's train.py with augment=False: letterbox only).
+NO_AUGMENT = [f"++hyp.{k}=0" for k in (
+    "mosaic", "mixup", "copy_paste", "hsv_h", "hsv_s", "hsv_v", "degrees", "translate",
+    "scale", "shear", "perspective", "flipud", "fliplr")]
 EPOCH_IPS = re.compile(r"epoch\s+(\d+)\s*/\s*\d+.*?([\d][\d,]*(?:\.\d+)?)\s*img/s")
 
 
@@ -173,7 +179,7 @@ def one_run(args, tmp, side, rep, data_yaml):
                f"data.yaml={data_yaml}", f"data.batch_size={args.batch}",
                f"data.image_size={args.img}", f"train.epochs={args.epochs}",
                f"train.output_dir={out}", "train.checkpoint_period=0", "train.threads=1",
-               "train.log_period=0", *args.set]
+               "train.log_period=0", *NO_AUGMENT, *args.set]
     load0 = loadavg()
     t0 = time.monotonic()
     status = run_bounded(cmd, env, args.timeout, log)
