@@ -27,137 +27,8 @@ uint8_t RoundToByte(float v) {
   return static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
 }
 
-// One axis of a bilinear resize: for output i, the two source indices (times
-// 3, for RGB rows) and the second one's weight.
-struct LinearTaps {
-  std::vector<int> lo, hi;
-  std::vector<float> w;
-};
-
-LinearTaps BilinearTaps(int src, int out, double scale) {
-  LinearTaps t;
-  t.lo.resize(out);
-  t.hi.resize(out);
-  t.w.resize(out);
-  for (int i = 0; i < out; ++i) {
-    const double s = std::max(0.0, (i + 0.5) / scale - 0.5);
-    int i0 = static_cast<int>(s);
-    double f = s - i0;
-    if (i0 >= src - 1) i0 = src - 1, f = 0;
-    t.lo[i] = i0;
-    t.hi[i] = std::min(i0 + 1, src - 1);
-    t.w[i] = static_cast<float>(f);
-  }
-  return t;
-}
-
-// One axis of an area resize: output i is the weighted sum of source
-// first[i] .. first[i] + weights[i].size() - 1.
-struct AreaTaps {
-  std::vector<int> first;
-  std::vector<std::vector<float>> weights;
-};
-
-AreaTaps AreaWeights(int src, int out, double scale) {
-  AreaTaps t;
-  t.first.resize(out);
-  t.weights.resize(out);
-  for (int i = 0; i < out; ++i) {
-    const double a = i / scale, b = std::min<double>((i + 1) / scale, src);
-    const int first = std::min(static_cast<int>(a), src - 1);
-    double total = 0;
-    std::vector<float>& w = t.weights[i];
-    for (int j = first; j < src && j < b; ++j) {
-      const double overlap = std::min<double>(j + 1, b) - std::max<double>(j, a);
-      w.push_back(static_cast<float>(std::max(0.0, overlap)));
-      total += w.back();
-    }
-    if (w.empty() || total <= 0) {  // past the source's end: take its last pixel
-      w.assign(1, 1.0f);
-      total = 1;
-    }
-    for (float& x : w) x = static_cast<float>(x / total);
-    t.first[i] = first;
-  }
-  return t;
-}
-
-Image ResizeBilinear(const Image& src, double scale, int out_w, int out_h) {
-  Image out(out_w, out_h);
-  const LinearTaps xs = BilinearTaps(src.width, out_w, scale);
-  const LinearTaps ys = BilinearTaps(src.height, out_h, scale);
-  for (int y = 0; y < out_h; ++y) {
-    const uint8_t* r0 = src.at(0, ys.lo[y]);
-    const uint8_t* r1 = src.at(0, ys.hi[y]);
-    const float fy = ys.w[y];
-    uint8_t* o = out.at(0, y);
-    for (int x = 0; x < out_w; ++x) {
-      const int a = xs.lo[x] * 3, b = xs.hi[x] * 3;
-      const float fx = xs.w[x];
-      for (int c = 0; c < 3; ++c) {
-        const float top = r0[a + c] + fx * (r0[b + c] - r0[a + c]);
-        const float bottom = r1[a + c] + fx * (r1[b + c] - r1[a + c]);
-        o[x * 3 + c] = RoundToByte(top + fy * (bottom - top));
-      }
-    }
-  }
-  return out;
-}
-
-Image ResizeArea(const Image& src, double scale, int out_w, int out_h) {
-  const AreaTaps xs = AreaWeights(src.width, out_w, scale);
-  const AreaTaps ys = AreaWeights(src.height, out_h, scale);
-  // Rows first (every source row, output columns), then columns.
-  std::vector<float> rows(static_cast<size_t>(src.height) * out_w * 3);
-  for (int y = 0; y < src.height; ++y) {
-    const uint8_t* s = src.at(0, y);
-    float* r = &rows[static_cast<size_t>(y) * out_w * 3];
-    for (int x = 0; x < out_w; ++x) {
-      float acc[3] = {0, 0, 0};
-      const std::vector<float>& w = xs.weights[x];
-      for (size_t k = 0; k < w.size(); ++k) {
-        const uint8_t* p = s + (xs.first[x] + k) * 3;
-        for (int c = 0; c < 3; ++c) acc[c] += w[k] * p[c];
-      }
-      for (int c = 0; c < 3; ++c) r[x * 3 + c] = acc[c];
-    }
-  }
-  Image out(out_w, out_h);
-  std::vector<float> acc(static_cast<size_t>(out_w) * 3);
-  for (int y = 0; y < out_h; ++y) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    const std::vector<float>& w = ys.weights[y];
-    for (size_t k = 0; k < w.size(); ++k) {
-      const float* r = &rows[static_cast<size_t>(ys.first[y] + k) * out_w * 3];
-      for (int i = 0; i < out_w * 3; ++i) acc[i] += w[k] * r[i];
-    }
-    uint8_t* o = out.at(0, y);
-    for (int i = 0; i < out_w * 3; ++i) o[i] = RoundToByte(acc[i]);
-  }
-  return out;
-}
-
-// m^-1 of a row-major 3 x 3; false when singular.
-bool Invert3x3(const std::array<double, 9>& m, std::array<double, 9>* inv) {
-  const double a = m[0], b = m[1], c = m[2], d = m[3], e = m[4], f = m[5], g = m[6], h = m[7],
-               i = m[8];
-  const double A = e * i - f * h, B = -(d * i - f * g), C = d * h - e * g;
-  const double det = a * A + b * B + c * C;
-  if (!std::isfinite(det) || std::abs(det) < 1e-12) return false;
-  const double k = 1 / det;
-  *inv = {A * k,
-          -(b * i - c * h) * k,
-          (b * f - c * e) * k,
-          B * k,
-          (a * i - c * g) * k,
-          -(a * f - c * d) * k,
-          C * k,
-          -(a * h - b * g) * k,
-          (a * e - b * d) * k};
-  return true;
-}
-
-std::array<double, 9> Multiply(const std::array<double, 9>& a, const std::array<double, 9>& b) {
+std::array<double, 9> Multiply(const std::array<double, 9>& a,
+                               const std::array<double, 9>& b) {
   std::array<double, 9> r{};
   for (int i = 0; i < 3; ++i) {
     for (int j = 0; j < 3; ++j) {
@@ -168,36 +39,6 @@ std::array<double, 9> Multiply(const std::array<double, 9>& a, const std::array<
 }
 
 constexpr std::array<double, 9> kIdentity = {1, 0, 0, 0, 1, 0, 0, 0, 1};
-
-// Bilinear sample of `src` at (sx, sy), pixel centres at integers; a
-// neighbour outside the image counts as `border`.
-void SampleBilinear(const Image& src, float sx, float sy, uint8_t border, uint8_t* out) {
-  const float fx0 = std::floor(sx), fy0 = std::floor(sy);
-  const int x0 = static_cast<int>(fx0), y0 = static_cast<int>(fy0);
-  const float fx = sx - fx0, fy = sy - fy0;
-  if (x0 >= 0 && y0 >= 0 && x0 + 1 < src.width && y0 + 1 < src.height) {
-    const uint8_t* p = src.at(x0, y0);
-    const uint8_t* q = p + static_cast<size_t>(src.width) * 3;
-    for (int c = 0; c < 3; ++c) {
-      const float top = p[c] + fx * (p[c + 3] - p[c]);
-      const float bottom = q[c] + fx * (q[c + 3] - q[c]);
-      out[c] = RoundToByte(top + fy * (bottom - top));
-    }
-    return;
-  }
-  if (x0 < -1 || y0 < -1 || x0 >= src.width || y0 >= src.height) {
-    out[0] = out[1] = out[2] = border;
-    return;
-  }
-  const auto px = [&](int x, int y, int c) -> float {
-    return (x < 0 || y < 0 || x >= src.width || y >= src.height) ? border : src.at(x, y)[c];
-  };
-  for (int c = 0; c < 3; ++c) {
-    const float top = px(x0, y0, c) + fx * (px(x0 + 1, y0, c) - px(x0, y0, c));
-    const float bottom = px(x0, y0 + 1, c) + fx * (px(x0 + 1, y0 + 1, c) - px(x0, y0 + 1, c));
-    out[c] = RoundToByte(top + fy * (bottom - top));
-  }
-}
 
 struct Point {
   double x, y;
@@ -250,12 +91,12 @@ absl::Status CheckAugmentOptions(const AugmentOptions& hyp) {
     double value;
     double max;  // inclusive
   } keys[] = {
-      {"hsv_h", hyp.hsv_h, 1},        {"hsv_s", hyp.hsv_s, 1},
-      {"hsv_v", hyp.hsv_v, 1},        {"degrees", hyp.degrees, 360},
+      {"hsv_h", hyp.hsv_h, 1},         {"hsv_s", hyp.hsv_s, 1},
+      {"hsv_v", hyp.hsv_v, 1},         {"degrees", hyp.degrees, 360},
       {"translate", hyp.translate, 1}, {"scale", hyp.scale, 0.99},
       {"shear", hyp.shear, 89},        {"perspective", hyp.perspective, 0.001},
-      {"flipud", hyp.flipud, 1},      {"fliplr", hyp.fliplr, 1},
-      {"mosaic", hyp.mosaic, 1},      {"mixup", hyp.mixup, 1},
+      {"flipud", hyp.flipud, 1},       {"fliplr", hyp.fliplr, 1},
+      {"mosaic", hyp.mosaic, 1},       {"mixup", hyp.mixup, 1},
   };
   for (const auto& k : keys) {
     if (!(k.value >= 0 && k.value <= k.max)) {
@@ -290,8 +131,8 @@ uint64_t SampleRng::Next() {
 double SampleRng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
 int64_t SampleRng::Below(int64_t n) {
-  return static_cast<int64_t>((static_cast<unsigned __int128>(Next()) * static_cast<uint64_t>(n)) >>
-                              64);
+  return static_cast<int64_t>(
+      (static_cast<unsigned __int128>(Next()) * static_cast<uint64_t>(n)) >> 64);
 }
 
 double SampleRng::Normal() {  // Marsaglia's polar method
@@ -322,26 +163,6 @@ double SampleRng::Beta(double a, double b) {
   return x / (x + y);
 }
 
-Image ResizeImage(const Image& src, double scale, int out_width, int out_height,
-                  Interpolation interpolation) {
-  if (interpolation == Interpolation::kArea && scale < 1) {
-    return ResizeArea(src, scale, out_width, out_height);
-  }
-  return ResizeBilinear(src, scale, out_width, out_height);
-}
-
-Image ResizeLongSide(Image src, int size, Interpolation interpolation, float* gain) {
-  const int long_side = std::max(src.width, src.height);
-  const double r = static_cast<double>(size) / long_side;
-  *gain = static_cast<float>(r);
-  if (long_side == size) return src;
-  // ceil as YOLOv5's load_image; the 1e-6 keeps w * (size / w) at size.
-  const auto side = [&](int s) {
-    return std::clamp(static_cast<int>(std::ceil(s * r - 1e-6)), 1, size);
-  };
-  return ResizeImage(src, r, side(src.width), side(src.height), interpolation);
-}
-
 Image Letterbox(const Image& src, int size, Placement* placement) {
   // YOLOv5: top, left = round(d - 0.1) of the half padding d; never a tie.
   const int left = static_cast<int>(std::floor((size - src.width) / 2.0 - 0.1 + 0.5));
@@ -361,9 +182,9 @@ std::vector<PixelBox> ToPixelBoxes(const std::vector<Label>& labels, double widt
   std::vector<PixelBox> boxes;
   boxes.reserve(labels.size());
   for (const Label& l : labels) {
-    boxes.push_back({width * (l.cx - l.w / 2.0) + pad_x, height * (l.cy - l.h / 2.0) + pad_y,
-                     width * (l.cx + l.w / 2.0) + pad_x, height * (l.cy + l.h / 2.0) + pad_y,
-                     l.cls});
+    boxes.push_back(
+        {width * (l.cx - l.w / 2.0) + pad_x, height * (l.cy - l.h / 2.0) + pad_y,
+         width * (l.cx + l.w / 2.0) + pad_x, height * (l.cy + l.h / 2.0) + pad_y, l.cls});
   }
   return boxes;
 }
@@ -430,15 +251,16 @@ Image MosaicCanvas(const std::array<MosaicTile, 4>& tiles, int size, int xc, int
 
 Perspective DrawPerspective(int src_width, int src_height, int out_width, int out_height,
                             const AugmentOptions& hyp, SampleRng* rng) {
-  const std::array<double, 9> c = {1, 0, -src_width / 2.0, 0, 1, -src_height / 2.0, 0, 0, 1};
+  const std::array<double, 9> c = {1, 0, -src_width / 2.0, 0, 1, -src_height / 2.0, 0,
+                                   0, 1};
   std::array<double, 9> p = kIdentity;
   p[6] = rng->Uniform(-hyp.perspective, hyp.perspective);
   p[7] = rng->Uniform(-hyp.perspective, hyp.perspective);
   const double a = rng->Uniform(-hyp.degrees, hyp.degrees) * kPi / 180;
   const double s = rng->Uniform(1 - hyp.scale, 1 + hyp.scale);
   // OpenCV's getRotationMatrix2D(centre 0, a, s): counter-clockwise on screen.
-  const std::array<double, 9> r = {s * std::cos(a), s * std::sin(a), 0, -s * std::sin(a),
-                                   s * std::cos(a), 0, 0, 0, 1};
+  const std::array<double, 9> r = {
+      s * std::cos(a), s * std::sin(a), 0, -s * std::sin(a), s * std::cos(a), 0, 0, 0, 1};
   std::array<double, 9> sh = kIdentity;
   sh[1] = std::tan(rng->Uniform(-hyp.shear, hyp.shear) * kPi / 180);
   sh[3] = std::tan(rng->Uniform(-hyp.shear, hyp.shear) * kPi / 180);
@@ -446,42 +268,6 @@ Perspective DrawPerspective(int src_width, int src_height, int out_width, int ou
   t[2] = rng->Uniform(0.5 - hyp.translate, 0.5 + hyp.translate) * out_width;
   t[5] = rng->Uniform(0.5 - hyp.translate, 0.5 + hyp.translate) * out_height;
   return {Multiply(t, Multiply(sh, Multiply(r, Multiply(p, c)))), s};
-}
-
-Image WarpImage(const Image& src, const std::array<double, 9>& m, int out_width,
-                int out_height, uint8_t border) {
-  Image out(out_width, out_height);
-  std::array<double, 9> inv;
-  if (!Invert3x3(m, &inv)) {
-    std::fill(out.pixels.begin(), out.pixels.end(), border);
-    return out;
-  }
-  const bool affine = inv[6] == 0 && inv[7] == 0;
-  for (int y = 0; y < out_height; ++y) {
-    const double cy = y + 0.5;
-    uint8_t* o = out.at(0, y);
-    for (int x = 0; x < out_width; ++x, o += 3) {
-      const double cx = x + 0.5;
-      double sx = inv[0] * cx + inv[1] * cy + inv[2];
-      double sy = inv[3] * cx + inv[4] * cy + inv[5];
-      if (!affine) {
-        const double w = inv[6] * cx + inv[7] * cy + inv[8];
-        if (!(w > 1e-12)) {  // behind the projection: nothing of the source
-          o[0] = o[1] = o[2] = border;
-          continue;
-        }
-        sx /= w;
-        sy /= w;
-      }
-      // Far outside (or NaN): border, before float conversion can overflow.
-      if (!(sx > -2 && sy > -2 && sx < src.width + 2 && sy < src.height + 2)) {
-        o[0] = o[1] = o[2] = border;
-        continue;
-      }
-      SampleBilinear(src, static_cast<float>(sx - 0.5), static_cast<float>(sy - 0.5), border, o);
-    }
-  }
-  return out;
 }
 
 bool BoxCandidate(const PixelBox& before, const PixelBox& after, double scale) {
@@ -495,9 +281,11 @@ bool BoxCandidate(const PixelBox& before, const PixelBox& after, double scale) {
 Image RandomPerspective(const Image& src, int border, const AugmentOptions& hyp,
                         SampleRng* rng, std::vector<PixelBox>* boxes) {
   const int width = src.width + 2 * border, height = src.height + 2 * border;
-  const Perspective draw = DrawPerspective(src.width, src.height, width, height, hyp, rng);
+  const Perspective draw =
+      DrawPerspective(src.width, src.height, width, height, hyp, rng);
   const std::array<double, 9>& m = draw.m;
-  Image out = (border != 0 || m != kIdentity) ? WarpImage(src, m, width, height, kFill) : src;
+  Image out =
+      (border != 0 || m != kIdentity) ? WarpImage(src, m, width, height, kFill) : src;
   std::vector<PixelBox> kept;
   kept.reserve(boxes->size());
   for (const PixelBox& b : *boxes) {
@@ -573,21 +361,6 @@ void AugmentHsv(Image* im, const AugmentOptions& hyp, SampleRng* rng) {
   const double gs = rng->Uniform(-1, 1) * hyp.hsv_s + 1;
   const double gv = rng->Uniform(-1, 1) * hyp.hsv_v + 1;
   ApplyHsvGains(im, gh, gs, gv);
-}
-
-void FlipLeftRight(Image* im) {
-  for (int y = 0; y < im->height; ++y) {
-    uint8_t* a = im->at(0, y);
-    uint8_t* b = im->at(im->width - 1, y);
-    for (; a < b; a += 3, b -= 3) std::swap_ranges(a, a + 3, b);
-  }
-}
-
-void FlipUpDown(Image* im) {
-  const size_t row = static_cast<size_t>(im->width) * 3;
-  for (int y = 0, z = im->height - 1; y < z; ++y, --z) {
-    std::swap_ranges(im->at(0, y), im->at(0, y) + row, im->at(0, z));
-  }
 }
 
 }  // namespace elastrun::trainer::detect

@@ -4,11 +4,9 @@
 // box_candidates, mixup, augment_hsv and the flips. trainer/detect/README.md
 // ("Loading and augmentation") says where it differs from YOLOv5.
 //
-// Boxes here are data_labels.h's PixelBox: corners (x1, y1, x2, y2) on the continuous
-// plane where pixel (i, j) covers [i, i+1) x [j, j+1): a box drawn around
-// whole pixels has integer corners, and every warp samples each output
-// pixel at its centre mapped back through the inverse transform, so the
-// pixels and the boxes move together.
+// Boxes here are data_labels.h's PixelBox: corners (x1, y1, x2, y2) on
+// resample.h's plane, where pixel (i, j) covers [i, i+1) x [j, j+1), so
+// the pixels and the boxes move together.
 //
 // Randomness: every function that draws takes a SampleRng, which the loader
 // seeds from (seed, epoch, index) alone. Functions only; thread-safe.
@@ -22,29 +20,30 @@
 #include "absl/status/status.h"
 #include "trainer/detect/data_labels.h"
 #include "trainer/detect/image.h"
+#include "trainer/detect/resample.h"
 
 namespace elastrun::trainer::detect {
 
 // YOLOv5's hyperparameters of augmentation, by their names in
 // hyp.scratch-low.yaml, with its values.
 struct AugmentOptions {
-  double hsv_h = 0.015;      // hue gain: H scaled by U(1 - hsv_h, 1 + hsv_h)
-  double hsv_s = 0.7;        // saturation gain
-  double hsv_v = 0.4;        // value gain
-  double degrees = 0;        // rotation, U(-degrees, degrees)
-  double translate = 0.1;    // translation, U(0.5 +- translate) of the output size
-  double scale = 0.5;        // scale, U(1 - scale, 1 + scale); below 1
-  double shear = 0;          // shear, U(-shear, shear) degrees, x and y
-  double perspective = 0;    // perspective, U(-p, p); at most 0.001 (YOLOv5's bound)
-  double flipud = 0;         // probability of an up-down flip
-  double fliplr = 0.5;       // probability of a left-right flip
-  double mosaic = 1.0;       // probability of a 4-image mosaic
-  double mixup = 0;          // probability of mixing a mosaic with a second one
+  double hsv_h = 0.015;    // hue gain: H scaled by U(1 - hsv_h, 1 + hsv_h)
+  double hsv_s = 0.7;      // saturation gain
+  double hsv_v = 0.4;      // value gain
+  double degrees = 0;      // rotation, U(-degrees, degrees)
+  double translate = 0.1;  // translation, U(0.5 +- translate) of the output size
+  double scale = 0.5;      // scale, U(1 - scale, 1 + scale); below 1
+  double shear = 0;        // shear, U(-shear, shear) degrees, x and y
+  double perspective = 0;  // perspective, U(-p, p); at most 0.001 (YOLOv5's bound)
+  double flipud = 0;       // probability of an up-down flip
+  double fliplr = 0.5;     // probability of a left-right flip
+  double mosaic = 1.0;     // probability of a 4-image mosaic
+  double mixup = 0;        // probability of mixing a mosaic with a second one
 };
 
-// InvalidArgument naming the key ("hyp.fliplr") for a value that is not
-// finite, negative, a probability or a gain above 1, or scale >= 1 (a zero
-// or negative scale).
+// InvalidArgument naming the key ("hyp.fliplr") and its range for a value
+// out of it: NaN, negative, a probability or gain above 1, scale above
+// 0.99, degrees above 360, shear above 89, perspective above 0.001.
 absl::Status CheckAugmentOptions(const AugmentOptions& hyp);
 
 // A deterministic generator for one sample: xoshiro256** seeded through
@@ -77,23 +76,6 @@ struct Placement {
   float gain = 1, pad_x = 0, pad_y = 0;
   int width = 0, height = 0;
 };
-
-enum class Interpolation {
-  kBilinear,  // OpenCV's INTER_LINEAR: 2 x 2 neighbours, edges replicated
-  kArea,      // OpenCV's INTER_AREA when shrinking: the mean of the covered
-              // source area; bilinear when enlarging
-};
-
-// `src` scaled by `scale` (> 0) into an out_width x out_height image: output
-// pixel x covers source [x / scale, (x + 1) / scale), and so for y.
-Image ResizeImage(const Image& src, double scale, int out_width, int out_height,
-                  Interpolation interpolation);
-
-// YOLOv5's load_image after the decode: `src` scaled so its longer side is
-// `size` (returned as it is when it already is), shorter side
-// ceil(side * gain).
-// `*gain` receives the scale.
-Image ResizeLongSide(Image src, int size, Interpolation interpolation, float* gain);
 
 // YOLOv5's letterbox (auto=False) of an image whose longer side is `size`
 // already: centred on a size x size canvas of 114, top = round(dh - 0.1)
@@ -144,17 +126,8 @@ struct Perspective {
 // M for a src_width x src_height image and an out_width x out_height
 // output, drawn from `rng` in YOLOv5's order: perspective x, y, angle,
 // scale, shear x, y, translate x, y.
-Perspective DrawPerspective(int src_width, int src_height, int out_width,
-                                      int out_height, const AugmentOptions& hyp,
-                                      SampleRng* rng);
-
-// dst = src warped by `m` (src -> dst, row-major 3 x 3; perspective when its
-// last row is not (0, 0, 1)): each dst pixel centre mapped back by m's
-// inverse, sampled bilinearly, outside the source `border` (as OpenCV's
-// BORDER_CONSTANT, which blends border into the edge pixels). A singular m
-// gives all border.
-Image WarpImage(const Image& src, const std::array<double, 9>& m, int out_width,
-                int out_height, uint8_t border);
+Perspective DrawPerspective(int src_width, int src_height, int out_width, int out_height,
+                            const AugmentOptions& hyp, SampleRng* rng);
 
 // YOLOv5's box_candidates (wh_thr 2, ar_thr 100, area_thr 0.1, eps 1e-16):
 // the box after a transform is kept when both sides exceed 2 px, its aspect
@@ -174,10 +147,6 @@ void ApplyHsvGains(Image* im, double gain_h, double gain_s, double gain_v);
 // Draws the gains from `rng` and applies them; no change (and no draw)
 // when all three of hsv_h, hsv_s, hsv_v are 0, as YOLOv5.
 void AugmentHsv(Image* im, const AugmentOptions& hyp, SampleRng* rng);
-
-// In place.
-void FlipLeftRight(Image* im);
-void FlipUpDown(Image* im);
 
 }  // namespace elastrun::trainer::detect
 

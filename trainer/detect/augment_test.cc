@@ -156,7 +156,8 @@ TEST(ResizeTest, LongSideAndAreaMeans) {
   const Image same = ResizeLongSide(im, 8, Interpolation::kBilinear, &gain);
   EXPECT_EQ(same.pixels, im.pixels);
   // Odd shapes: the short side is ceil(side * gain), never above S.
-  const Image odd = ResizeLongSide(Noise(300, 7, 3), 128, Interpolation::kBilinear, &gain);
+  const Image odd =
+      ResizeLongSide(Noise(300, 7, 3), 128, Interpolation::kBilinear, &gain);
   EXPECT_EQ(odd.width, 128);
   EXPECT_EQ(odd.height, 3);
 }
@@ -177,9 +178,9 @@ TEST(LetterboxTest, CentresAsYolov5) {
 TEST(BoxCandidateTest, Yolov5Thresholds) {
   const PixelBox before{10, 10, 30, 30, 0};
   EXPECT_TRUE(BoxCandidate(before, {0, 0, 20, 20, 0}, 1));
-  EXPECT_FALSE(BoxCandidate(before, {0, 0, 2, 20, 0}, 1));   // a side of 2 px
-  EXPECT_FALSE(BoxCandidate(before, {0, 0, 6, 6, 0}, 1));    // 9% of the area
-  EXPECT_TRUE(BoxCandidate(before, {0, 0, 6, 6, 0}, 0.5));   // 36% of the scaled area
+  EXPECT_FALSE(BoxCandidate(before, {0, 0, 2, 20, 0}, 1));  // a side of 2 px
+  EXPECT_FALSE(BoxCandidate(before, {0, 0, 6, 6, 0}, 1));   // 9% of the area
+  EXPECT_TRUE(BoxCandidate(before, {0, 0, 6, 6, 0}, 0.5));  // 36% of the scaled area
   EXPECT_FALSE(BoxCandidate({0, 0, 1000, 10, 0}, {0, 0, 1000, 9.9, 0}, 1));  // ratio 101
 }
 
@@ -209,8 +210,9 @@ TEST(RandomPerspectiveTest, NoTransformKeepsImageAndBoxes) {
 TEST(MosaicCanvasTest, TilesMeetAtTheCentre) {
   const Image a = Solid(30, 20, 10, 0, 0), b = Solid(30, 20, 20, 0, 0),
               c = Solid(30, 20, 30, 0, 0), d = Solid(30, 20, 40, 0, 0);
-  std::array<MosaicTile, 4> tiles = {MosaicTile{&a, {{0, 0, 30, 20, 1}}}, MosaicTile{&b, {}},
-                                     MosaicTile{&c, {}}, MosaicTile{&d, {{5, 5, 10, 10, 2}}}};
+  std::array<MosaicTile, 4> tiles = {MosaicTile{&a, {{0, 0, 30, 20, 1}}},
+                                     MosaicTile{&b, {}}, MosaicTile{&c, {}},
+                                     MosaicTile{&d, {{5, 5, 10, 10, 2}}}};
   std::vector<PixelBox> boxes;
   const Image canvas = MosaicCanvas(tiles, 32, 40, 25, &boxes);
   ASSERT_EQ(canvas.width, 64);

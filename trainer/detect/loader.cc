@@ -33,12 +33,17 @@ struct Loader::Sample {
 
 absl::Status CheckLoaderOptions(const LoaderOptions& options) {
   if (options.image_size < 32 || options.image_size > 8192) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "image_size is ", options.image_size, ": it must be in [32, 8192] pixels"));
+    return absl::InvalidArgumentError(absl::StrCat("image_size is ", options.image_size,
+                                                   ": it must be in [32, 8192] pixels"));
   }
   if (options.num_workers < 0 || options.num_workers > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_workers is ", options.num_workers, ": it must be in [0, 256] (0: no threads)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers is ", options.num_workers,
+                     ": it must be in [0, 256] (0: no threads)"));
+  }
+  if (options.cache_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cache_bytes is ", options.cache_bytes,
+                                                   ": it must be >= 0 (0: no cache)"));
   }
   if (options.prefetch < 1) {
     return absl::InvalidArgumentError(
@@ -59,7 +64,12 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(const Split& split,
 
 Loader::Loader(const Split& split, const LoaderOptions& options)
     : split_(split), options_(options) {
-  for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  if (options_.cache_bytes > 0) {
+    absl::MutexLock lock(&cache_mu_);
+    cache_.resize(split_.images.size());
+  }
+  for (int i = 0; i < options_.num_workers; ++i)
+    workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 Loader::~Loader() {
@@ -99,7 +109,8 @@ absl::StatusOr<LoadedBatch> Loader::Next() {
   {
     absl::MutexLock lock(&mu_);
     if (queue_.empty()) {
-      return absl::FailedPreconditionError("Loader::Next: no batch queued (call Enqueue first)");
+      return absl::FailedPreconditionError(
+          "Loader::Next: no batch queued (call Enqueue first)");
     }
     job = queue_.front();
     if (!workers_.empty()) {
@@ -186,8 +197,9 @@ absl::StatusOr<LoadedBatch> Loader::Assemble(Job* job, int image_size) {
   batch.placements = std::move(job->placements);
   for (int64_t i = 0; i < batch.size; ++i) {
     for (const Label& l : job->labels[i]) {
-      batch.targets.insert(batch.targets.end(), {static_cast<float>(i),
-                                                 static_cast<float>(l.cls), l.cx, l.cy, l.w, l.h});
+      batch.targets.insert(
+          batch.targets.end(),
+          {static_cast<float>(i), static_cast<float>(l.cls), l.cx, l.cy, l.w, l.h});
     }
   }
   return batch;
@@ -195,15 +207,38 @@ absl::StatusOr<LoadedBatch> Loader::Assemble(Job* job, int image_size) {
 
 absl::StatusOr<Image> Loader::LoadResized(int64_t index, float* gain) const {
   const ImageEntry& entry = split_.images[index];
+  const int s = options_.image_size;
+  if (options_.cache_bytes > 0) {
+    const Cached* cached = nullptr;
+    {
+      absl::MutexLock lock(&cache_mu_);
+      cached = cache_[index].get();
+    }
+    if (cached != nullptr) {
+      *gain = cached->gain;
+      return cached->image;
+    }
+  }
   absl::StatusOr<Image> image = ReadImage(entry.path);
   if (!image.ok()) {
-    return absl::Status(image.status().code(),
-                        absl::StrCat(split_.name, " image ", index, ": ", image.status().message()));
+    return absl::Status(
+        image.status().code(),
+        absl::StrCat(split_.name, " image ", index, ": ", image.status().message()));
   }
   // YOLOv5's load_image: INTER_LINEAR when augmenting or enlarging,
   // INTER_AREA when shrinking for eval.
-  return ResizeLongSide(*std::move(image), options_.image_size,
-                        options_.augment ? Interpolation::kBilinear : Interpolation::kArea, gain);
+  Image resized = ResizeLongSide(
+      *std::move(image), s,
+      options_.augment ? Interpolation::kBilinear : Interpolation::kArea, gain);
+  if (options_.cache_bytes > 0) {
+    const int64_t bytes = static_cast<int64_t>(resized.pixels.size());
+    absl::MutexLock lock(&cache_mu_);
+    if (cache_[index] == nullptr && cache_used_ + bytes <= options_.cache_bytes) {
+      cache_[index] = std::make_unique<const Cached>(Cached{resized, *gain});
+      cache_used_ += bytes;
+    }
+  }
+  return resized;
 }
 
 absl::StatusOr<Image> Loader::LoadMosaic(int64_t index, SampleRng* rng,
@@ -233,8 +268,8 @@ absl::StatusOr<Image> Loader::LoadMosaic(int64_t index, SampleRng* rng,
 absl::StatusOr<Loader::Sample> Loader::LoadSample(int64_t epoch, int64_t index) const {
   const int64_t n = static_cast<int64_t>(split_.images.size());
   if (index < 0 || index >= n) {
-    return absl::OutOfRangeError(absl::StrCat(split_.name, " has ", n, " images: no index ",
-                                              index));
+    return absl::OutOfRangeError(
+        absl::StrCat(split_.name, " has ", n, " images: no index ", index));
   }
   const int s = options_.image_size;
   const AugmentOptions& hyp = options_.hyp;

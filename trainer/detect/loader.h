@@ -30,12 +30,17 @@
 namespace elastrun::trainer::detect {
 
 struct LoaderOptions {
-  int image_size = 640;   // the square training/eval size S; at least 32
-  bool augment = false;   // train: mosaic, perspective, hsv, flips; val: letterbox only
-  AugmentOptions hyp;     // used when augment
-  int num_workers = 0;    // decoding threads; 0: load in Next, on the calling thread
-  int prefetch = 2;       // batches the workers load ahead of Next; at least 1
-  uint64_t seed = 0;      // with (epoch, index): every random draw of a sample
+  int image_size = 640;  // the square training/eval size S; at least 32
+  bool augment = false;  // train: mosaic, perspective, hsv, flips; val: letterbox only
+  AugmentOptions hyp;    // used when augment
+  int num_workers = 0;   // decoding threads; 0: load in Next, on the calling thread
+  int prefetch = 2;      // batches the workers load ahead of Next; at least 1
+  uint64_t seed = 0;     // with (epoch, index): every random draw of a sample
+  // YOLOv5's --cache ram: images kept in memory as load_image leaves them
+  // (decoded, longer side S: at most 3 S^2 bytes each) after their first
+  // load, until this many bytes are held; 0: decode every time. The bytes
+  // of a batch are the same either way.
+  int64_t cache_bytes = 0;
 };
 
 // InvalidArgument naming the key ("image_size", "hyp.mixup", ...) and the
@@ -60,7 +65,7 @@ struct LoadedBatch {
 
 class Loader {
  public:
-  // A loader over `split` (copied). Errors: CheckLoaderOptions'; 
+  // A loader over `split` (copied). Errors: CheckLoaderOptions';
   // FailedPrecondition for a split without images.
   static absl::StatusOr<std::unique_ptr<Loader>> Create(const Split& split,
                                                         const LoaderOptions& options);
@@ -100,7 +105,8 @@ class Loader {
   Loader(const Split& split, const LoaderOptions& options);
   // A sample: decode, augment (or letterbox), labels normalised to S.
   absl::StatusOr<Sample> LoadSample(int64_t epoch, int64_t index) const;
-  // YOLOv5's load_image: decoded, longer side S; `gain` its scale.
+  // YOLOv5's load_image: decoded, longer side S; `gain` its scale. From
+  // the cache when there.
   absl::StatusOr<Image> LoadResized(int64_t index, float* gain) const;
   // YOLOv5's load_mosaic of `index` and 3 others drawn from `rng`.
   absl::StatusOr<Image> LoadMosaic(int64_t index, SampleRng* rng,
@@ -114,6 +120,16 @@ class Loader {
 
   const Split split_;
   const LoaderOptions options_;
+
+  // load_image's results by index (null: not cached). A slot is written
+  // once and its image never changes or goes away until the Loader does.
+  mutable absl::Mutex cache_mu_;
+  struct Cached {
+    Image image;
+    float gain = 1;
+  };
+  mutable std::vector<std::unique_ptr<const Cached>> cache_ ABSL_GUARDED_BY(cache_mu_);
+  mutable int64_t cache_used_ ABSL_GUARDED_BY(cache_mu_) = 0;
 
   mutable absl::Mutex mu_;
   // A job is shared by the queue and the workers filling its samples: Clear

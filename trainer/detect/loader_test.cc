@@ -92,10 +92,11 @@ TEST(LoaderTest, SameBytesWhateverTheWorkersAndPrefetch) {
   const Split split = GeneratedTrainSplit(TestDir());
   std::vector<LoadedBatch> reference;
   for (const auto& [workers, prefetch] :
-       std::vector<std::pair<int, int>>{{0, 2}, {1, 1}, {3, 2}, {3, 5}}) {
+       std::vector<std::pair<int, int>>{{0, 2}, {1, 1}, {3, 2}, {3, 5}, {2, 3}}) {
     LoaderOptions o = TrainOptions(64);
     o.num_workers = workers;
     o.prefetch = prefetch;
+    if (workers == 2) o.cache_bytes = 10 * 64 * 64 * 3;  // some images cached, not all
     auto loader = Loader::Create(split, o);
     ASSERT_TRUE(loader.ok()) << loader.status();
     for (int b = 0; b < 4; ++b) {
@@ -111,7 +112,8 @@ TEST(LoaderTest, SameBytesWhateverTheWorkersAndPrefetch) {
         reference.push_back(*got);
         continue;
       }
-      SCOPED_TRACE(absl::StrCat("workers ", workers, " prefetch ", prefetch, " batch ", b));
+      SCOPED_TRACE(absl::StrCat("workers ", workers, " prefetch ", prefetch, " cache ",
+                                o.cache_bytes, " batch ", b));
       EXPECT_EQ(got->indices, reference[b].indices);
       EXPECT_TRUE(got->pixels == reference[b].pixels);
       EXPECT_EQ(got->targets, reference[b].targets);
@@ -149,7 +151,8 @@ TEST(LoaderTest, LoadOneIsTheBatchSliceWhateverCameBefore) {
   // Another epoch draws other augmentations.
   absl::StatusOr<LoadedBatch> other = (*loader)->LoadOne(4, 5);
   ASSERT_TRUE(other.ok());
-  EXPECT_FALSE(std::equal(other->pixels.begin(), other->pixels.end(), batch->pixels.begin()));
+  EXPECT_FALSE(
+      std::equal(other->pixels.begin(), other->pixels.end(), batch->pixels.begin()));
 }
 
 TEST(LoaderTest, EvalLetterboxPlacesTheImageAndItsLabel) {
@@ -211,8 +214,8 @@ void ExpectBoxesFitRectangles(const LoadedBatch& b, int image, int* uncovered, i
         const auto [x, y] = stack.back();
         stack.pop_back();
         ++count;
-        e = {std::min<double>(e[0], x), std::min<double>(e[1], y), std::max<double>(e[2], x + 1),
-             std::max<double>(e[3], y + 1)};
+        e = {std::min<double>(e[0], x), std::min<double>(e[1], y),
+             std::max<double>(e[2], x + 1), std::max<double>(e[3], y + 1)};
         for (int dy = -1; dy <= 1; ++dy) {
           for (int dx = -1; dx <= 1; ++dx) {
             const int u = x + dx, v = y + dy;
@@ -243,8 +246,8 @@ void ExpectBoxesFitRectangles(const LoadedBatch& b, int image, int* uncovered, i
       }
       return true;
     });
-    EXPECT_TRUE(tight) << "image " << image << ": box " << q[0] << ", " << q[1] << ", " << q[2]
-                       << ", " << q[3] << " has no red blob that fits it";
+    EXPECT_TRUE(tight) << "image " << image << ": box " << q[0] << ", " << q[1] << ", "
+                       << q[2] << ", " << q[3] << " has no red blob that fits it";
   }
 }
 
@@ -299,7 +302,8 @@ TEST(LoaderTest, FlipLeftRightMirrorsPixelsAndCx) {
   for (int c = 0; c < 3; ++c) {
     for (int y = 0; y < 64; ++y) {
       for (int x = 0; x < 64; ++x) {
-        ASSERT_EQ(b->pixels[(c * 64 + y) * 64 + x], a->pixels[(c * 64 + y) * 64 + 63 - x]);
+        ASSERT_EQ(b->pixels[(c * 64 + y) * 64 + x],
+                  a->pixels[(c * 64 + y) * 64 + 63 - x]);
       }
     }
   }
@@ -317,7 +321,8 @@ TEST(LoaderTest, CorruptImageIsAnErrorNamingItsFile) {
       MakeSplit("train", {RectangleImage(dir + "/good.png", 64, 64, 10, 10, 30, 30)});
   ImageEntry bad = split.images[0];
   bad.path = dir + "/bad.jpg";
-  ASSERT_TRUE(WriteFileBytes(bad.path, std::string("\xff\xd8\xff\xe0 not really a jpeg")).ok());
+  ASSERT_TRUE(
+      WriteFileBytes(bad.path, std::string("\xff\xd8\xff\xe0 not really a jpeg")).ok());
   split.images.push_back(bad);
   for (const int workers : {0, 2}) {
     LoaderOptions o = TrainOptions(64);
