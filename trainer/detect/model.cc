@@ -47,7 +47,8 @@ ConvBnSiluImpl::ConvBnSiluImpl(int64_t in, int64_t out, int64_t kernel, int64_t 
                              .padding(padding < 0 ? kernel / 2 : padding)
                              .bias(false)));
   // YOLOv5's initialize_weights: eps 1e-3, momentum 0.03.
-  bn_ = register_module("bn", nn::BatchNorm2d(nn::BatchNorm2dOptions(out).eps(1e-3).momentum(0.03)));
+  bn_ = register_module(
+      "bn", SyncBatchNorm2d(nn::BatchNorm2dOptions(out).eps(1e-3).momentum(0.03)));
 }
 
 at::Tensor ConvBnSiluImpl::forward(const at::Tensor& x) {

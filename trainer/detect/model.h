@@ -1,6 +1,7 @@
 // The detector's model: YOLOv5 (v6 layout) in LibTorch's C++ frontend, one
 // small module per block as YOLOv5's models/common.py has them:
-//   ConvBnSilu  Conv2d (no bias, same padding) + BatchNorm2d + SiLU
+//   ConvBnSilu  Conv2d (no bias, same padding) + BatchNorm2d + SiLU (a
+//               SyncBatchNorm2d: sync_bn.h, off until given a group)
 //   Bottleneck  1x1 then 3x3 ConvBnSilu, plus the input when shapes allow
 //   C3          CSP bottleneck with 3 convolutions
 //   Sppf        spatial pyramid pooling, fast (three 5x5 max pools)
@@ -23,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "trainer/detect/sync_bn.h"
 #include "trainer/trainer_pch.h"
 
 namespace elastrun::trainer::detect {
@@ -59,7 +61,7 @@ class ConvBnSiluImpl : public torch::nn::Module {
 
  private:
   torch::nn::Conv2d conv_{nullptr};
-  torch::nn::BatchNorm2d bn_{nullptr};
+  SyncBatchNorm2d bn_{nullptr};  // BatchNorm2d until UseSyncBatchNorm
 };
 TORCH_MODULE(ConvBnSilu);
 
