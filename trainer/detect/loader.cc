@@ -80,16 +80,24 @@ Loader::~Loader() {
   for (std::thread& t : workers_) t.join();
 }
 
+Loader::Job Loader::NewJob(int64_t epoch, std::vector<int64_t> indices) {
+  Job job;
+  job.epoch = epoch;
+  job.indices = std::move(indices);
+  const size_t n = job.indices.size();
+  job.labels.resize(n);
+  job.placements.resize(n);
+  job.statuses.resize(n);
+  return job;
+}
+
+void Loader::AllocatePixels(Job* job) const {
+  job->pixels.resize(job->indices.size() * options_.image_size * options_.image_size * 3);
+}
+
 void Loader::Enqueue(int64_t epoch, std::vector<int64_t> indices) {
-  auto job = std::make_shared<Job>();
-  job->epoch = epoch;
-  job->indices = std::move(indices);
-  const size_t n = job->indices.size();
-  const size_t plane = static_cast<size_t>(options_.image_size) * options_.image_size * 3;
-  job->pixels.resize(n * plane);
-  job->labels.resize(n);
-  job->placements.resize(n);
-  job->statuses.resize(n);
+  // Pixels are allocated when loading starts: a whole epoch may be queued.
+  auto job = std::make_shared<Job>(NewJob(epoch, std::move(indices)));
   absl::MutexLock lock(&mu_);
   queue_.push_back(std::move(job));
 }
@@ -120,27 +128,23 @@ absl::StatusOr<LoadedBatch> Loader::Next() {
     queue_.pop_front();
   }
   if (workers_.empty()) {
+    AllocatePixels(job.get());
     for (int64_t i = 0; i < job->size(); ++i) Fill(job.get(), i);
   }
   return Assemble(job.get(), options_.image_size);
 }
 
 absl::StatusOr<LoadedBatch> Loader::LoadOne(int64_t epoch, int64_t index) const {
-  Job job;
-  job.epoch = epoch;
-  job.indices = {index};
-  job.pixels.resize(static_cast<size_t>(options_.image_size) * options_.image_size * 3);
-  job.labels.resize(1);
-  job.placements.resize(1);
-  job.statuses.resize(1);
+  Job job = NewJob(epoch, {index});
+  AllocatePixels(&job);
   Fill(&job, 0);
   return Assemble(&job, options_.image_size);
 }
 
-Loader::Job* Loader::Claimable() const {
+std::shared_ptr<Loader::Job> Loader::Claimable() const {
   const size_t window = std::min(queue_.size(), static_cast<size_t>(options_.prefetch));
   for (size_t b = 0; b < window; ++b) {
-    if (queue_[b]->claimed < queue_[b]->size()) return queue_[b].get();
+    if (queue_[b]->claimed < queue_[b]->size()) return queue_[b];
   }
   return nullptr;
 }
@@ -156,10 +160,9 @@ void Loader::WorkerLoop() {
       };
       mu_.Await(absl::Condition(&ready));
       if (stop_) return;
-      Job* claim = Claimable();
-      for (const std::shared_ptr<Job>& j : queue_) {
-        if (j.get() == claim) job = j;
-      }
+      job = Claimable();
+      // The first claim sizes the pixels, before any sample is written.
+      if (job->claimed == 0) AllocatePixels(job.get());
       i = job->claimed++;
     }
     Fill(job.get(), i);

@@ -111,12 +111,15 @@ class Loader {
   // YOLOv5's load_mosaic of `index` and 3 others drawn from `rng`.
   absl::StatusOr<Image> LoadMosaic(int64_t index, SampleRng* rng,
                                    std::vector<PixelBox>* boxes) const;
-  // Loads sample i of `job` into its slots.
+  static Job NewJob(int64_t epoch, std::vector<int64_t> indices);
+  // Sizes job->pixels for its batch.
+  void AllocatePixels(Job* job) const;
+  // Loads sample i of `job` into its slots (pixels allocated).
   void Fill(Job* job, int64_t i) const;
   static absl::StatusOr<LoadedBatch> Assemble(Job* job, int image_size);
   void WorkerLoop();
   // The first claimable sample's job within the prefetch window, or null.
-  Job* Claimable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<Job> Claimable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Split split_;
   const LoaderOptions options_;
