@@ -93,6 +93,9 @@ class Task {
   // What the gradients of Loss are multiplied by (the detector's, as
   // YOLOv5's, scale with the batch); the loss reported is Loss's.
   virtual double loss_scale() const { return 1.0; }
+  // Gradients are clipped to this norm before each step (YOLOv5: 10); 0:
+  // never.
+  virtual double clip_grad_norm() const { return 0.0; }
   // After every optimizer step (the detector's EMA update).
   virtual void AfterStep() {}
   // Evaluates the test split and formats the epoch (a collective).

@@ -419,6 +419,9 @@ void TrainLoop::OptimizerStep(int64_t epoch, int64_t k) {
   const double factor = 1.0 / (static_cast<double>(pos_.micro_batches) *
                                (scaler_ ? scaler_->scale() : 1.0));
   const bool found_inf = optimizer_->ScaleGradients(factor, scaler_.has_value());
+  if (const double clip = task_->clip_grad_norm(); clip > 0 && !found_inf) {
+    torch::nn::utils::clip_grad_norm_(task_->model()->parameters(), clip);
+  }
   if (!scaler_ || scaler_->Update(found_inf)) {
     optimizer_->Step();
   } else {
