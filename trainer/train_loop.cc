@@ -514,7 +514,7 @@ absl::StatusOr<TrainResult> TrainLoop::Finish() {
     result_.test_loss = eval.loss;
   }
   RETURN_IF_ERROR(task_->Finish(cfg_.train.output_dir));
-  result_.params_sha256 = ParamsSha256(*task_->model());
+  result_.params_sha256 = ParamsSha256(task_->state_module());
   result_.seconds = SecondsSince(start_);
   // The run's last checkpoint is on disk before anyone reports success.
   if (persister_) RETURN_IF_ERROR(persister_->Flush());

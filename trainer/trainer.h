@@ -69,7 +69,9 @@ struct TrainResult {
   double test_acc = 0;        // Fraction, over the whole test split.
   double test_loss = 0;
   double train_loss = 0;      // Mean over the last epoch, all ranks.
-  std::string params_sha256;  // Of the parameters' bytes, in order.
+  // Of the parameters' bytes, in order: the state module's (task.h; the
+  // detector's holds its EMA's too).
+  std::string params_sha256;
   double seconds = 0;         // Wall time of training and evaluation.
 };
 
