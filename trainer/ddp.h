@@ -22,19 +22,40 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "trainer/options.h"
 #include "trainer/trainer_pch.h"
 
 namespace elastrun::trainer {
 
 struct DdpOptions {
-  // Python DDP's _DEFAULT_FIRST_BUCKET_BYTES and bucket_cap_mb=25.
+  // Python DDP's _DEFAULT_FIRST_BUCKET_BYTES and bucket_cap_mb=25: the
+  // buckets once rebuilt in the order gradients arrived (after the first
+  // synced step; from the start with find_unused_parameters and no
+  // static_graph, which never rebuild).
   size_t first_bucket_bytes = size_t{1} << 20;
   size_t bucket_bytes = size_t{25} << 20;
   // Broadcast buffers (BatchNorm statistics) from rank 0 before every synced
-  // forward, as DDP's broadcast_buffers=True.
+  // forward, as DDP's broadcast_buffers=True. Create() broadcasts them once
+  // either way, as DDP's constructor does.
   bool broadcast_buffers = true;
   // Bucket size of broadcast_coalesced (Python DDP: 250 MiB).
   size_t broadcast_bytes = size_t{250} << 20;
+  // DDP's find_unused_parameters: every synced backward first walks the
+  // loss's autograd graph and marks the parameters it does not reach as
+  // ready (their gradients stay as they were). Without it, a parameter
+  // that gets no gradient leaves its bucket unreduced, and the next synced
+  // step throws a c10::Error naming train.ddp.find_unused_parameters.
+  bool find_unused_parameters = false;
+  // DDP's static_graph: the same parameters are used (or unused) in every
+  // step. The first synced step reduces every gradient in one go after its
+  // backward and records which parameters went unused; later steps need no
+  // graph walk even with unused parameters.
+  bool static_graph = false;
+  // DDP's gradient_as_bucket_view: parameter gradients are views into the
+  // reducer's buckets (no copy out after the allreduce; less memory). A
+  // gradient reset to undefined becomes a view again in the next synced
+  // backward.
+  bool gradient_as_bucket_view = false;
   // A one-element parameter of the wrapper's own (not the model's, never
   // in the optimizer or a checkpoint) rides in the gradient buckets: its
   // gradient is each rank's vote to stop after the step in progress, and
@@ -70,7 +91,9 @@ class DistributedDataParallel {
   // any of its micro-batches; clears the votes.
   bool StopVoted();
 
-  // Bucket assignment (parameter indices per bucket, in reduction order).
+  // Bucket assignment (parameter indices per bucket, in reduction order):
+  // the reducer's current one (one bucket until the first synced step
+  // rebuilds them, unless find_unused_parameters without static_graph).
   const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
 
  private:
@@ -81,6 +104,7 @@ class DistributedDataParallel {
   std::shared_ptr<torch::nn::Module> module_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   DdpOptions options_;
+  std::vector<at::Tensor> params_;  // The reducer's, in its order.
   std::vector<at::Tensor> buffers_;
   at::Tensor stop_vote_;  // Zero; its gradient is the votes.
   std::vector<std::vector<size_t>> buckets_;
@@ -88,7 +112,17 @@ class DistributedDataParallel {
   // Buffers are broadcast after a synced backward (DDP's
   // require_forward_param_sync).
   bool buffers_need_sync_ = false;
+  int64_t synced_forwards_ = 0;  // DDP's num_iterations
 };
+
+// The DdpOptions of a config's `train.ddp` section (stop_vote left false).
+DdpOptions DdpOptionsFrom(const TrainOptions& train);
+
+// Python's Optimizer.zero_grad(set_to_none=False): zeroes each defined
+// gradient in place, detaching it first only if it has a grad_fn. LibTorch
+// 1.13's torch::optim::Optimizer::zero_grad() detaches every gradient in
+// place, which throws for gradient_as_bucket_view's gradients (views).
+void ZeroGrad(const std::vector<at::Tensor>& params);
 
 }  // namespace elastrun::trainer
 

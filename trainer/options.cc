@@ -34,11 +34,33 @@ const Schema& DataSchema() {
                   "The detector's dataset: a YOLOv5 data.yaml (path, train, val, nc, names).")
         .Optional("hyp", Type::String(), "''",
                   "The detector's YOLOv5 hyp.yaml ('': hyp.scratch-low's values); the "
-                  "config's hyp: section overrides its keys.");
+                  "config's hyp: section overrides its keys.")
+        .Optional("cache_mb", Type::Int(), "0",
+                  "The detector's decoded images kept in memory, MiB per rank (YOLOv5's "
+                  "--cache ram); 0: off. The same batches either way.");
     return s;
   }();
   return *schema;
 }
+
+namespace {
+
+Schema DdpSchema() {
+  Schema s("ddp");
+  s.Optional("find_unused_parameters", Type::Bool(), "false",
+             "Allow parameters the loss does not use in a step (walks the autograd graph "
+             "every synced step).")
+      .Optional("static_graph", Type::Bool(), "false",
+                "The same parameters are used (or unused) in every step.")
+      .Optional("broadcast_buffers", Type::Bool(), "true",
+                "Broadcast rank 0's buffers (BatchNorm statistics) before every synced forward.")
+      .Optional("bucket_cap_mb", Type::Double(), "25", "Gradient bucket size in MiB (> 0).")
+      .Optional("gradient_as_bucket_view", Type::Bool(), "false",
+                "Gradients as views into the allreduce buckets (no copy, less memory).");
+  return s;
+}
+
+}  // namespace
 
 const Schema& TrainSchema() {
   static const Schema* schema = [] {
@@ -68,6 +90,10 @@ const Schema& TrainSchema() {
                   "float16 or bfloat16: the autocast type of train.amp.")
         .Optional("sync_bn", Type::Bool(), "false",
                   "SyncBatchNorm: BatchNorm statistics over every rank (the detector).")
+        .Optional("ddp", Type::Struct(DdpSchema()),
+                  "{find_unused_parameters: false, static_graph: false, broadcast_buffers: true, "
+                  "bucket_cap_mb: 25, gradient_as_bucket_view: false}",
+                  "DistributedDataParallel's arguments (PyTorch's defaults).")
         .Optional("run_name", Type::String(), "''",
                   "Run id in checkpoints (default: the launcher's); the same name resumes "
                   "across submissions.");
@@ -89,6 +115,7 @@ DataOptions DataOptionsFrom(const Node& n) {
   o.drop_last = n.Find("drop_last")->as_bool();
   o.yaml = n.Find("yaml")->ScalarText();
   o.hyp = n.Find("hyp")->ScalarText();
+  o.cache_mb = n.Find("cache_mb")->as_int();
   return o;
 }
 
@@ -106,6 +133,12 @@ TrainOptions TrainOptionsFrom(const Node& n) {
   o.amp = n.Find("amp")->as_bool();
   o.amp_dtype = n.Find("amp_dtype")->ScalarText();
   o.sync_bn = n.Find("sync_bn")->as_bool();
+  const Node& ddp = *n.Find("ddp");
+  o.ddp.find_unused_parameters = ddp.Find("find_unused_parameters")->as_bool();
+  o.ddp.static_graph = ddp.Find("static_graph")->as_bool();
+  o.ddp.broadcast_buffers = ddp.Find("broadcast_buffers")->as_bool();
+  o.ddp.bucket_cap_mb = ddp.Find("bucket_cap_mb")->as_double();
+  o.ddp.gradient_as_bucket_view = ddp.Find("gradient_as_bucket_view")->as_bool();
   o.run_name = n.Find("run_name")->ScalarText();
   return o;
 }
@@ -229,6 +262,10 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& path,
   if (out.train.epochs <= 0) {
     return config::ErrorAt(train.Find("epochs")->mark(), "train.epochs",
                            "must be positive");
+  }
+  if (!(out.train.ddp.bucket_cap_mb > 0)) {
+    return config::ErrorAt(train.Find("ddp")->Find("bucket_cap_mb")->mark(),
+                           "train.ddp.bucket_cap_mb", "must be positive (MiB)");
   }
   if (absl::Status d = ParseDevice(out.train.device).status(); !d.ok()) {
     return config::ErrorAt(train.Find("device")->mark(), "train.device", d.message());

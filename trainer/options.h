@@ -38,6 +38,25 @@ struct DataOptions {
   // hyp.yaml that the config's `hyp:` section overrides.
   std::string yaml;
   std::string hyp;
+  // The detector's decoded images kept in memory, up to this many MiB per
+  // rank (YOLOv5's --cache ram); 0: decoded again every epoch. The same
+  // batches either way.
+  int64_t cache_mb = 0;
+};
+
+// `train.ddp`: torch.nn.parallel.DistributedDataParallel's arguments, with
+// its defaults (ddp.h's DdpOptions says what each does).
+struct DdpConfig {
+  // Parameters the loss may not use in a step (walk the graph each step).
+  bool find_unused_parameters = false;
+  // The same parameters are used in every step.
+  bool static_graph = false;
+  // Broadcast rank 0's buffers before every synced forward.
+  bool broadcast_buffers = true;
+  // Gradient bucket size in MiB (> 0; fractions allowed).
+  double bucket_cap_mb = 25;
+  // Gradients as views into the buckets (no copy; less memory).
+  bool gradient_as_bucket_view = false;
 };
 
 // The `train` section.
@@ -71,6 +90,8 @@ struct TrainOptions {
   // BatchNorm statistics reduced over the job's ranks (the detector's
   // SyncBatchNorm; Gloo on a CPU, NCCL on GPUs).
   bool sync_bn = false;
+  // Distributed data parallel (with more than one rank).
+  DdpConfig ddp;
   // Names the run in its checkpoints (run_identity.h) in place of the
   // launcher's run id, so a later submission with the same name (and
   // config) resumes it. "": the launcher's TORCHELASTIC_RUN_ID.

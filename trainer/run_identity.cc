@@ -61,7 +61,7 @@ const std::vector<std::string>& ResumableKeys() {
       "train.epochs",      "train.output_dir", "train.checkpoint_period",
       "train.checkpoint_iters", "train.snapshot_iters", "train.log_period", "train.threads",
       "train.run_name",    "data.root",        "data.num_workers",
-      "scheduler.epochs",  "train.device"};
+      "scheduler.epochs",  "train.device",     "train.ddp"};
   return *keys;
 }
 

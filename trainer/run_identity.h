@@ -40,8 +40,9 @@ struct RunIdentity {
 // Keys of the resolved config that may change when a run resumes, so they
 // are left out of its digest: how long it runs, where it writes, how often
 // it logs and checkpoints, how many threads it uses, where the dataset
-// files live, the device it trains on, and the run name itself; also
-// `scheduler.epochs`, the schedule's length, which follows train.epochs in
+// files live, the device it trains on, how DDP communicates (train.ddp:
+// bucket sizes, graph options; none changes the mathematics) and the run
+// name itself; also `scheduler.epochs`, the schedule's length, which follows train.epochs in
 // the base config (${train.epochs}) and so changes with it. Everything
 // else (seed, model, optimizer, schedule, batch size, data, precision) is
 // the run.
