@@ -23,6 +23,11 @@
 // ni x gb, so the values are YOLOv5's; after one, the lr and momentum go on
 // from the same sample, and `accumulate` follows the new global batch.
 // Rounding is Python's (half to even), as YOLOv5 gets from round()/np.round.
+//
+// The same warm-up can lead into SGDR's cosine annealing with warm restarts
+// (torch.optim.lr_scheduler.CosineAnnealingWarmRestarts) instead of lf():
+// after warm-up lr = CosineRestartsLr(seen / epoch_samples, ...), at the
+// fractional epoch of the batch, as torch's scheduler.step(epoch + i / n).
 #ifndef ELASTRUN_TRAINER_SCHEDULE_H_
 #define ELASTRUN_TRAINER_SCHEDULE_H_
 
@@ -48,7 +53,22 @@ struct ScheduleOptions {
   double warmup_bias_lr = 0.1;
   // Momentum after warm-up (the optimizer's).
   double momentum = 0.937;
+  // The lr after warm-up: YOLOv5's lr0 x lf(epoch) (epochs, lrf,
+  // one_cycle), or cosine annealing with warm restarts (t_0, t_mult,
+  // eta_min) over fractional epochs.
+  enum class Decay { kYoloV5, kCosineRestarts };
+  Decay decay = Decay::kYoloV5;
+  // CosineAnnealingWarmRestarts' T_0 (first period, epochs, > 0), T_mult
+  // (period growth, >= 1) and eta_min (the lowest lr, absolute).
+  int64_t t_0 = 10;
+  int64_t t_mult = 1;
+  double eta_min = 0;
 };
+
+// torch's CosineAnnealingWarmRestarts lr at fractional `epoch` (>= 0):
+// eta_min + (lr0 - eta_min) (1 + cos(pi T_cur / T_i)) / 2, T_i the period
+// that `epoch` falls in and T_cur the epochs since it began.
+double CosineRestartsLr(double epoch, double lr0, int64_t t_0, int64_t t_mult, double eta_min);
 
 // The hyperparameters one iteration uses.
 struct IterationValues {
@@ -64,10 +84,14 @@ class YoloV5Schedule {
   static constexpr int64_t kMinWarmupIters = 100;
 
   // lr0: base lr; nbs: nominal batch; warmup_samples: the warm-up's length
-  // in samples (WarmupSamples). InvalidArgument on non-positive epochs or
-  // nbs, a negative warm-up.
+  // in samples (WarmupSamples); epoch_samples: samples per epoch (the
+  // dataset's size: `seen` / epoch_samples is the fractional epoch), needed
+  // by Decay::kCosineRestarts only. InvalidArgument on non-positive epochs
+  // (kYoloV5) or nbs, a negative warm-up, t_0 < 1, t_mult < 1 or
+  // epoch_samples < 1 (kCosineRestarts).
   static absl::StatusOr<YoloV5Schedule> Create(const ScheduleOptions& options, double lr0,
-                                               int64_t nbs, int64_t warmup_samples);
+                                               int64_t nbs, int64_t warmup_samples,
+                                               int64_t epoch_samples = 0);
 
   // YOLOv5's warm-up, nw = max(round(warmup_epochs * batches_per_epoch),
   // 100) iterations of `global_batch` samples, in samples.
@@ -75,8 +99,10 @@ class YoloV5Schedule {
   static int64_t WarmupSamples(const ScheduleOptions& options, int64_t batches_per_epoch,
                                int64_t global_batch);
 
-  // lf(epoch): the lr factor of an epoch.
+  // lf(epoch): the lr factor of an epoch (Decay::kYoloV5).
   double LrFactor(int64_t epoch) const;
+  // The lr after warm-up of the batch after `seen` samples, in `epoch`.
+  double TargetLr(int64_t seen, int64_t epoch) const;
   int64_t warmup_samples() const { return warmup_samples_; }
   // Accumulation after warm-up: max(round(nbs / global_batch), 1).
   int64_t Accumulate(int64_t global_batch) const;
@@ -91,13 +117,18 @@ class YoloV5Schedule {
 
  private:
   YoloV5Schedule(const ScheduleOptions& options, double lr0, int64_t nbs,
-                 int64_t warmup_samples)
-      : options_(options), lr0_(lr0), nbs_(nbs), warmup_samples_(warmup_samples) {}
+                 int64_t warmup_samples, int64_t epoch_samples)
+      : options_(options),
+        lr0_(lr0),
+        nbs_(nbs),
+        warmup_samples_(warmup_samples),
+        epoch_samples_(epoch_samples) {}
 
   ScheduleOptions options_;
   double lr0_;
   int64_t nbs_;
   int64_t warmup_samples_;
+  int64_t epoch_samples_;
 };
 
 // Python's round(): to nearest, halves to even.
