@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/registry.h"
+#include "trainer/ddp.h"
 
 namespace elastrun::trainer {
 
@@ -96,7 +97,14 @@ bool Optimizer::ScaleGradients(double factor, bool check_finite) {
 
 void Optimizer::Step() {
   optimizer_->step();
-  optimizer_->zero_grad();
+  ZeroGrad();
+}
+
+void Optimizer::ZeroGrad() {
+  // In place (ddp.h): gradients may be views of DDP's buckets
+  // (train.ddp.gradient_as_bucket_view), which LibTorch's zero_grad()
+  // would detach.
+  for (const auto& group : optimizer_->param_groups()) trainer::ZeroGrad(group.params());
 }
 
 namespace {

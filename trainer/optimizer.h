@@ -61,7 +61,7 @@ class Optimizer {
   // optimizer.step(), then zero_grad().
   void Step();
   // zero_grad() alone: a step skipped by the loss scaler.
-  void ZeroGrad() { optimizer_->zero_grad(); }
+  void ZeroGrad();
 
   // lr of the weight groups (what metrics report).
   double lr() const { return lr_; }

@@ -75,7 +75,8 @@ const std::vector<std::pair<std::string, std::string>>& LaterKeys() {
       new std::vector<std::pair<std::string, std::string>>{{"train.amp_dtype", "float16"},
                                                            {"train.sync_bn", "false"},
                                                            {"data.yaml", ""},
-                                                           {"data.hyp", ""}};
+                                                           {"data.hyp", ""},
+                                                           {"data.cache_mb", "0"}};
   return *keys;
 }
 

@@ -81,9 +81,10 @@ class Task {
   virtual absl::Status Prepare(bool resumed) { return absl::OkStatus(); }
   // Before the batches of `epoch` this process trains: `indices` are this
   // rank's samples from the position on, in batches of `batch_size` (a
-  // loader may start on them).
+  // loader may start on them); `continued`: the epoch was resumed mid-way
+  // (sums of the epoch so far are in the restored state).
   virtual void StartEpoch(int64_t epoch, const std::vector<int64_t>& indices,
-                          int64_t batch_size) {}
+                          int64_t batch_size, bool continued) {}
   // The mean loss of the samples indices[begin, end) of `epoch`, its
   // forward under autocast when the placement says so, graph attached.
   // Calls come in the order StartEpoch's batches go, or (a tail's replay,

@@ -94,7 +94,7 @@ absl::StatusOr<std::unique_ptr<TrainLoop>> TrainLoop::Create(
     // ProcessGroupOptions::cuda_device, as Train does), Gloo on a CPU.
     ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::ProcessGroup> collectives,
                      group->ForDevice(loop->placement_.device.type()));
-    DdpOptions ddp;
+    DdpOptions ddp = DdpOptionsFrom(cfg.train);  // train.ddp
     ddp.stop_vote = true;  // TrainBatch adds its StopTerm to every loss.
     ASSIGN_OR_RETURN(loop->ddp_,
                      DistributedDataParallel::Create(loop->task_->model(), collectives, ddp));
@@ -135,7 +135,8 @@ absl::Status TrainLoop::Build() {
   ASSIGN_OR_RETURN(schedule_, YoloV5Schedule::Create(
                                   c.schedule, lr0_, nbs_,
                                   YoloV5Schedule::WarmupSamples(c.schedule, batches_per_epoch_,
-                                                                global_batch_)));
+                                                                global_batch_),
+                                  task_->train_size()));
   // YOLOv5 scales the decay by the batch an optimizer step sees: this
   // world's global batch x its accumulation.
   ASSIGN_OR_RETURN(optimizer_,
@@ -162,7 +163,8 @@ absl::Status TrainLoop::RestorePosition() {
       // The warm-up the run started with, whatever the world size now.
       if (pos_.warmup_samples > 0) {
         ASSIGN_OR_RETURN(schedule_, YoloV5Schedule::Create(schedule_options_, lr0_, nbs_,
-                                                           pos_.warmup_samples));
+                                                           pos_.warmup_samples,
+                                                           task_->train_size()));
       }
       // Gradients are never stored: without a tail to recompute, none are
       // accumulated.
@@ -334,7 +336,7 @@ void TrainLoop::StartEpoch(int64_t epoch) {
   epoch_.batches =
       (static_cast<int64_t>(epoch_.indices.size()) + batch_size - 1) / batch_size;
   epoch_.first_iteration = epoch_.first_done / global_batch_;
-  task_->StartEpoch(epoch, epoch_.indices, batch_size);
+  task_->StartEpoch(epoch, epoch_.indices, batch_size, epoch_.first_done > 0);
   epoch_.loss_sum = 0;
   epoch_.seen = 0;
   epoch_.seen_at_start = 0;

@@ -218,6 +218,20 @@ YoloV5Impl::YoloV5Impl(const YoloV5Options& o) : options_(o) {
   }
   train(was_training);
   detect_->Setup(strides);
+  if (o.channels_last) {
+    // NHWC weights as well as activations, as Python's
+    // model.to(memory_format=torch.channels_last): oneDNN reorders no
+    // weight per step, and every gradient comes in its parameter's layout
+    // (a 1x1 kernel's NHWC gradient otherwise differs from its row-major
+    // parameter in the strides of its size-1 dimensions, which DDP's
+    // reducer copies and warns about). clone, not contiguous: a tensor that
+    // is already "channels last contiguous" in row-major strides would
+    // stay row-major.
+    torch::NoGradGuard no_grad;
+    for (at::Tensor& p : parameters()) {
+      if (p.dim() == 4) p.set_data(p.clone(at::MemoryFormat::ChannelsLast));
+    }
+  }
 }
 
 std::vector<at::Tensor> YoloV5Impl::forward(const at::Tensor& images) {

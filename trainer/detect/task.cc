@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -98,7 +99,13 @@ class StateHolderImpl : public torch::nn::Module {
   StateHolderImpl(YoloV5 model, ModelEma ema) {
     register_module("model", model);
     register_module("ema", ema);
+    // This rank's loss parts of the epoch so far (box, obj, cls, each x
+    // samples) and its samples: a buffer, so an epoch resumed mid-way
+    // reports all of its samples (buffers are each rank's own in a
+    // snapshot, outside the content digest).
+    sums = register_buffer("train_sums", at::zeros({4}, at::kDouble));
   }
+  at::Tensor sums;
 };
 TORCH_MODULE(StateHolder);
 
@@ -116,13 +123,13 @@ class DetectTask : public Task {
   }
   int64_t test_size() const override { return static_cast<int64_t>(data_.val.images.size()); }
   absl::Status Prepare(bool resumed) override;
-  void StartEpoch(int64_t epoch, const std::vector<int64_t>& indices,
-                  int64_t batch_size) override;
+  void StartEpoch(int64_t epoch, const std::vector<int64_t>& indices, int64_t batch_size,
+                  bool continued) override;
   absl::StatusOr<at::Tensor> Loss(int64_t epoch, const std::vector<int64_t>& indices,
                                   size_t begin, size_t end) override;
   double loss_scale() const override { return loss_scale_; }
   double clip_grad_norm() const override { return 10.0; }
-  void AfterStep() override { ema_->Update(*model_); }
+  void AfterStep() override;
   absl::StatusOr<TaskEval> Evaluate(const EpochTrain& train) override;
   std::string csv_name() const override { return "results.csv"; }
   std::string csv_header() const override { return kResultsHeader; }
@@ -172,9 +179,6 @@ class DetectTask : public Task {
   int64_t batch_size_ = 1;
   size_t queued_ = 0;    // The first index not queued yet.
   size_t expected_ = 0;  // The begin of the next batch the loader holds.
-  // The epoch's loss parts on this rank: sums x samples, and samples.
-  std::array<double, 3> part_sums_{};
-  double part_seen_ = 0;
 
   // The last evaluation (for Finish).
   DetectionSummary last_;
@@ -261,9 +265,15 @@ absl::Status DetectTask::Build() {
   train_options.num_workers = static_cast<int>(data.num_workers);
   train_options.prefetch = 2;
   train_options.seed = static_cast<uint64_t>(cfg.train.seed);
+  if (data.cache_mb < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.cache_mb: ", data.cache_mb, " is negative (0: no cache)"));
+  }
+  train_options.cache_bytes = data.cache_mb << 20;
   ASSIGN_OR_RETURN(train_loader_, Loader::Create(data_.train, train_options));
   LoaderOptions val_options = train_options;
   val_options.augment = false;
+  val_options.cache_bytes = 0;  // Read once an epoch: the page cache serves.
   ASSIGN_OR_RETURN(val_loader_, Loader::Create(data_.val, val_options));
   return absl::OkStatus();
 }
@@ -362,15 +372,40 @@ DetectTask::Batch DetectTask::ToDevice(const LoadedBatch& loaded) const {
 }
 
 void DetectTask::StartEpoch(int64_t epoch, const std::vector<int64_t>& indices,
-                            int64_t batch_size) {
+                            int64_t batch_size, bool continued) {
   train_loader_->Clear();
   epoch_ = epoch;
   indices_ = &indices;
   batch_size_ = batch_size;
   queued_ = expected_ = 0;
-  part_sums_ = {};
-  part_seen_ = 0;
+  if (!continued) holder_->sums.zero_();
   QueueAhead();
+}
+
+void DetectTask::AfterStep() {
+  // Every rank's BatchNorm statistics moved with its own batch; the EMA
+  // averages rank 0's (DDP's next synced forward would broadcast them
+  // anyway), so every rank holds the same EMA and evaluates its share of
+  // the val split with the same model, as YOLOv5 evaluates rank 0's.
+  if (c_.group != nullptr) {
+    std::vector<at::Tensor> stats;
+    for (const auto& item : model_->named_buffers()) {
+      if (absl::StrContains(item.key(), "running_")) stats.push_back(item.value());
+    }
+    if (!stats.empty()) {
+      std::vector<at::Tensor> flat_stats;
+      for (const at::Tensor& b : stats) flat_stats.push_back(b.reshape({-1}));
+      at::Tensor flat = at::cat(flat_stats);
+      const absl::Status s = c_.group->Broadcast(flat, 0);
+      if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+      int64_t at = 0;
+      for (at::Tensor& b : stats) {
+        b.copy_(flat.narrow(0, at, b.numel()).view_as(b));
+        at += b.numel();
+      }
+    }
+  }
+  ema_->Update(*model_);
 }
 
 void DetectTask::QueueAhead() {
@@ -414,10 +449,11 @@ absl::StatusOr<at::Tensor> DetectTask::Loss(int64_t epoch, const std::vector<int
   ASSIGN_OR_RETURN(LossResult r, ComputeLoss(raw, batch.targets, *model_->detect(), loss_options_));
   const double n = static_cast<double>(end - begin);
   const double bs = static_cast<double>(batch.images.size(0));
-  part_sums_[0] += r.box.item<double>() * n;
-  part_sums_[1] += r.obj.item<double>() * n;
-  part_sums_[2] += r.cls.item<double>() * n;
-  part_seen_ += n;
+  double* sums = holder_->sums.data_ptr<double>();
+  sums[0] += r.box.item<double>() * n;
+  sums[1] += r.obj.item<double>() * n;
+  sums[2] += r.cls.item<double>() * n;
+  sums[3] += n;
   // Per image: (box + obj + cls), YOLOv5's displayed loss.
   return r.loss / bs;
 }
@@ -497,8 +533,9 @@ absl::StatusOr<TaskEval> DetectTask::Evaluate(const EpochTrain& train) {
     }
   }
   // Every rank's share: the val losses summed, the statistics gathered.
-  std::vector<double> sums = {val_sums[0], val_sums[1], val_sums[2], val_seen,
-                              part_sums_[0], part_sums_[1], part_sums_[2], part_seen_};
+  const double* train_sums = holder_->sums.data_ptr<double>();
+  std::vector<double> sums = {val_sums[0],   val_sums[1],   val_sums[2],   val_seen,
+                              train_sums[0], train_sums[1], train_sums[2], train_sums[3]};
   RETURN_IF_ERROR(SumOverRanks(c_.group, sums));
   ASSIGN_OR_RETURN(auto gathered, AllGather(c_.group, c_.world, c_.rank, stats.Serialize()));
   DetectionStats all;
