@@ -39,6 +39,9 @@ PACKAGES=(
   libunwind-dev libunwind8 liblzma5
   libsqlite3-dev libsqlite3-0
   nlohmann-json3-dev libcli11-dev
+  # the detector: image decoding (stb), JPEG for its tests, and the state
+  # digest (xxhash)
+  libstb-dev libstb0 libjpeg62-turbo-dev libjpeg62-turbo libjpeg-dev libxxhash-dev libxxhash0
   # the tests (ELASTRUN_BUILD_TESTS): static libraries only (googletest: the
   # sources libgtest-dev depends on, dropped below)
   libgtest-dev libgmock-dev googletest

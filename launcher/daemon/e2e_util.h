@@ -178,12 +178,20 @@ class Cluster {
   }
 
   v1::JobStatus Get(const std::string& job) {
-    grpc::ClientContext ctx;
-    Prepare(ctx);
     v1::GetJobRequest r;
     r.set_job_id(job);
     v1::JobStatus s;
-    grpc::Status st = jobs_->Get(&ctx, r, &s);
+    grpc::Status st;
+    // A read may be repeated: a connection dropped under the call on a
+    // loaded machine (UNAVAILABLE, "Socket closed") is tried again on a
+    // fresh one, at most three times, each within Prepare's deadline.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      grpc::ClientContext ctx;
+      Prepare(ctx);
+      ctx.set_wait_for_ready(true);
+      st = jobs_->Get(&ctx, r, &s);
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    }
     EXPECT_TRUE(st.ok()) << st.error_message();
     return s;
   }
