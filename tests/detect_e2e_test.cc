@@ -409,14 +409,19 @@ print("coco ok", len(inst["annotations"]), len(preds))
 
 // train.sync_bn on two ranks: the BatchNorm layers reduce over both, and
 // the run finishes.
+// SyncBN under bfloat16 autocast (train.amp on a CPU): the statistics in
+// the weights' float32, as torch.nn.SyncBatchNorm computes them.
 TEST_F(DetectE2eTest, SyncBnTrainsOnTwoRanks) {
   const std::string data = MakeDataset("data");
   ASSERT_FALSE(data.empty());
-  const testing::RunResult r = RunTwoRanks(data, dir_ + "/run", {"train.sync_bn=true"});
+  const testing::RunResult r =
+      RunTwoRanks(data, dir_ + "/run",
+                  {"train.sync_bn=true", "+train.amp=true", "+train.amp_dtype=bfloat16"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, ContainsRegex("SyncBatchNorm: [1-9][0-9]* BatchNorm layers reduce "
                                       "over 2 ranks"))
       << r.output;
+  EXPECT_THAT(r.output, HasSubstr("amp: autocast bfloat16")) << r.output;
   EXPECT_THAT(r.output, HasSubstr("final: epoch=2")) << r.output;
 }
 

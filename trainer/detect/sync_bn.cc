@@ -162,7 +162,13 @@ at::Tensor SyncBatchNorm2dImpl::forward(const at::Tensor& input) {
   }
   TORCH_CHECK(input.size(1) == options.num_features(), "SyncBatchNorm2d: expected ",
               options.num_features(), " channels, got input of size ", input.sizes());
-  return SyncBatchNormFunction::apply(input, weight, bias, running_mean, running_var,
+  // Under autocast (bfloat16 or float16 activations, float32 weights) the
+  // statistics and the normalisation run in the weights' precision, as
+  // torch.nn.SyncBatchNorm's do; the next layer casts down again.
+  const at::Tensor x = weight.defined() && input.scalar_type() != weight.scalar_type()
+                           ? input.to(weight.scalar_type())
+                           : input;
+  return SyncBatchNormFunction::apply(x, weight, bias, running_mean, running_var,
                                       options.eps(), momentum, group_);
 }
 
