@@ -58,8 +58,9 @@ from launch_bench import TORCHRUN_PATCH  # noqa: E402
 ROOT = os.path.dirname(HERE)
 TORCH_PYTHON = "/usr/bin/python3"
 CONFIG = "configs/detect_fashion_yolov5n.yaml"
-SIDES = ("python", "elastrun")
-LABELS = {"python": "Python DDP (YOLOv5 train.py)", "elastrun": "elastrun-train"}
+SIDES = ("python", "elastrun", "loader")
+LABELS = {"python": "Python DDP (YOLOv5 train.py)", "elastrun": "elastrun-train",
+          "loader": "elastrun loader alone, one rank's (1 thread, mosaic on)"}
 # YOLOv5's augmentations, all off for elastrun-train, as the reference has
 # none (YOLOv5's train.py with augment=False: letterbox only).
 NO_AUGMENT = [f"++hyp.{k}=0" for k in (
@@ -70,7 +71,7 @@ EPOCH_IPS = re.compile(r"epoch\s+(\d+)\s*/\s*\d+.*?([\d][\d,]*(?:\.\d+)?)\s*img/
 
 def make_parser():
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    ap.add_argument("--sides", default="python,elastrun",
+    ap.add_argument("--sides", default="python,elastrun,loader",
                     help="comma-separated: python, elastrun (default: %(default)s)")
     ap.add_argument("--train", type=int, default=512, help="training images (default %(default)s)")
     ap.add_argument("--val", type=int, default=32, help="validation images (default %(default)s)")
@@ -159,6 +160,15 @@ def elastrun_ips(log, output_dir):
     return found
 
 
+def loader_ips(log):
+    """images/s from elastrun-detect-loader-bench's line."""
+    with open(log) as f:
+        m = re.findall(r"([0-9.]+) images/s", f.read())
+    if not m:
+        raise ValueError("no 'images/s' line")
+    return float(m[-1])
+
+
 def one_run(args, tmp, side, rep, data_yaml):
     name = f"{side}-{rep}"
     log = os.path.join(tmp, name + ".log")
@@ -171,6 +181,11 @@ def one_run(args, tmp, side, rep, data_yaml):
                os.path.join(HERE, "detect_reference.py"), "--data", data_yaml,
                "--img", str(args.img), "--batch", str(args.batch), "--epochs", str(args.epochs),
                "--warmup-iters", str(warmup), "--threads", "1", *args.reference_arg]
+    elif side == "loader":
+        out = None
+        cmd = [os.path.join(args.bin_dir, "elastrun-detect-loader-bench"), data_yaml,
+               "--image-size", str(args.img), "--batch", str(args.batch), "--workers", "1",
+               "--augment", "--batches", "40"]
     else:
         out = os.path.join(tmp, name)
         cmd = [os.path.join(args.bin_dir, "elastrun"), "run", "--nproc-per-node",
@@ -186,8 +201,12 @@ def one_run(args, tmp, side, rep, data_yaml):
     result = {"status": status, "wall": time.monotonic() - t0, "load": (load0, loadavg())}
     if status == "ok":
         try:
-            result["ips"], result["detail"] = (python_ips(log) if side == "python"
-                                               else elastrun_ips(log, out))
+            if side == "python":
+                result["ips"], result["detail"] = python_ips(log)
+            elif side == "loader":
+                result["ips"], result["detail"] = loader_ips(log), {}
+            else:
+                result["ips"], result["detail"] = elastrun_ips(log, out)
         except (OSError, ValueError, KeyError) as e:
             result["status"] = f"no figure ({e})"
     if result["status"] != "ok":
@@ -201,7 +220,7 @@ def main():
     sides = [s for s in args.sides.split(",") if s]
     for s in sides:
         if s not in SIDES:
-            sys.exit(f"unknown side {s!r} (python, elastrun)")
+            sys.exit(f"unknown side {s!r} (python, elastrun, loader)")
     if args.train < 1 or args.batch < 1 or args.nproc < 1 or args.epochs < 1 or args.img % 32:
         sys.exit("--train, --batch, --nproc, --epochs must be >= 1 and --img a multiple of 32")
     if args.epochs == 1 and iterations_per_epoch(args) < 2:
@@ -250,6 +269,11 @@ def main():
             note = f" [{len(failed)} failed: {failed[0]}]" if failed else ""
             loads = " ".join(f"{r['load'][0]:.1f}" for r in runs)
             print(f"| {LABELS[side]} | {fmt_cell(vals)}{note} | {ratio} | {loads} |")
+        if "loader" in med and "elastrun" in med:
+            per_rank = med["elastrun"] / args.nproc
+            print(f"\nthe loader alone (mosaic, hsv, flips; one thread) feeds "
+                  f"{med['loader']:,.0f} images/s; training takes {per_rank:,.0f} per rank: "
+                  f"{med['loader'] / per_rank:.1f}x faster than training")
     finally:
         if args.keep:
             print(f"# kept {tmp}")
