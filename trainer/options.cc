@@ -173,7 +173,10 @@ constexpr char kIntro[] = R"(usage: elastrun-train --config FILE [key=value ...]
 Trains a model with DDP, one process per rank. Run it under
 `elastrun run --nproc-per-node N` (or torchrun); alone it trains on one
 process. key=value words override the config (Hydra's grammar: a.b=1 sets,
-+a.new=1 adds, ~a.b deletes).
++a.new=1 adds, ~a.b deletes). The model's _target_ picks what is trained:
+MLP or CNN, a Fashion-MNIST classifier (configs/fashion_mnist_*.yaml);
+YoloV5, a detector on a YOLOv5 dataset with YOLOv5's recipe
+(configs/detect_fashion_yolov5n.yaml; data.yaml=FILE, hyp.KEY=VALUE).
 )";
 
 // `--resume` without a PATH, when an override follows it (ParseFlags).

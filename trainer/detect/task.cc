@@ -521,15 +521,20 @@ absl::StatusOr<TaskEval> DetectTask::Evaluate(const EpochTrain& train) {
         label_cls.push_back(l.cls);
       }
       const int64_t np = d.size(0), nl = static_cast<int64_t>(label_cls.size());
+      // Read once on the host (d: x1, y1, x2, y2, conf, cls per row).
+      d = d.contiguous();
+      xyxy = xyxy.contiguous();
+      const double* dp = d.data_ptr<double>();
+      const double* xp = xyxy.data_ptr<double>();
       std::vector<double> conf(static_cast<size_t>(np));
       std::vector<int64_t> pred_cls(static_cast<size_t>(np));
       for (int64_t k = 0; k < np; ++k) {
-        conf[static_cast<size_t>(k)] = d[k][4].item<double>();
-        pred_cls[static_cast<size_t>(k)] = static_cast<int64_t>(d[k][5].item<double>());
-        boxes.insert(boxes.end(), {static_cast<double>(id), static_cast<double>(pred_cls[static_cast<size_t>(k)]),
-                                   conf[static_cast<size_t>(k)], xyxy[k][0].item<double>(),
-                                   xyxy[k][1].item<double>(), xyxy[k][2].item<double>(),
-                                   xyxy[k][3].item<double>()});
+        const size_t u = static_cast<size_t>(k);
+        conf[u] = dp[k * 6 + 4];
+        pred_cls[u] = static_cast<int64_t>(dp[k * 6 + 5]);
+        boxes.insert(boxes.end(), {static_cast<double>(id), static_cast<double>(pred_cls[u]),
+                                   conf[u], xp[k * 4], xp[k * 4 + 1], xp[k * 4 + 2],
+                                   xp[k * 4 + 3]});
       }
       std::vector<double> iou(static_cast<size_t>(nl * np));
       if (nl > 0 && np > 0) {
