@@ -16,6 +16,8 @@ PACKAGES=(
   libxxhash-dev
   # the detector: image decoding and encoding (stb_image, stb_image_write)
   libstb-dev
+  # a second JPEG decoder (libjpeg-turbo) that the data tests check ours against
+  libjpeg-dev
   # reference PyTorch (tests run real torchrun-style scripts; benches compare);
   # torchvision's box ops and NMS are the detector's references
   python3 python3-torch python3-torchvision
