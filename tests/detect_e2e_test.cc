@@ -425,6 +425,24 @@ TEST_F(DetectE2eTest, SyncBnTrainsOnTwoRanks) {
   EXPECT_THAT(r.output, HasSubstr("final: epoch=2")) << r.output;
 }
 
+// A fresh run (another run name) in a folder that holds an earlier run's
+// record keeps that record under numbered names, as YOLOv5 keeps runs, and
+// writes its own from the start: hyp.yaml and labels.svg are the new run's.
+TEST_F(DetectE2eTest, FreshRunKeepsTheEarlierRunsRecord) {
+  const std::string data = MakeDataset("data");
+  ASSERT_FALSE(data.empty());
+  const std::string out = dir_ + "/shared_run";
+  for (const char* name : {"+train.run_name=first", "+train.run_name=second"}) {
+    const testing::RunResult r = RunAlone(TrainArgs(data, out, {"train.epochs=1", name}));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  for (const char* file : {"results.1.csv", "hyp.1.yaml", "labels.1.svg", "per_class.1.txt",
+                           "predictions.1.json", "results.csv", "hyp.yaml", "labels.svg",
+                           "per_class.txt", "predictions.json"}) {
+    EXPECT_TRUE(fs::exists(out + "/" + file)) << file;
+  }
+}
+
 // Bad inputs, one process each: a corrupt image is left out and named, a
 // box beyond its image clipped and counted; what cannot train is an error
 // naming the file, line, key or folder. Never a crash.

@@ -108,6 +108,10 @@ class Task {
   virtual std::vector<std::string> record_files() const = 0;
   virtual std::string csv_header() const = 0;
   virtual absl::Status WritePlots(const std::string& output_dir) = 0;
+  // Rank 0, once the run folder is ready (an earlier run's record kept):
+  // the task's files of the run's start (the detector's hyp.yaml and
+  // labels.svg).
+  virtual absl::Status WriteRunFiles(const std::string& output_dir) { return absl::OkStatus(); }
   // After the last epoch (rank 0 prints; every rank calls it).
   virtual absl::Status Finish(const std::string& output_dir) { return absl::OkStatus(); }
 };

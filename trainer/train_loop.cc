@@ -259,10 +259,11 @@ absl::Status TrainLoop::PrepareRunFolder() {
     ASSIGN_OR_RETURN(std::string kept,
                      KeepEarlierMetrics(train.output_dir, task_->record_files(), task_->csv_header()));
     if (!kept.empty()) {
-      std::fprintf(run_.out, "fresh run: kept the folder's earlier metrics.csv as %s\n",
-                   kept.c_str());
+      std::fprintf(run_.out, "fresh run: kept the folder's earlier %s as %s\n",
+                   task_->csv_name().c_str(), kept.c_str());
     }
   }
+  RETURN_IF_ERROR(task_->WriteRunFiles(train.output_dir));
   RETURN_IF_ERROR(WriteFileAtomically(train.output_dir + "/config.yaml", config_yaml_));
   const std::string metrics_csv = train.output_dir + "/" + task_->csv_name();
   // A resumed run's record is the one its state carries, whichever node

@@ -134,8 +134,9 @@ class DetectTask : public Task {
   std::string csv_name() const override { return "results.csv"; }
   std::string csv_header() const override { return kResultsHeader; }
   std::vector<std::string> record_files() const override {
-    return {"results.csv", "config.yaml", "hyp.yaml", "results.svg", "labels.svg",
-            "PR_curve.svg"};
+    return {"results.csv",     "config.yaml",      "hyp.yaml",
+            "results.svg",     "labels.svg",       "PR_curve.svg",
+            "per_class.txt",   "val_instances.json", "predictions.json"};
   }
   absl::Status WritePlots(const std::string& output_dir) override {
     return WriteResultsPlot(output_dir + "/results.csv", output_dir + "/results.svg");
@@ -151,7 +152,7 @@ class DetectTask : public Task {
   };
   Batch ToDevice(const LoadedBatch& loaded) const;
   absl::StatusOr<YoloV5> MakeModel() const;
-  absl::Status WriteRunFiles();
+  absl::Status WriteRunFiles(const std::string& dir) override;
   // The loader's batch for indices[begin, end), queued ahead when it is
   // the next one expected.
   absl::StatusOr<LoadedBatch> TrainBatch(int64_t epoch, const std::vector<int64_t>& indices,
@@ -297,7 +298,6 @@ void DetectTask::Configure(OptimizerSpec* optimizer, ScheduleOptions* schedule) 
 }
 
 absl::Status DetectTask::Prepare(bool resumed) {
-  if (c_.rank == 0) RETURN_IF_ERROR(WriteRunFiles());
   if (resumed) return absl::OkStatus();
   // AutoAnchor on rank 0, its anchors broadcast: every rank, and the EMA,
   // trains with the same.
@@ -337,9 +337,7 @@ absl::Status DetectTask::Prepare(bool resumed) {
   return absl::OkStatus();
 }
 
-absl::Status DetectTask::WriteRunFiles() {
-  const std::string dir = c_.cfg->train.output_dir;
-  RETURN_IF_ERROR(MakeDirs(dir));
+absl::Status DetectTask::WriteRunFiles(const std::string& dir) {
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/hyp.yaml", HypToYaml(hyp_)));
   std::vector<int64_t> per_class(data_.yaml.names.size(), 0);
   std::vector<std::array<float, 4>> boxes;
