@@ -37,7 +37,9 @@ const Schema& DataSchema() {
                   "config's hyp: section overrides its keys.")
         .Optional("cache_mb", Type::Int(), "0",
                   "The detector's decoded images kept in memory, MiB per rank (YOLOv5's "
-                  "--cache ram); 0: off. The same batches either way.");
+                  "--cache ram); 0: off. The same batches either way.")
+        .Optional("prefetch", Type::Int(), "2",
+                  "The detector's batches loaded ahead of training per rank (at least 1).");
     return s;
   }();
   return *schema;
@@ -116,6 +118,7 @@ DataOptions DataOptionsFrom(const Node& n) {
   o.yaml = n.Find("yaml")->ScalarText();
   o.hyp = n.Find("hyp")->ScalarText();
   o.cache_mb = n.Find("cache_mb")->as_int();
+  o.prefetch = n.Find("prefetch")->as_int();
   return o;
 }
 

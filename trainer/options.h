@@ -42,6 +42,9 @@ struct DataOptions {
   // rank (YOLOv5's --cache ram); 0: decoded again every epoch. The same
   // batches either way.
   int64_t cache_mb = 0;
+  // The detector's batches loaded ahead of training, per rank (PyTorch
+  // DataLoader's prefetch_factor, in batches).
+  int64_t prefetch = 2;
 };
 
 // `train.ddp`: torch.nn.parallel.DistributedDataParallel's arguments, with

@@ -76,7 +76,8 @@ const std::vector<std::pair<std::string, std::string>>& LaterKeys() {
                                                            {"train.sync_bn", "false"},
                                                            {"data.yaml", ""},
                                                            {"data.hyp", ""},
-                                                           {"data.cache_mb", "0"}};
+                                                           {"data.cache_mb", "0"},
+                                                           {"data.prefetch", "2"}};
   return *keys;
 }
 

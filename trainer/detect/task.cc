@@ -264,7 +264,11 @@ absl::Status DetectTask::Build() {
   train_options.hyp.mosaic = hyp_.mosaic;
   train_options.hyp.mixup = hyp_.mixup;
   train_options.num_workers = static_cast<int>(data.num_workers);
-  train_options.prefetch = 2;
+  if (data.prefetch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.prefetch: ", data.prefetch, " is below 1 (batches loaded ahead)"));
+  }
+  train_options.prefetch = static_cast<int>(data.prefetch);
   train_options.seed = static_cast<uint64_t>(cfg.train.seed);
   if (data.cache_mb < 0) {
     return absl::InvalidArgumentError(
@@ -416,10 +420,11 @@ void DetectTask::AfterStep() {
 }
 
 void DetectTask::QueueAhead() {
-  // Two batches in flight: the loader decodes the next while this one
-  // trains.
+  // data.prefetch batches in flight: the loader decodes the next ones
+  // while this one trains.
   const size_t bs = static_cast<size_t>(batch_size_);
-  while (indices_ != nullptr && queued_ < indices_->size() && queued_ < expected_ + 2 * bs) {
+  const size_t ahead = static_cast<size_t>(c_.cfg->data.prefetch) * bs;
+  while (indices_ != nullptr && queued_ < indices_->size() && queued_ < expected_ + ahead) {
     const size_t e = std::min(indices_->size(), queued_ + bs);
     train_loader_->Enqueue(epoch_, std::vector<int64_t>(indices_->begin() + static_cast<long>(queued_),
                                                         indices_->begin() + static_cast<long>(e)));
