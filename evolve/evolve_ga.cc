@@ -8,19 +8,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/xoshiro.h"
 #include "trainer/detect/hyp.h"
 
 namespace elastrun::evolve {
 namespace {
 
-uint64_t SplitMix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 absl::Status CheckPair(const char* what, double min, double max) {
   if (!(min <= max)) {
@@ -86,17 +79,7 @@ Rng::Rng(uint64_t seed) {
   for (uint64_t& s : s_) s = SplitMix64(seed);
 }
 
-uint64_t Rng::Next() {
-  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = Rotl(s_[3], 45);
-  return result;
-}
+uint64_t Rng::Next() { return Xoshiro256Next(s_); }
 
 double Rng::Uniform01() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/xoshiro.h"
 
 namespace elastrun::trainer::detect {
 namespace {
@@ -14,14 +15,6 @@ namespace {
 constexpr uint8_t kFill = 114;  // YOLOv5's pad and border grey
 constexpr double kPi = 3.14159265358979323846;
 
-uint64_t SplitMix64(uint64_t* x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint8_t RoundToByte(float v) {
   return static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
@@ -109,24 +102,14 @@ absl::Status CheckAugmentOptions(const AugmentOptions& hyp) {
 
 SampleRng::SampleRng(uint64_t seed, int64_t epoch, int64_t index) {
   uint64_t x = seed;
-  uint64_t h = SplitMix64(&x);
+  uint64_t h = SplitMix64(x);
   x = h ^ static_cast<uint64_t>(epoch);
-  h = SplitMix64(&x);
+  h = SplitMix64(x);
   x = h ^ static_cast<uint64_t>(index);
-  for (uint64_t& s : s_) s = SplitMix64(&x);
+  for (uint64_t& s : s_) s = SplitMix64(x);
 }
 
-uint64_t SampleRng::Next() {
-  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = Rotl(s_[3], 45);
-  return result;
-}
+uint64_t SampleRng::Next() { return Xoshiro256Next(s_.data()); }
 
 double SampleRng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
