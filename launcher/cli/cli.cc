@@ -20,6 +20,7 @@
 #include "common/flags.h"
 #include "common/strings.h"
 #include "common/tls.h"
+#include "evolve/evolve_flags.h"
 #include "launcher/cli/command_table.h"
 #include "launcher/cli/commands.h"
 #include "launcher/cli/identity.h"
@@ -143,6 +144,7 @@ struct Cli {
   CLI::App* run = nullptr;  // for its help: `elastrun run ...` is parsed alone
   CLI::App* help = nullptr;
   std::string help_topic;
+  evolve::EvolveFlags evolve_flags;  // for its help: `elastrun evolve ...` is parsed alone
 };
 
 std::unique_ptr<Cli> NewCli() {
@@ -156,6 +158,11 @@ std::unique_ptr<Cli> NewCli() {
                                "(torchrun's flags)",
                                kRunIntro, kRunFooter);
   AddRunFlags(cli->run);
+  AddEvolveFlags(flags::AddCommand(cli->app.get(), "evolve",
+                                   "evolve hyperparameters: YOLOv5's genetic algorithm, its\n"
+                                   "individuals trained by `elastrun run` on this node",
+                                   evolve::kEvolveIntro, evolve::kEvolveFooter),
+                 &cli->evolve_flags);
   for (const CommandInfo& c : internal::JobCommands()) AddJobCommand(cli->app.get(), c);
   cli->help = flags::AddCommand(cli->app.get(), "help", "describe a command",
                                 "usage: elastrun help [COMMAND]\n\n"
@@ -215,6 +222,29 @@ int Run(const std::vector<std::string>& args, const CliContext& ctx) {
   if (!options.ok()) return Usage(ctx, "elastrun run", std::string(options.status().message()));
   for (const std::string& w : options->warnings) *ctx.err << "elastrun run: warning: " << w << "\n";
   return ctx.run(*options);
+}
+
+// `elastrun evolve [FLAGS] -- PROGRAM ARGS`, parsed alone as `run` is.
+int Evolve(const std::vector<std::string>& args, const CliContext& ctx) {
+  std::unique_ptr<CLI::App> app = flags::NewApp("elastrun evolve", evolve::kEvolveIntro,
+                                                evolve::kEvolveFooter, /*version=*/false);
+  evolve::EvolveFlags values;
+  AddEvolveFlags(app.get(), &values);
+  std::vector<std::string> words = args, program;
+  if (auto dash = std::find(words.begin(), words.end(), "--"); dash != words.end()) {
+    program.assign(dash + 1, words.end());
+    words.erase(dash, words.end());
+  }
+  const flags::Outcome parsed = flags::TryParse(*app, words);
+  if (parsed.kind == flags::Outcome::kHelp) {
+    *ctx.out << app->help();
+    return kExitOk;
+  }
+  if (parsed.kind != flags::Outcome::kOk) return Usage(ctx, parsed.where, parsed.message);
+  absl::StatusOr<evolve::EvolveOptions> options =
+      evolve::EvolveOptionsFrom(std::move(values), std::move(program));
+  if (!options.ok()) return Usage(ctx, "elastrun evolve", std::string(options.status().message()));
+  return ctx.evolve(*options);
 }
 
 int Dispatch(const ParsedArgs& a, const CliContext& ctx) {
@@ -278,6 +308,9 @@ CliContext RealCliContext() {
   ctx.out = &std::cout;
   ctx.err = &std::cerr;
   ctx.run = [](const RunOptions& o) { return o.multinode ? RunMultinode(o) : RunStandalone(o); };
+  ctx.evolve = [](const evolve::EvolveOptions& o) {
+    return evolve::RunEvolve(o, std::cout, std::cerr);
+  };
   return ctx;
 }
 
@@ -299,6 +332,9 @@ int RunCli(const std::vector<std::string>& args, const CliContext& ctx) {
     return Help(*cli, ctx);
   }
   if (args[0] == "run") return Run(std::vector<std::string>(args.begin() + 1, args.end()), ctx);
+  if (args[0] == "evolve") {
+    return Evolve(std::vector<std::string>(args.begin() + 1, args.end()), ctx);
+  }
   // submit: the words after "--" are the program's, flags or not.
   std::vector<std::string> words = args, program;
   if (args[0] == "submit") {

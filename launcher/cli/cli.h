@@ -1,4 +1,5 @@
-// The `elastrun` command line: `run` (run_options.h) and the job commands
+// The `elastrun` command line: `run` (run_options.h), `evolve`
+// (evolve/evolve_flags.h) and the job commands
 // (submit, status, list, nodes, cancel, wait, logs, events), `help [COMMAND]` and
 // --version, parsed with CLI11 (common/flags.h). The job commands talk to
 // the service through a JobsClient and print; each returns the process exit
@@ -18,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "evolve/evolve_run.h"
 #include "launcher/cli/client.h"
 #include "launcher/cli/run_options.h"
 
@@ -58,12 +60,14 @@ struct CliContext {
   std::ostream* err = nullptr;  // errors and notes
   // Runs `elastrun run` with parsed options; returns its exit code.
   std::function<int(const RunOptions&)> run;
+  // Runs `elastrun evolve` with parsed options; returns its exit code.
+  std::function<int(const evolve::EvolveOptions&)> evolve;
   // --rdzv-endpoint of `run`: is this host this node?
   HostCheck is_this_host = IsThisHost;
 };
 
 // The real world: getenv, gRPC, the real clock, absl::SleepFor, stdout/stderr,
-// RunStandalone.
+// RunStandalone, RunEvolve.
 CliContext RealCliContext();
 
 // Runs `elastrun ARGS...` (args: the words after the binary's name).

@@ -1,0 +1,135 @@
+#include "evolve/evolve_trial.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "evolve/evolve_io.h"
+#include "nlohmann/json.hpp"
+
+namespace elastrun::evolve {
+namespace {
+
+std::string HypPath(const Trial& trial) { return trial.dir + "/hyp.yaml"; }
+std::string ResultsPath(const Trial& trial) { return trial.dir + "/results.json"; }
+
+absl::StatusOr<std::string> ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": not written"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// The last row of a CSV with a header, by column name (names and values
+// trimmed: YOLOv5 pads its columns).
+absl::StatusOr<std::map<std::string, double>> LastCsvRow(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadAll(path);
+  if (!text.ok()) return text.status();
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+    lines.emplace_back(absl::StripAsciiWhitespace(line));
+  }
+  if (lines.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no row of metrics"));
+  }
+  const std::vector<std::string> names = absl::StrSplit(lines.front(), ',');
+  const std::vector<std::string> values = absl::StrSplit(lines.back(), ',');
+  if (names.size() != values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", lines.size(), ": ", values.size(),
+                                                   " fields, the header has ", names.size()));
+  }
+  std::map<std::string, double> metrics;
+  for (size_t i = 0; i < names.size(); ++i) {
+    double v = 0.0;
+    if (absl::SimpleAtod(absl::StripAsciiWhitespace(values[i]), &v)) {
+      metrics[std::string(absl::StripAsciiWhitespace(names[i]))] = v;
+    }
+  }
+  return metrics;
+}
+
+absl::StatusOr<std::map<std::string, double>> ReadJsonMetrics(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadAll(path);
+  if (!text.ok()) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected a JSON object of metric names to numbers"));
+  }
+  std::map<std::string, double> metrics;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.value().is_number()) metrics[it.key()] = it.value().get<double>();
+  }
+  return metrics;
+}
+
+}  // namespace
+
+bool IsTrainer(const std::vector<std::string>& program) {
+  return !program.empty() &&
+         std::filesystem::path(program[0]).filename() == "elastrun-train";
+}
+
+std::string TrainerKey(const std::string& name) {
+  return absl::StrContains(name, '.') ? name : "hyp." + name;
+}
+
+std::vector<std::string> ProgramArgs(const TrialLauncher& launcher, const Trial& trial) {
+  std::vector<std::string> args = launcher.program;
+  if (IsTrainer(args)) {
+    for (const auto& [name, value] : trial.hyp) {
+      args.push_back(absl::StrCat(TrainerKey(name), "=", FormatNumber(value)));
+    }
+    args.push_back("train.output_dir=" + trial.dir);
+    return args;
+  }
+  for (size_t i = 1; i < args.size(); ++i) {
+    args[i] = absl::StrReplaceAll(args[i], {{"{hyp}", HypPath(trial)}});
+  }
+  return args;
+}
+
+absl::StatusOr<TrialCommand> CommandFor(const TrialLauncher& launcher, const Trial& trial) {
+  TrialCommand cmd;
+  cmd.argv = {launcher.elastrun,
+              "run",
+              "--nproc-per-node",
+              absl::StrCat(launcher.nproc_per_node),
+              "--max-restarts",
+              absl::StrCat(launcher.max_restarts)};
+  for (std::string& a : ProgramArgs(launcher, trial)) cmd.argv.push_back(std::move(a));
+  if (IsTrainer(launcher.program)) return cmd;
+  std::string yaml;
+  for (const auto& [name, value] : trial.hyp) {
+    absl::StrAppend(&yaml, name, ": ", FormatNumber(value), "\n");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(trial.dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(trial.dir, ": ", ec.message()));
+  std::filesystem::remove(ResultsPath(trial), ec);
+  if (absl::Status st = WriteFileAtomically(HypPath(trial), yaml); !st.ok()) return st;
+  cmd.env = {"ELASTRUN_HYP=" + HypPath(trial), "ELASTRUN_RESULTS=" + ResultsPath(trial)};
+  return cmd;
+}
+
+absl::StatusOr<std::map<std::string, double>> ReadTrialMetrics(const TrialLauncher& launcher,
+                                                               const Trial& trial) {
+  if (!IsTrainer(launcher.program)) return ReadJsonMetrics(ResultsPath(trial));
+  std::error_code ec;
+  const std::string results = trial.dir + "/results.csv";
+  if (std::filesystem::exists(results, ec)) return LastCsvRow(results);
+  const std::string metrics = trial.dir + "/metrics.csv";
+  if (std::filesystem::exists(metrics, ec)) return LastCsvRow(metrics);
+  return absl::NotFoundError(
+      absl::StrCat(trial.dir, ": the training wrote neither results.csv nor metrics.csv"));
+}
+
+}  // namespace elastrun::evolve

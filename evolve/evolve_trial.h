@@ -1,0 +1,72 @@
+// One individual's training as `elastrun evolve` runs it locally: the
+// `elastrun run` command line that trains it, how the program receives the
+// hyperparameters, and where its metrics are read back.
+//
+// Two kinds of program:
+//   - elastrun-train (the program's basename): the hyperparameters go in as
+//     config overrides (a YOLOv5 hyp name `lr0` becomes `hyp.lr0`, the
+//     detector's section; a dotted name such as `optimizer.lr0` is a config
+//     key as it is) plus train.output_dir=DIR; the metrics are the last row
+//     of DIR/results.csv (the detector) or DIR/metrics.csv (the classifier).
+//   - any other program: a YAML of the hyperparameters at DIR/hyp.yaml,
+//     named by $ELASTRUN_HYP and replacing `{hyp}` in its arguments; the
+//     metrics are the JSON object of numbers it writes to $ELASTRUN_RESULTS
+//     (DIR/results.json).
+// Functions only; no state.
+#ifndef ELASTRUN_EVOLVE_EVOLVE_TRIAL_H_
+#define ELASTRUN_EVOLVE_EVOLVE_TRIAL_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace elastrun::evolve {
+
+// How every individual of a run is launched.
+struct TrialLauncher {
+  std::string elastrun;               // the `elastrun` binary
+  int nproc_per_node = 1;             // `elastrun run --nproc-per-node`
+  int max_restarts = 0;               // `elastrun run --max-restarts`
+  std::vector<std::string> program;   // PROGRAM ARGS..., not empty
+};
+
+// One individual to train: its hyperparameters by gene name and its folder.
+struct Trial {
+  std::map<std::string, double> hyp;
+  std::string dir;  // the individual's output folder
+};
+
+// A command to start: argv[0] is the binary; `env` is added to (and wins
+// over) the inherited environment.
+struct TrialCommand {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // "NAME=value"
+};
+
+// Whether `program` is elastrun-train (by its basename).
+bool IsTrainer(const std::vector<std::string>& program);
+
+// The config key that takes gene `name` in elastrun-train.
+std::string TrainerKey(const std::string& name);
+
+// The program's own command line for `trial` (without `elastrun run`):
+// elastrun-train's overrides appended, or `{hyp}` replaced.
+std::vector<std::string> ProgramArgs(const TrialLauncher& launcher, const Trial& trial);
+
+// The `elastrun run ... PROGRAM ARGS` command of `trial`. For a program
+// other than elastrun-train, writes DIR/hyp.yaml first (and removes an old
+// DIR/results.json); Internal naming the file when it cannot be written.
+absl::StatusOr<TrialCommand> CommandFor(const TrialLauncher& launcher, const Trial& trial);
+
+// The metrics `trial` left behind (see the file comment). NotFound when
+// the file is missing; InvalidArgument naming the file when it does not
+// parse or holds no row.
+absl::StatusOr<std::map<std::string, double>> ReadTrialMetrics(const TrialLauncher& launcher,
+                                                               const Trial& trial);
+
+}  // namespace elastrun::evolve
+
+#endif  // ELASTRUN_EVOLVE_EVOLVE_TRIAL_H_
