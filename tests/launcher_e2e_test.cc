@@ -263,6 +263,22 @@ std::set<pid_t> Tagged(const std::string& marker, const std::string& entry) {
   return out;
 }
 
+// The standby workers among the processes tagged with `marker`: those
+// started with a standby socket (ELASTRUN_STANDBY_FD) and no RANK yet. The
+// launcher's own helpers (its cgroup watchdog) and a child between fork
+// and exec carry the marker too, but not that.
+std::set<pid_t> Standbys(const std::string& marker) {
+  std::set<pid_t> out;
+  for (pid_t pid : Tagged(marker, "")) {
+    const std::string env = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
+    if (absl::StrContains(env, absl::StrCat(std::string(1, '\0'), "ELASTRUN_STANDBY_FD=")) ||
+        absl::StartsWith(env, "ELASTRUN_STANDBY_FD=")) {
+      out.insert(pid);
+    }
+  }
+  return out;
+}
+
 // `launcher` runs 2 hanging workers with --standby and --max-restarts 1.
 // Waits for attempt 0's ranks and then for the next attempt's 2 standbys
 // (the tagged processes without a RANK, besides the launcher), kills rank 1,
@@ -275,8 +291,7 @@ void ExpectStandbysTakeOverOnRestart(Subprocess& launcher, const std::string& ma
   std::set<pid_t> standbys;
   const absl::Time deadline = absl::Now() + kRunTimeout;
   while (standbys.size() < 2 && absl::Now() < deadline) {
-    standbys = Tagged(marker, "");
-    standbys.erase(launcher.pid());
+    standbys = Standbys(marker);
     if (standbys.size() < 2) {
       // Waiting for processes has no file to watch; a short pause per check.
       absl::SleepFor(absl::Milliseconds(20));
@@ -323,8 +338,7 @@ TEST_F(LauncherTest, StandbysStartWithTheRunsSnapshotFolder) {
   std::set<pid_t> standbys;
   const absl::Time deadline = absl::Now() + kRunTimeout;
   while (standbys.size() < 2 && absl::Now() < deadline) {
-    standbys = Tagged(marker_, "");
-    standbys.erase(launcher.pid());
+    standbys = Standbys(marker_);
     // Waiting for processes has no file to watch; a short pause per check.
     if (standbys.size() < 2) absl::SleepFor(absl::Milliseconds(20));
   }
