@@ -119,6 +119,12 @@ class EvolveCliTest : public ::testing::Test {
     EXPECT_TRUE(absl::StartsWith(best, "# The best individual")) << best;
     EXPECT_TRUE(absl::StrContains(best, "\noptimizer.lr0: ")) << best;
     EXPECT_TRUE(absl::StrContains(best, "\noptimizer.momentum: ")) << best;
+    // Fitness against each hyperparameter, one panel each, titled with its
+    // (possibly shortened) name and the best value.
+    const std::string plot = testing::ReadFile(out + "/evolve.svg");
+    EXPECT_TRUE(absl::StrContains(plot, "</svg>")) << plot.substr(0, 200);
+    EXPECT_TRUE(absl::StrContains(plot, "lr0 = ")) << plot.substr(0, 200);
+    EXPECT_TRUE(absl::StrContains(plot, "momentum = ")) << plot.substr(0, 200);
     const std::string population = testing::ReadFile(out + "/evolve_population.yaml");
     size_t individuals = 0;
     for (absl::string_view line : absl::StrSplit(population, '\n')) {

@@ -43,7 +43,7 @@ const char kEvolveIntro[] =
 
 const char kEvolveFooter[] =
     "Not yet implemented: the cluster mode (individuals as jobs of the service\n"
-    "with --rendezvous), --nnodes, --prune, --output json and the plots.\n"
+    "with --rendezvous), --nnodes, --prune and --output json.\n"
     "\n"
     "Exit codes: 0 every generation evaluated, 1 every individual failed or the\n"
     "run stopped on an error, 2 bad flags or input files (nothing trained).\n";

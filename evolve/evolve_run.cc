@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "common/config/config.h"
 #include "evolve/evolve_io.h"
+#include "evolve/evolve_plots.h"
 #include "evolve/evolve_trial.h"
 #include "trainer/detect/hyp.h"
 
@@ -382,6 +383,13 @@ int Driver::Run() {
                                           PopulationYaml(population_, meta_, g));
     if (st.ok() && best_) {
       st = WriteFileAtomically(o_.output_dir + "/hyp_evolve.yaml", HypEvolveYaml(*best_, meta_));
+    }
+    if (st.ok()) {
+      // Fitness against each hyperparameter (YOLOv5's evolve.png); a plot
+      // that cannot be drawn costs a warning, not the run.
+      const absl::Status plot =
+          WriteEvolvePlot(o_.output_dir + "/evolve.csv", o_.output_dir + "/evolve.svg");
+      if (!plot.ok()) err_ << "elastrun evolve: warning: evolve.svg: " << plot.message() << "\n";
     }
     if (st.ok() && g + 1 < o_.generations) {
       absl::StatusOr<std::vector<Individual>> next =
