@@ -75,10 +75,11 @@ class ClassifierTask : public Task {
       AutocastScope autocast(*c_.placement);
       at::Tensor logits = model_->forward(batch.x);
       correct += logits.argmax(1).eq(batch.y).sum();
-      loss_sum += torch::nn::functional::cross_entropy(
-                      logits, batch.y,
-                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                      .to(at::kDouble);
+      loss_sum +=
+          torch::nn::functional::cross_entropy(
+              logits, batch.y,
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+              .to(at::kDouble);
     }
     std::vector<double> sums = {correct.item<double>(), loss_sum.item<double>(),
                                 static_cast<double>(shard.size())};
@@ -93,13 +94,16 @@ class ClassifierTask : public Task {
     m.test_loss = eval.loss;
     m.test_acc = eval.acc;
     m.lr = train.lr;
-    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train.start).count();
+    m.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - train.start)
+            .count();
     m.images_per_sec = train.images_per_sec;
     eval.row = MetricsRow(m);
     eval.line = absl::StrFormat(
-        "epoch %d/%d: train_loss %.4f test_loss %.4f test_acc %.4f lr %.5g %.1fs %.0f img/s",
-        m.epoch, c_.cfg->train.epochs, m.train_loss, m.test_loss, m.test_acc, m.lr, m.seconds,
-        m.images_per_sec);
+        "epoch %d/%d: train_loss %.4f test_loss %.4f test_acc %.4f lr %.5g %.1fs %.0f "
+        "img/s",
+        m.epoch, c_.cfg->train.epochs, m.train_loss, m.test_loss, m.test_acc, m.lr,
+        m.seconds, m.images_per_sec);
     return eval;
   }
 

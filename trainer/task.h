@@ -39,12 +39,12 @@ struct TaskContext {
 
 // One epoch's training as the loop measured it (over all ranks).
 struct EpochTrain {
-  int64_t epoch = 0;  // 1-based: epochs completed.
-  double loss = 0;    // Mean loss per sample.
+  int64_t epoch = 0;                            // 1-based: epochs completed.
+  double loss = 0;                              // Mean loss per sample.
   std::chrono::steady_clock::time_point start;  // The epoch's (this process's part).
   double images_per_sec = 0;  // Training only (the time before evaluation).
-  double lr = 0;            // The weight groups' lr at the epoch's end.
-  std::vector<double> lrs;  // Each parameter group's lr (optimizer.h's order).
+  double lr = 0;              // The weight groups' lr at the epoch's end.
+  std::vector<double> lrs;    // Each parameter group's lr (optimizer.h's order).
 };
 
 // An epoch's evaluation (every rank gets the same).
@@ -89,7 +89,8 @@ class Task {
   // forward under autocast when the placement says so, graph attached.
   // Calls come in the order StartEpoch's batches go, or (a tail's replay,
   // before the epoch after it starts) for a list of their own.
-  virtual absl::StatusOr<at::Tensor> Loss(int64_t epoch, const std::vector<int64_t>& indices,
+  virtual absl::StatusOr<at::Tensor> Loss(int64_t epoch,
+                                          const std::vector<int64_t>& indices,
                                           size_t begin, size_t end) = 0;
   // What the gradients of Loss are multiplied by (the detector's, as
   // YOLOv5's, scale with the batch); the loss reported is Loss's.
@@ -111,7 +112,9 @@ class Task {
   // Rank 0, once the run folder is ready (an earlier run's record kept):
   // the task's files of the run's start (the detector's hyp.yaml and
   // labels.svg).
-  virtual absl::Status WriteRunFiles(const std::string& output_dir) { return absl::OkStatus(); }
+  virtual absl::Status WriteRunFiles(const std::string& output_dir) {
+    return absl::OkStatus();
+  }
   // After the last epoch (rank 0 prints; every rank calls it).
   virtual absl::Status Finish(const std::string& output_dir) { return absl::OkStatus(); }
 };

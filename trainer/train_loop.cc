@@ -154,8 +154,9 @@ absl::Status TrainLoop::RestorePosition() {
   if (run_.resume.has_value() || !identity_.run_id.empty()) {
     RunOptions run = run_;
     if (!run.resume.has_value()) run.resume = "";
-    ASSIGN_OR_RETURN(Resumed r, Resume(run, identity_, cfg_, world_, rank_, group_, task_->state_module(),
-                                       optimizer_->torch_optimizer(), area_.get()));
+    ASSIGN_OR_RETURN(Resumed r,
+                     Resume(run, identity_, cfg_, world_, rank_, group_, task_->state_module(),
+                            optimizer_->torch_optimizer(), area_.get()));
     if (r.resumed) {
       ApplyResumed(r);
       if (pos_.legacy_iteration >= 0) ConvertLegacyPosition();
@@ -256,8 +257,8 @@ absl::Status TrainLoop::PrepareRunFolder() {
   RETURN_IF_ERROR(MakeDirs(train.output_dir));
   if (!resumed_) {
     // Another run's record stays; its checkpoints are left where they are.
-    ASSIGN_OR_RETURN(std::string kept,
-                     KeepEarlierMetrics(train.output_dir, task_->record_files(), task_->csv_header()));
+    ASSIGN_OR_RETURN(std::string kept, KeepEarlierMetrics(train.output_dir, task_->record_files(),
+                                                          task_->csv_header()));
     if (!kept.empty()) {
       std::fprintf(run_.out, "fresh run: kept the folder's earlier %s as %s\n",
                    task_->csv_name().c_str(), kept.c_str());
@@ -559,6 +560,14 @@ absl::Status TrainLoop::MarkReady() {
 
 void TrainLoop::HoldWhileAsked() const {
   if (run_.hold_file.empty()) return;
+  // Every rank holds before the same batch: the ranks agree on whether any
+  // sees the file (a rank that went on alone would wait in the step's
+  // allreduce for a holding peer, beatless, and look hung). Leaving needs
+  // no agreement: each sees the file gone within a poll.
+  if (group_ != nullptr) {
+    std::vector<double> seen = {::access(run_.hold_file.c_str(), F_OK) == 0 ? 1.0 : 0.0};
+    if (!SumOverRanks(group_, seen).ok() || seen[0] == 0) return;
+  }
   while (::access(run_.hold_file.c_str(), F_OK) == 0 && !StopSignal::Requested()) {
     worker::ReportBusy();
     ::usleep(10000);

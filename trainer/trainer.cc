@@ -35,8 +35,9 @@ absl::StatusOr<TrainResult> TrainOnGroup(const TrainerConfig& cfg, const RunOpti
 
 void PrepareStandby(const TrainerConfig& cfg) {
   if (std::getenv(env::kStandbyFd) == nullptr) return;  // Not a standby.
-  // The data does not depend on the rank: load it while waiting.
-  PreloadDatasets(cfg.data, static_cast<uint64_t>(cfg.train.seed));
+  // The data does not depend on the rank: load it while waiting (the
+  // classifier's; the detector scans its dataset when it starts).
+  if (cfg.data.yaml.empty()) PreloadDatasets(cfg.data, static_cast<uint64_t>(cfg.train.seed));
   const char* text = std::getenv(env::kStandbyLocalRank);
   int local_rank = -1;
   if (text == nullptr || !absl::SimpleAtoi(text, &local_rank) || local_rank < 0) return;

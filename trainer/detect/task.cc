@@ -5,6 +5,8 @@
 // and YOLOv5's evaluation: NMS, P, R, mAP@0.5, mAP@0.5:0.95 and fitness
 // over every rank's share of the val split, results.csv, plots, the
 // per-class table and COCO JSON at the end.
+#include "trainer/task.h"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -33,7 +35,6 @@
 #include "trainer/metrics.h"
 #include "trainer/resume.h"
 #include "trainer/sampler.h"
-#include "trainer/task.h"
 #include "trainer/temp_files.h"
 #include "worker/progress.h"
 
@@ -47,9 +48,8 @@ constexpr char kResultsHeader[] =
 
 // Every rank's `mine`, in rank order (an all-reduce of a [world, longest]
 // matrix where each rank fills its own row).
-absl::StatusOr<std::vector<std::vector<double>>> AllGather(worker::ProcessGroup* group,
-                                                          int world, int rank,
-                                                          const std::vector<double>& mine) {
+absl::StatusOr<std::vector<std::vector<double>>> AllGather(
+    worker::ProcessGroup* group, int world, int rank, const std::vector<double>& mine) {
   if (group == nullptr) return std::vector<std::vector<double>>{mine};
   std::vector<double> sizes(static_cast<size_t>(world), 0.0);
   sizes[static_cast<size_t>(rank)] = static_cast<double>(mine.size());
@@ -58,7 +58,8 @@ absl::StatusOr<std::vector<std::vector<double>>> AllGather(worker::ProcessGroup*
       static_cast<int64_t>(*std::max_element(sizes.begin(), sizes.end()));
   at::Tensor all = at::zeros({world, std::max<int64_t>(longest, 1)}, at::kDouble);
   if (!mine.empty()) {
-    all[rank].narrow(0, 0, static_cast<int64_t>(mine.size()))
+    all[rank]
+        .narrow(0, 0, static_cast<int64_t>(mine.size()))
         .copy_(at::from_blob(const_cast<double*>(mine.data()),
                              {static_cast<int64_t>(mine.size())}, at::kDouble));
   }
@@ -66,7 +67,8 @@ absl::StatusOr<std::vector<std::vector<double>>> AllGather(worker::ProcessGroup*
   std::vector<std::vector<double>> out(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
     const double* p = all[r].data_ptr<double>();
-    out[static_cast<size_t>(r)].assign(p, p + static_cast<int64_t>(sizes[static_cast<size_t>(r)]));
+    out[static_cast<size_t>(r)].assign(
+        p, p + static_cast<int64_t>(sizes[static_cast<size_t>(r)]));
   }
   return out;
 }
@@ -82,10 +84,12 @@ absl::StatusOr<LoadedBatch> LoadNow(const Loader& loader, int64_t epoch,
     out.pixels.insert(out.pixels.end(), one.pixels.begin(), one.pixels.end());
     for (size_t k = 0; k + 6 <= one.targets.size(); k += 6) {
       out.targets.push_back(static_cast<float>(i));
-      out.targets.insert(out.targets.end(), one.targets.begin() + static_cast<long>(k) + 1,
+      out.targets.insert(out.targets.end(),
+                         one.targets.begin() + static_cast<long>(k) + 1,
                          one.targets.begin() + static_cast<long>(k) + 6);
     }
-    out.placements.insert(out.placements.end(), one.placements.begin(), one.placements.end());
+    out.placements.insert(out.placements.end(), one.placements.begin(),
+                          one.placements.end());
     out.indices.push_back(indices[i]);
     ++out.size;
   }
@@ -121,7 +125,9 @@ class DetectTask : public Task {
   int64_t train_size() const override {
     return static_cast<int64_t>(data_.train.images.size());
   }
-  int64_t test_size() const override { return static_cast<int64_t>(data_.val.images.size()); }
+  int64_t test_size() const override {
+    return static_cast<int64_t>(data_.val.images.size());
+  }
   absl::Status Prepare(bool resumed) override;
   void StartEpoch(int64_t epoch, const std::vector<int64_t>& indices, int64_t batch_size,
                   bool continued) override;
@@ -134,9 +140,9 @@ class DetectTask : public Task {
   std::string csv_name() const override { return "results.csv"; }
   std::string csv_header() const override { return kResultsHeader; }
   std::vector<std::string> record_files() const override {
-    return {"results.csv",     "config.yaml",      "hyp.yaml",
-            "results.svg",     "labels.svg",       "PR_curve.svg",
-            "per_class.txt",   "val_instances.json", "predictions.json"};
+    return {"results.csv",   "config.yaml",        "hyp.yaml",
+            "results.svg",   "labels.svg",         "PR_curve.svg",
+            "per_class.txt", "val_instances.json", "predictions.json"};
   }
   absl::Status WritePlots(const std::string& output_dir) override {
     return WriteResultsPlot(output_dir + "/results.csv", output_dir + "/results.svg");
@@ -155,7 +161,8 @@ class DetectTask : public Task {
   absl::Status WriteRunFiles(const std::string& dir) override;
   // The loader's batch for indices[begin, end), queued ahead when it is
   // the next one expected.
-  absl::StatusOr<LoadedBatch> TrainBatch(int64_t epoch, const std::vector<int64_t>& indices,
+  absl::StatusOr<LoadedBatch> TrainBatch(int64_t epoch,
+                                         const std::vector<int64_t>& indices,
                                          size_t begin, size_t end);
   void QueueAhead();
 
@@ -187,7 +194,8 @@ class DetectTask : public Task {
 };
 
 absl::StatusOr<YoloV5> DetectTask::MakeModel() const {
-  ASSIGN_OR_RETURN(config::Object object, config::InstantiateAt(c_.cfg->resolved, "model"));
+  ASSIGN_OR_RETURN(config::Object object,
+                   config::InstantiateAt(c_.cfg->resolved, "model"));
   ASSIGN_OR_RETURN(std::shared_ptr<YoloV5> m, object.Get<YoloV5>());
   return *m;
 }
@@ -198,23 +206,25 @@ absl::Status DetectTask::Build() {
   ASSIGN_OR_RETURN(hyp_, LoadHyp(data.hyp, cfg.resolved.Find("hyp")));
   image_size_ = data.image_size;
   if (image_size_ < 32 || image_size_ % 32 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.image_size: ", image_size_, " is not a multiple of the largest stride, 32"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.image_size: ", image_size_,
+                     " is not a multiple of the largest stride, 32"));
   }
   ScanOptions scan;
   ASSIGN_OR_RETURN(data_, LoadDataset(data.yaml, scan));
   if (c_.rank == 0) {
     for (const Split* split : {&data_.train, &data_.val}) {
       std::fprintf(c_.out, "%s\n", ScanSummary(*split).c_str());
-      for (const std::string& w : split->warnings) std::fprintf(c_.out, "%s\n", w.c_str());
+      for (const std::string& w : split->warnings)
+        std::fprintf(c_.out, "%s\n", w.c_str());
     }
   }
   ASSIGN_OR_RETURN(model_, MakeModel());
   const int64_t nc = static_cast<int64_t>(data_.yaml.names.size());
   if (model_->detect()->num_classes() != nc) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.num_classes is ", model_->detect()->num_classes(), " but ", data.yaml,
-        " has nc ", nc, " (set model.num_classes: ", nc, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.num_classes is ", model_->detect()->num_classes(), " but ",
+                     data.yaml, " has nc ", nc, " (set model.num_classes: ", nc, ")"));
   }
   // The EMA starts as a copy of the initial weights (another instance: the
   // draws of its own initialisation are overwritten).
@@ -242,7 +252,8 @@ absl::Status DetectTask::Build() {
   loss_options_.anchor_t = hyp_.anchor_t;
   loss_options_.fl_gamma = hyp_.fl_gamma;
   loss_options_.label_smoothing = hyp_.label_smoothing;
-  loss_options_ = ScaledForModel(loss_options_, model_->detect()->num_levels(), nc, image_size_);
+  loss_options_ =
+      ScaledForModel(loss_options_, model_->detect()->num_levels(), nc, image_size_);
   nms_.conf_thres = 0.001;
   nms_.iou_thres = 0.6;
   nms_.multi_label = true;
@@ -265,8 +276,8 @@ absl::Status DetectTask::Build() {
   train_options.hyp.mixup = hyp_.mixup;
   train_options.num_workers = static_cast<int>(data.num_workers);
   if (data.prefetch < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.prefetch: ", data.prefetch, " is below 1 (batches loaded ahead)"));
+    return absl::InvalidArgumentError(absl::StrCat("data.prefetch: ", data.prefetch,
+                                                   " is below 1 (batches loaded ahead)"));
   }
   train_options.prefetch = static_cast<int>(data.prefetch);
   train_options.seed = static_cast<uint64_t>(cfg.train.seed);
@@ -305,7 +316,8 @@ absl::Status DetectTask::Prepare(bool resumed) {
   if (resumed) return absl::OkStatus();
   // AutoAnchor on rank 0, its anchors broadcast: every rank, and the EMA,
   // trains with the same.
-  at::Tensor anchors = model_->detect()->AnchorsInPixels().to(at::kCPU).to(at::kDouble).contiguous();
+  at::Tensor anchors =
+      model_->detect()->AnchorsInPixels().to(at::kCPU).to(at::kDouble).contiguous();
   if (c_.rank == 0) {
     std::vector<std::vector<BoxSize>> images;
     images.reserve(data_.train.images.size());
@@ -327,7 +339,8 @@ absl::Status DetectTask::Prepare(bool resumed) {
     options.seed = static_cast<uint64_t>(c_.cfg->train.seed);
     const std::vector<double> strides = {8, 16, 32};
     ASSIGN_OR_RETURN(AutoAnchorResult r, CheckAnchors(images, current, strides, options));
-    for (const std::string& w : r.warnings) std::fprintf(c_.out, "AutoAnchor: %s\n", w.c_str());
+    for (const std::string& w : r.warnings)
+      std::fprintf(c_.out, "AutoAnchor: %s\n", w.c_str());
     std::fprintf(c_.out, "%s\n", r.message.c_str());
     std::fflush(c_.out);
     for (size_t i = 0; i < r.anchors.size(); ++i) {
@@ -352,7 +365,8 @@ absl::Status DetectTask::WriteRunFiles(const std::string& dir) {
                        static_cast<float>(l.w), static_cast<float>(l.h)});
     }
   }
-  return WriteSvg(dir + "/labels.svg", RenderLabelsSvg(data_.yaml.names, per_class, boxes));
+  return WriteSvg(dir + "/labels.svg",
+                  RenderLabelsSvg(data_.yaml.names, per_class, boxes));
 }
 
 DetectTask::Batch DetectTask::ToDevice(const LoadedBatch& loaded) const {
@@ -424,10 +438,12 @@ void DetectTask::QueueAhead() {
   // while this one trains.
   const size_t bs = static_cast<size_t>(batch_size_);
   const size_t ahead = static_cast<size_t>(c_.cfg->data.prefetch) * bs;
-  while (indices_ != nullptr && queued_ < indices_->size() && queued_ < expected_ + ahead) {
+  while (indices_ != nullptr && queued_ < indices_->size() &&
+         queued_ < expected_ + ahead) {
     const size_t e = std::min(indices_->size(), queued_ + bs);
-    train_loader_->Enqueue(epoch_, std::vector<int64_t>(indices_->begin() + static_cast<long>(queued_),
-                                                        indices_->begin() + static_cast<long>(e)));
+    train_loader_->Enqueue(
+        epoch_, std::vector<int64_t>(indices_->begin() + static_cast<long>(queued_),
+                                     indices_->begin() + static_cast<long>(e)));
     queued_ = e;
   }
 }
@@ -447,7 +463,8 @@ absl::StatusOr<LoadedBatch> DetectTask::TrainBatch(int64_t epoch,
                                       indices.begin() + static_cast<long>(end)));
 }
 
-absl::StatusOr<at::Tensor> DetectTask::Loss(int64_t epoch, const std::vector<int64_t>& indices,
+absl::StatusOr<at::Tensor> DetectTask::Loss(int64_t epoch,
+                                            const std::vector<int64_t>& indices,
                                             size_t begin, size_t end) {
   ASSIGN_OR_RETURN(LoadedBatch loaded, TrainBatch(epoch, indices, begin, end));
   Batch batch = ToDevice(loaded);
@@ -458,7 +475,8 @@ absl::StatusOr<at::Tensor> DetectTask::Loss(int64_t epoch, const std::vector<int
   }
   // The loss in float32 (YOLOv5 computes it outside autocast's reach too).
   for (at::Tensor& r : raw) r = r.to(at::kFloat);
-  ASSIGN_OR_RETURN(LossResult r, ComputeLoss(raw, batch.targets, *model_->detect(), loss_options_));
+  ASSIGN_OR_RETURN(LossResult r,
+                   ComputeLoss(raw, batch.targets, *model_->detect(), loss_options_));
   const double n = static_cast<double>(end - begin);
   const double bs = static_cast<double>(batch.images.size(0));
   double* sums = holder_->sums.data_ptr<double>();
@@ -518,9 +536,10 @@ absl::StatusOr<TaskEval> DetectTask::Evaluate(const EpochTrain& train) {
       std::vector<double> labels_xyxy;
       std::vector<int64_t> label_cls;
       for (const Label& l : image.labels) {
-        labels_xyxy.insert(labels_xyxy.end(),
-                           {(l.cx - l.w / 2) * image.width, (l.cy - l.h / 2) * image.height,
-                            (l.cx + l.w / 2) * image.width, (l.cy + l.h / 2) * image.height});
+        labels_xyxy.insert(
+            labels_xyxy.end(),
+            {(l.cx - l.w / 2) * image.width, (l.cy - l.h / 2) * image.height,
+             (l.cx + l.w / 2) * image.width, (l.cy + l.h / 2) * image.height});
         label_cls.push_back(l.cls);
       }
       const int64_t np = d.size(0), nl = static_cast<int64_t>(label_cls.size());
@@ -535,9 +554,9 @@ absl::StatusOr<TaskEval> DetectTask::Evaluate(const EpochTrain& train) {
         const size_t u = static_cast<size_t>(k);
         conf[u] = dp[k * 6 + 4];
         pred_cls[u] = static_cast<int64_t>(dp[k * 6 + 5]);
-        boxes.insert(boxes.end(), {static_cast<double>(id), static_cast<double>(pred_cls[u]),
-                                   conf[u], xp[k * 4], xp[k * 4 + 1], xp[k * 4 + 2],
-                                   xp[k * 4 + 3]});
+        boxes.insert(boxes.end(),
+                     {static_cast<double>(id), static_cast<double>(pred_cls[u]), conf[u],
+                      xp[k * 4], xp[k * 4 + 1], xp[k * 4 + 2], xp[k * 4 + 3]});
       }
       std::vector<double> iou(static_cast<size_t>(nl * np));
       if (nl > 0 && np > 0) {
@@ -554,7 +573,8 @@ absl::StatusOr<TaskEval> DetectTask::Evaluate(const EpochTrain& train) {
   std::vector<double> sums = {val_sums[0],   val_sums[1],   val_sums[2],   val_seen,
                               train_sums[0], train_sums[1], train_sums[2], train_sums[3]};
   RETURN_IF_ERROR(SumOverRanks(c_.group, sums));
-  ASSIGN_OR_RETURN(auto gathered, AllGather(c_.group, c_.world, c_.rank, stats.Serialize()));
+  ASSIGN_OR_RETURN(auto gathered,
+                   AllGather(c_.group, c_.world, c_.rank, stats.Serialize()));
   DetectionStats all;
   for (const std::vector<double>& g : gathered) {
     ASSIGN_OR_RETURN(DetectionStats s, DetectionStats::Deserialize(g));
@@ -563,7 +583,8 @@ absl::StatusOr<TaskEval> DetectTask::Evaluate(const EpochTrain& train) {
   ASSIGN_OR_RETURN(last_, all.Summarize(nc));
   ASSIGN_OR_RETURN(auto gathered_boxes, AllGather(c_.group, c_.world, c_.rank, boxes));
   last_boxes_.clear();
-  for (const auto& g : gathered_boxes) last_boxes_.insert(last_boxes_.end(), g.begin(), g.end());
+  for (const auto& g : gathered_boxes)
+    last_boxes_.insert(last_boxes_.end(), g.begin(), g.end());
   model_->train();
 
   TaskEval eval;
@@ -572,14 +593,15 @@ absl::StatusOr<TaskEval> DetectTask::Evaluate(const EpochTrain& train) {
   eval.acc = last_.map50;
   eval.score = Fitness(last_, fitness_);
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - train.start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - train.start)
+          .count();
   std::vector<double> lrs = train.lrs;
   lrs.resize(3, 0.0);
-  eval.row = absl::StrFormat("%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.8g,%.8g,%.8g,%.3f,%.1f\n",
-                             train.epoch, sums[4] / ts, sums[5] / ts, sums[6] / ts,
-                             last_.precision, last_.recall, last_.map50, last_.map50_95,
-                             sums[0] / vs, sums[1] / vs, sums[2] / vs, lrs[0], lrs[1], lrs[2],
-                             seconds, train.images_per_sec);
+  eval.row = absl::StrFormat(
+      "%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.8g,%.8g,%.8g,%.3f,%.1f\n",
+      train.epoch, sums[4] / ts, sums[5] / ts, sums[6] / ts, last_.precision,
+      last_.recall, last_.map50, last_.map50_95, sums[0] / vs, sums[1] / vs, sums[2] / vs,
+      lrs[0], lrs[1], lrs[2], seconds, train.images_per_sec);
   eval.line = absl::StrFormat(
       "epoch %d/%d: box %.4f obj %.4f cls %.4f | val P %.3f R %.3f mAP@0.5 %.4f "
       "mAP@0.5:0.95 %.4f fitness %.4f | %.1fs %.0f img/s",
@@ -602,8 +624,8 @@ absl::Status DetectTask::Finish(const std::string& dir) {
   std::vector<std::string> names;
   for (const ClassAp& c : last_.per_class.classes) {
     const std::string& name = data_.yaml.names[static_cast<size_t>(c.cls)];
-    absl::StrAppend(&table, absl::StrFormat("%22s%11d%11d%11.3f%11.3f%11.3f%11.3f\n", name,
-                                            last_.images, c.num_labels, c.precision,
+    absl::StrAppend(&table, absl::StrFormat("%22s%11d%11d%11.3f%11.3f%11.3f%11.3f\n",
+                                            name, last_.images, c.num_labels, c.precision,
                                             c.recall, c.ap50(), c.ap50_95()));
     curves.push_back(c.pr_curve);
     ap50.push_back(c.ap50());
@@ -644,12 +666,15 @@ absl::Status DetectTask::Finish(const std::string& dir) {
     detections.push_back(box);
   }
   const int64_t nc = static_cast<int64_t>(data_.yaml.names.size());
-  ASSIGN_OR_RETURN(std::string instances, CocoInstancesJson(images, labels, data_.yaml.names));
+  ASSIGN_OR_RETURN(std::string instances,
+                   CocoInstancesJson(images, labels, data_.yaml.names));
   ASSIGN_OR_RETURN(std::string results, CocoResultsJson(detections, nc));
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/val_instances.json", instances));
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/predictions.json", results));
-  std::fprintf(c_.out, "wrote %s/{per_class.txt,PR_curve.svg,val_instances.json,predictions.json}\n",
-               dir.c_str());
+  std::fprintf(
+      c_.out,
+      "wrote %s/{per_class.txt,PR_curve.svg,val_instances.json,predictions.json}\n",
+      dir.c_str());
   std::fflush(c_.out);
   return absl::OkStatus();
 }
