@@ -26,36 +26,11 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// What python3's XML parser reads in the SVG: its circles and its texts.
-struct Parsed {
-  int circles = 0;
-  std::vector<std::string> texts;
-};
+using Parsed = ::elastrun::trainer::testing::ParsedSvg;
 
-// Parses `svg` (written to dir/in.svg) with xml.etree, a failure failing the
-// test; nullopt without python3.
+// Counts the SVG's circles (see ParseSvg in trainer/test_files.h).
 std::optional<Parsed> ParseSvg(const std::string& dir, const std::string& svg) {
-  std::ofstream(dir + "/in.svg") << svg;
-  std::ofstream(dir + "/parse.py") << R"(import sys, xml.etree.ElementTree as ET
-ns = '{http://www.w3.org/2000/svg}'
-root = ET.parse(sys.argv[1]).getroot()
-assert root.tag == ns + 'svg', root.tag
-print(len(root.findall('.//' + ns + 'circle')))
-for t in root.iter(ns + 'text'):
-  print(t.text)
-)";
-  int status = 0;
-  const std::string out =
-      RunCommand(absl::StrCat("python3 ", dir, "/parse.py ", dir, "/in.svg"), &status);
-  if (status != 0 && out.find("not found") != std::string::npos) return std::nullopt;
-  EXPECT_EQ(status, 0) << "not well-formed XML:\n" << out;
-  if (status != 0) return Parsed{};
-  std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
-  Parsed parsed;
-  if (lines.empty()) return parsed;
-  parsed.circles = std::stoi(lines[0]);
-  parsed.texts.assign(lines.begin() + 1, lines.end());
-  return parsed;
+  return ::elastrun::trainer::testing::ParseSvg(dir, svg, "circle");
 }
 
 std::string WriteCsv(const std::string& dir, const std::string& text) {
@@ -111,7 +86,7 @@ TEST(EvolvePlotsTest, OnePanelPerHyperparameterTitledWithTheBestValue) {
   EXPECT_THAT(parsed->texts, Contains("momentum = 0.9"));
   EXPECT_THAT(parsed->texts, Contains("hsv_h = 0.02"));
   // The ok rows, once per panel; the failed one is a tick, not a point.
-  EXPECT_EQ(parsed->circles, 3 * 3);
+  EXPECT_EQ(parsed->count, 3 * 3);
   EXPECT_THAT(parsed->texts, Contains(HasSubstr("4 individuals, 1 failed")));
   // No panel for a metric or the reason.
   for (const std::string& t : parsed->texts) {
@@ -126,20 +101,20 @@ TEST(EvolvePlotsTest, ZeroAndOneRowsRender) {
   std::optional<Parsed> none = ParseSvg(dir, RenderEvolveSvg(names, {}));
   if (!none) GTEST_SKIP() << "no python3";
   EXPECT_THAT(none->texts, Contains("lr0"));
-  EXPECT_EQ(none->circles, 0);
+  EXPECT_EQ(none->count, 0);
 
   std::optional<Parsed> one = ParseSvg(dir, RenderEvolveSvg(names, {{0.4, {0.01, 3}}}));
   ASSERT_TRUE(one);
   EXPECT_THAT(one->texts, Contains("lr0 = 0.01"));
   EXPECT_THAT(one->texts, Contains("...hat.needs.cutting = 3"));
-  EXPECT_EQ(one->circles, 2);
+  EXPECT_EQ(one->count, 2);
 
   // Only failures: ticks, no best, no points.
   std::optional<Parsed> failed =
       ParseSvg(dir, RenderEvolveSvg(names, {{0, {0.01, 3}, true}}));
   ASSERT_TRUE(failed);
   EXPECT_THAT(failed->texts, Contains("lr0"));
-  EXPECT_EQ(failed->circles, 0);
+  EXPECT_EQ(failed->count, 0);
 
   std::optional<Parsed> nothing = ParseSvg(dir, RenderEvolveSvg({}, {}));
   ASSERT_TRUE(nothing);
@@ -175,7 +150,7 @@ TEST(EvolvePlotsTest, ManyRowsParse) {
   std::ofstream(dir + "/evolve.svg") << svg;
   std::optional<Parsed> parsed = ParseSvg(dir, svg);
   if (!parsed) GTEST_SKIP() << "no python3";
-  EXPECT_EQ(parsed->circles, 140 * 12);
+  EXPECT_EQ(parsed->count, 140 * 12);
   EXPECT_THAT(parsed->texts, Contains(HasSubstr("150 individuals, 10 failed")));
 }
 

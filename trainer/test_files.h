@@ -5,8 +5,13 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace elastrun::trainer::testing {
@@ -41,6 +46,41 @@ inline std::string ReadAll(std::FILE* f) {
   char line[1024];
   while (std::fgets(line, sizeof line, f)) all += line;
   return all;
+}
+
+// What python3's XML parser reads in an SVG: how many `element`s it has
+// and its texts.
+struct ParsedSvg {
+  int count = 0;
+  std::vector<std::string> texts;
+};
+
+// Parses `svg` (written to dir/in.svg) with xml.etree, counting `element`
+// ("polyline", "circle"); a document that is not well-formed fails the
+// test. nullopt without python3.
+inline std::optional<ParsedSvg> ParseSvg(const std::string& dir, const std::string& svg,
+                                         const std::string& element) {
+  std::ofstream(dir + "/in.svg") << svg;
+  std::ofstream(dir + "/parse.py") << R"(import sys, xml.etree.ElementTree as ET
+ns = '{http://www.w3.org/2000/svg}'
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == ns + 'svg', root.tag
+print(len(root.findall('.//' + ns + sys.argv[2])))
+for t in root.iter(ns + 'text'):
+  print(t.text)
+)";
+  int status = 0;
+  const std::string out = RunCommand(
+      absl::StrCat("python3 ", dir, "/parse.py ", dir, "/in.svg ", element), &status);
+  if (status != 0 && out.find("not found") != std::string::npos) return std::nullopt;
+  EXPECT_EQ(status, 0) << "not well-formed XML:\n" << out;
+  if (status != 0) return ParsedSvg{};
+  std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ParsedSvg parsed;
+  if (lines.empty()) return parsed;
+  parsed.count = std::stoi(lines[0]);
+  parsed.texts.assign(lines.begin() + 1, lines.end());
+  return parsed;
 }
 
 }  // namespace elastrun::trainer::testing

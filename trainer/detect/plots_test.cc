@@ -28,36 +28,11 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// What python3's XML parser reads in an SVG: its polylines and its texts.
-struct Parsed {
-  int polylines = 0;
-  std::vector<std::string> texts;
-};
+using Parsed = ::elastrun::trainer::testing::ParsedSvg;
 
-// Parses `svg` (written to dir/in.svg) with xml.etree (a failure fails the test); nullopt
-// without python3.
+// Counts the SVG's polylines (see ParseSvg in trainer/test_files.h).
 std::optional<Parsed> ParseSvg(const std::string& dir, const std::string& svg) {
-  std::ofstream(dir + "/in.svg") << svg;
-  std::ofstream(dir + "/parse.py") << R"(import sys, xml.etree.ElementTree as ET
-ns = '{http://www.w3.org/2000/svg}'
-root = ET.parse(sys.argv[1]).getroot()
-assert root.tag == ns + 'svg', root.tag
-print(len(root.findall('.//' + ns + 'polyline')))
-for t in root.iter(ns + 'text'):
-  print(t.text)
-)";
-  int status = 0;
-  const std::string out =
-      RunCommand(absl::StrCat("python3 ", dir, "/parse.py ", dir, "/in.svg"), &status);
-  if (status != 0 && out.find("not found") != std::string::npos) return std::nullopt;
-  EXPECT_EQ(status, 0) << "not well-formed XML:\n" << out;
-  if (status != 0) return Parsed{};
-  std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
-  Parsed parsed;
-  if (lines.empty()) return parsed;
-  parsed.polylines = std::stoi(lines[0]);
-  parsed.texts.assign(lines.begin() + 1, lines.end());
-  return parsed;
+  return ::elastrun::trainer::testing::ParseSvg(dir, svg, "polyline");
 }
 
 // A results.csv of `epochs` epochs whose losses fall and metrics rise, noisily.
@@ -105,7 +80,7 @@ TEST(ResultsPlotTest, TenPanelsWithResultsAndSmoothLines) {
   const std::string svg = ReadFile(dir + "/results.svg");
   const std::optional<Parsed> parsed = ParseSvg(dir, svg);
   if (!parsed) GTEST_SKIP() << "python3 is not available";
-  EXPECT_EQ(parsed->polylines, 20);  // results and smooth in each of 10 panels
+  EXPECT_EQ(parsed->count, 20);  // results and smooth in each of 10 panels
   for (const char* title : kPanelTitles) EXPECT_THAT(parsed->texts, Contains(title));
   EXPECT_THAT(parsed->texts, Contains("results"));
   EXPECT_THAT(parsed->texts, Contains("epoch"));
@@ -121,7 +96,7 @@ TEST(ResultsPlotTest, OneEpochRendersDots) {
   EXPECT_EQ(svg.find("nan"), std::string::npos);
   const std::optional<Parsed> parsed = ParseSvg(dir, svg);
   if (!parsed) GTEST_SKIP() << "python3 is not available";
-  EXPECT_EQ(parsed->polylines, 10);  // the results; one point has no smooth line
+  EXPECT_EQ(parsed->count, 10);  // the results; one point has no smooth line
 }
 
 TEST(ResultsPlotTest, HeaderOnlyRendersEmptyPanels) {
@@ -237,7 +212,7 @@ TEST(PrCurvePlotTest, OneLinePerClassAndTheMean) {
   EXPECT_LT(svg.size(), 20000u);
   const std::optional<Parsed> parsed = ParseSvg(dir, svg);
   if (!parsed) GTEST_SKIP() << "python3 is not available";
-  EXPECT_EQ(parsed->polylines, 4);
+  EXPECT_EQ(parsed->count, 4);
   EXPECT_THAT(parsed->texts, Contains("T-shirt/top 0.800"));
   EXPECT_THAT(parsed->texts, Contains("Pullover 0.600"));
   EXPECT_THAT(parsed->texts, Contains("all classes 0.767 mAP@0.5"));
@@ -252,7 +227,7 @@ TEST(PrCurvePlotTest, ManyClassesHaveNoPerClassLegend) {
   const std::string svg = RenderPrCurveSvg({}, curves, std::vector<double>(30, 0.5));
   const std::optional<Parsed> parsed = ParseSvg(dir, svg);
   if (!parsed) GTEST_SKIP() << "python3 is not available";
-  EXPECT_EQ(parsed->polylines, 31);
+  EXPECT_EQ(parsed->count, 31);
   EXPECT_THAT(parsed->texts, Contains("all classes 0.500 mAP@0.5"));
   EXPECT_THAT(parsed->texts, Not(Contains(HasSubstr("0 0.500"))));
 }
@@ -262,7 +237,7 @@ TEST(PrCurvePlotTest, NoClassesStillRenders) {
   const std::string svg = RenderPrCurveSvg({}, {}, {});
   const std::optional<Parsed> parsed = ParseSvg(dir, svg);
   if (!parsed) GTEST_SKIP() << "python3 is not available";
-  EXPECT_EQ(parsed->polylines, 0);
+  EXPECT_EQ(parsed->count, 0);
   EXPECT_THAT(parsed->texts, Contains("Precision-Recall Curve"));
 }
 
