@@ -21,6 +21,7 @@ extern const char kEvolveFooter[];
 struct EvolveFlags {
   EvolveOptions options;
   std::vector<std::string> fitness;  // COLUMN=WEIGHT, repeatable
+  std::string output = "text";       // --output text|json
 };
 
 // Adds every flag of `elastrun evolve` to `app`, bound to `flags` (which
@@ -29,9 +30,11 @@ void AddEvolveFlags(CLI::App* app, EvolveFlags* flags);
 
 // The options once parsed, with the PROGRAM ARGS after "--". InvalidArgument
 // naming the flag: a count out of range, a --fitness that is not
-// COLUMN=WEIGHT, no program.
+// COLUMN=WEIGHT, no program. `cluster`: a service is configured (--nnodes
+// above 1 needs one).
 absl::StatusOr<EvolveOptions> EvolveOptionsFrom(EvolveFlags flags,
-                                                std::vector<std::string> program);
+                                                std::vector<std::string> program,
+                                                bool cluster);
 
 }  // namespace elastrun::evolve
 

@@ -212,8 +212,8 @@ absl::StatusOr<std::vector<EvolveRow>> ReadEvolveCsv(const std::string& path,
       return bad("generation and index must be whole numbers >= 0");
     }
     row.status = f[2];
-    if (row.status != "done" && row.status != "failed") {
-      return bad(absl::StrCat("status \"", row.status, "\" is not done or failed"));
+    if (row.status != "done" && row.status != "failed" && row.status != "pruned") {
+      return bad(absl::StrCat("status \"", row.status, "\" is not done, pruned or failed"));
     }
     if (!absl::SimpleAtod(f[3], &row.fitness) || !std::isfinite(row.fitness)) {
       return bad(absl::StrCat("fitness \"", f[3], "\" is not a number"));

@@ -41,11 +41,13 @@ absl::StatusOr<std::vector<std::map<std::string, double>>> LoadIndividuals(
 struct EvolveRow {
   int generation = 0;
   int index = 0;
-  std::string status;  // "done" or "failed"
+  // "done"; "pruned" (--prune stopped it: fitness and metrics are those of
+  // its last milestone); "failed" (fitness 0)
+  std::string status;
   double fitness = 0.0;
   std::map<std::string, double> metrics;  // the fitness's metrics it had
   std::vector<double> genes;              // in meta order
-  std::string reason;                     // why it failed; "" when done
+  std::string reason;                     // why it failed or was pruned; "" when done
 };
 
 // evolve.csv's header: generation,index,status,fitness, the metric names,

@@ -331,7 +331,8 @@ absl::StatusOr<EvolvePlotTable> ReadEvolvePlotCsv(const std::string& path) {
       bad = error(n, absl::StrCat(f.size(), " fields, the header has ", header.size(),
                                   " (is a quote left open?)"));
     } else {
-      row.failed = status >= 0 && f[status] != "ok" && f[status] != "done";
+      row.failed = status >= 0 && f[status] != "ok" && f[status] != "done" &&
+                   f[status] != "pruned";
       if (!row.failed && !absl::SimpleAtod(f[fitness_col], &row.fitness)) {
         bad = error(n, absl::StrCat("fitness '", f[fitness_col],
                                     "' is not a number (an ok row needs one)"));

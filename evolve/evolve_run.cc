@@ -1,11 +1,5 @@
 #include "evolve/evolve_run.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -23,63 +17,28 @@
 #include "evolve/evolve_io.h"
 #include "evolve/evolve_plots.h"
 #include "evolve/evolve_trial.h"
+#include "nlohmann/json.hpp"
 #include "trainer/detect/hyp.h"
-
-extern char** environ;
 
 namespace elastrun::evolve {
 namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitUnreachable = 3;
 
-// Starts `cmd` in its own process group with stdout and stderr into `log`;
-// the child gets SIGTERM if this process dies (so a lost evolve leaves no
-// training behind, and --resume trains those individuals again).
-absl::StatusOr<pid_t> StartChild(const TrialCommand& cmd, const std::string& log) {
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const std::string name = entry.substr(0, entry.find('='));
-    bool replaced = false;
-    for (const std::string& add : cmd.env) replaced |= add.substr(0, add.find('=')) == name;
-    if (!replaced) env_strings.push_back(entry);
+// The exit code of an error from the service's backend: the CLI's codes.
+std::optional<int> ExitCodeOf(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+      return kExitUsage;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitUnreachable;
+    default:
+      return kExitFailed;
   }
-  for (const std::string& add : cmd.env) env_strings.push_back(add);
-  std::vector<char*> argv, envp;
-  for (const std::string& a : cmd.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat(log, ": ", std::strerror(errno)));
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fd);
-    return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(127);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    execve(argv[0], argv.data(), envp.data());
-    dprintf(STDERR_FILENO, "elastrun evolve: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(fd);
-  return pid;
-}
-
-// "exit code N" / "killed by SIGX" for a wait status.
-std::string Describe(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exit code ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
-  return absl::StrCat("wait status ", status);
 }
 
 // The last `n` lines of `path`, for an error message.
@@ -124,20 +83,35 @@ absl::StatusOr<std::map<std::string, double>> BaseValues(const std::string& hyp_
   return base;
 }
 
-// One run of the evolution: its files, the GA, the children.
+// The q-quantile of `v` (0 <= q <= 1), interpolated linearly between
+// neighbours as numpy.percentile does (Ray Tune's ASHA cutoff).
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double at = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(at);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (at - static_cast<double>(lo));
+}
+
+// One run of the evolution: its files, the GA, the trainings.
 class Driver {
  public:
-  Driver(const EvolveOptions& o, std::ostream& out, std::ostream& err) : o_(o), out_(out), err_(err) {}
+  Driver(EvolveOptions o, std::ostream& out, std::ostream& err)
+      : o_(std::move(o)), out_(out), err_(err) {}
 
   // Reads the inputs and prepares the output folder; the exit code on error.
   std::optional<int> Prepare();
   int Run();
 
  private:
-  struct Slot {
+  // A training under way.
+  struct Running {
     int index = 0;
     Trial trial;
     std::string log;
+    absl::Time started;
+    size_t rungs_seen = 0;  // milestones already judged (--prune)
+    std::optional<EvolveRow> pruned;  // its row once --prune stopped it
   };
 
   std::string IndName(int g, int i) const { return absl::StrCat("ind_", g, "_", i); }
@@ -148,11 +122,21 @@ class Driver {
   absl::Status Evaluate(int g, std::vector<Individual>& population);
   absl::Status Record(const EvolveRow& row);
   void Progress(int g, size_t queued, size_t running) const;
+  // One event of an individual: a line, or a JSON object with --output json.
+  void Note(const std::string& event, const std::string& name, const std::string& text,
+            const nlohmann::json& extra = nlohmann::json::object()) const;
+  // The milestone epochs (--prune) up to `epochs`.
+  std::vector<int> Rungs(size_t epochs) const;
+  // --prune: records the milestones `r` reached since last time; when
+  // `judge`, stops it if it is below the cutoff at one. Errors stop the run.
+  absl::Status JudgeRungs(const std::string& name, Running& r, bool judge);
 
-  const EvolveOptions& o_;
+  EvolveOptions o_;
   std::ostream& out_;
   std::ostream& err_;
   TrialLauncher launcher_;
+  std::unique_ptr<TrialBackend> backend_;
+  int parallel_ = 1;
   std::vector<GeneBound> meta_;
   std::vector<std::string> metric_names_, gene_names_;
   std::unique_ptr<Evolution> evolution_;
@@ -160,9 +144,10 @@ class Driver {
   std::map<std::pair<int, int>, EvolveRow> finished_;  // (generation, index)
   std::optional<EvolveRow> best_;
   std::ofstream csv_;
-  int done_ = 0, failed_ = 0;          // in the current generation
+  int done_ = 0, failed_ = 0, pruned_ = 0;  // in the current generation
   int trained_ = 0;                    // trainings finished by this process
   absl::Duration trained_time_;        // their wall time, summed
+  std::map<int, std::vector<double>> rung_fitness_;  // epoch -> this generation's values
 };
 
 std::optional<int> Driver::Prepare() {
@@ -179,6 +164,16 @@ std::optional<int> Driver::Prepare() {
   launcher_.nproc_per_node = o_.nproc_per_node;
   launcher_.max_restarts = o_.max_restarts;
   launcher_.program = o_.program;
+  launcher_.results_csv = o_.results_csv;
+  if (o_.prune && (o_.prune_grace < 1 || !(o_.prune_eta > 1.0))) {
+    return usage(absl::InvalidArgumentError(
+        "--prune-grace must be at least 1 and --prune-eta greater than 1"));
+  }
+  if (o_.prune && !IsTrainer(o_.program) && o_.results_csv.empty()) {
+    return usage(absl::InvalidArgumentError(
+        "--prune reads each individual's metrics per epoch: give the program's results CSV "
+        "with --results FILE"));
+  }
   if (!o_.meta_file.empty()) {
     absl::StatusOr<std::vector<GeneBound>> meta = LoadMeta(o_.meta_file);
     if (!meta.ok()) return usage(meta.status());
@@ -210,6 +205,10 @@ std::optional<int> Driver::Prepare() {
   std::error_code ec;
   std::filesystem::create_directories(o_.output_dir + "/logs", ec);
   if (ec) return usage(absl::InternalError(absl::StrCat(o_.output_dir, ": ", ec.message())));
+  // Absolute: the individuals' folders are named to programs that run
+  // elsewhere (another working folder, another node).
+  o_.output_dir = std::filesystem::canonical(o_.output_dir, ec).string();
+  if (ec) return usage(absl::InternalError(absl::StrCat(o_.output_dir, ": ", ec.message())));
   const std::string csv = o_.output_dir + "/evolve.csv";
   const bool exists = std::filesystem::exists(csv, ec);
   if (o_.resume) {
@@ -227,11 +226,22 @@ std::optional<int> Driver::Prepare() {
   csv_.open(csv, std::ios::app);
   if (!csv_) return usage(absl::InternalError(absl::StrCat(csv, ": cannot be written")));
   if (!exists) csv_ << EvolveCsvHeader(metric_names_, gene_names_) << "\n" << std::flush;
-  if (IsTrainer(o_.program)) {
+  if (IsTrainer(o_.program) && std::filesystem::exists(o_.program[0], ec)) {
     if (absl::Status st = CheckTrainerKeys(TrialOf(0, 0, population_[0])); !st.ok()) {
       return usage(st);
     }
   }
+  if (o_.cluster) {
+    absl::StatusOr<std::unique_ptr<TrialBackend>> backend = o_.cluster(o_);
+    if (!backend.ok()) {
+      err_ << "elastrun evolve: " << backend.status().message() << "\n";
+      return ExitCodeOf(backend.status());
+    }
+    backend_ = *std::move(backend);
+  } else {
+    backend_ = NewLocalBackend(launcher_);
+  }
+  parallel_ = o_.parallel > 0 ? o_.parallel : o_.cluster ? o_.population : 1;
   return std::nullopt;
 }
 
@@ -252,15 +262,12 @@ absl::Status Driver::CheckTrainerKeys(const Trial& trial) {
   const std::string log = o_.output_dir + "/logs/check_config.log";
   std::error_code ec;
   std::filesystem::remove(log, ec);
-  absl::StatusOr<pid_t> pid = StartChild(cmd, log);
-  if (!pid.ok()) return pid.status();
-  int status = 0;
-  while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+  absl::StatusOr<std::string> ended = RunToEnd(cmd, log);
+  if (!ended.ok()) return ended.status();
+  if (ended->empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "the program does not take these hyperparameters (", Describe(status), " from ",
-      cmd.argv[0], " --print-config with them):\n", Tail(log, 5),
+      "the program does not take these hyperparameters (", *ended, " from ", cmd.argv[0],
+      " --print-config with them):\n", Tail(log, 5),
       "each --meta name is a hyp.yaml key (given to elastrun-train as hyp.KEY) or a "
       "config key (optimizer.lr0)"));
 }
@@ -268,29 +275,99 @@ absl::Status Driver::CheckTrainerKeys(const Trial& trial) {
 absl::Status Driver::Record(const EvolveRow& row) {
   csv_ << EvolveCsvLine(row, metric_names_) << "\n" << std::flush;
   if (!csv_) return absl::InternalError(o_.output_dir + "/evolve.csv: cannot be written");
-  (row.status == "done" ? done_ : failed_)++;
+  (row.status == "done" ? done_ : row.status == "pruned" ? pruned_ : failed_)++;
   return absl::OkStatus();
 }
 
+void Driver::Note(const std::string& event, const std::string& name, const std::string& text,
+                  const nlohmann::json& extra) const {
+  if (o_.json) {
+    nlohmann::json j = extra;
+    j["event"] = event;
+    j["individual"] = name;
+    out_ << j.dump() << "\n" << std::flush;
+    return;
+  }
+  out_ << name << ": " << text << "\n" << std::flush;
+}
+
 void Driver::Progress(int g, size_t queued, size_t running) const {
-  std::string eta = "unknown";
+  std::optional<int64_t> eta_s;
   if (trained_ > 0) {
     const int64_t left =
         static_cast<int64_t>(queued + running) +
         static_cast<int64_t>(o_.generations - g - 1) * o_.population;
     const absl::Duration per = trained_time_ / trained_;
-    eta = FormatEta(per * left / std::max<int64_t>(1, std::min<int64_t>(o_.parallel, left)));
+    eta_s = absl::ToInt64Seconds(per * left /
+                                 std::max<int64_t>(1, std::min<int64_t>(parallel_, left)));
   }
-  out_ << absl::StrFormat("generation %d/%d: queued %d, running %d, done %d, failed %d; ",
-                          g + 1, o_.generations, queued, running, done_, failed_)
+  if (o_.json) {
+    nlohmann::json j = {{"event", "progress"}, {"generation", g + 1},
+                        {"generations", o_.generations}, {"queued", queued},
+                        {"running", running}, {"done", done_},
+                        {"failed", failed_}, {"pruned", pruned_}};
+    j["best_fitness"] = best_ ? nlohmann::json(best_->fitness) : nlohmann::json(nullptr);
+    j["eta_s"] = eta_s ? nlohmann::json(*eta_s) : nlohmann::json(nullptr);
+    out_ << j.dump() << "\n" << std::flush;
+    return;
+  }
+  out_ << absl::StrFormat("generation %d/%d: queued %d, running %d, done %d, failed %d", g + 1,
+                          o_.generations, queued, running, done_, failed_)
+       << (o_.prune ? absl::StrCat(", pruned ", pruned_) : "") << "; "
        << (best_ ? absl::StrCat("best fitness ", FormatNumber(best_->fitness))
                  : std::string("best fitness -"))
-       << "; ETA " << eta << "\n"
+       << "; ETA " << (eta_s ? FormatEta(absl::Seconds(*eta_s)) : "unknown") << "\n"
        << std::flush;
 }
 
+std::vector<int> Driver::Rungs(size_t epochs) const {
+  std::vector<int> rungs;
+  double at = o_.prune_grace;
+  while (at <= static_cast<double>(epochs)) {
+    const int epoch = static_cast<int>(std::lround(at));
+    if (rungs.empty() || epoch > rungs.back()) rungs.push_back(epoch);
+    at *= o_.prune_eta;
+  }
+  return rungs;
+}
+
+absl::Status Driver::JudgeRungs(const std::string& name, Running& r, bool judge) {
+  if (!o_.prune || r.pruned) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::map<std::string, double>>> rows =
+      ReadTrialRows(launcher_, r.trial);
+  if (!rows.ok()) {
+    if (absl::IsNotFound(rows.status())) return absl::OkStatus();  // not written yet
+    return rows.status();
+  }
+  const std::vector<int> rungs = Rungs(rows->size());
+  for (; r.rungs_seen < rungs.size(); ++r.rungs_seen) {
+    const int epoch = rungs[r.rungs_seen];
+    const std::map<std::string, double>& metrics = (*rows)[epoch - 1];
+    absl::StatusOr<double> fitness = WeightedFitness(metrics, o_.fitness);
+    if (!fitness.ok()) return fitness.status();
+    std::vector<double>& seen = rung_fitness_[epoch];
+    seen.push_back(*fitness);
+    const double cutoff = Quantile(seen, 1.0 - 1.0 / o_.prune_eta);
+    if (!judge || !(*fitness < cutoff)) continue;
+    const std::string why =
+        absl::StrCat("pruned at epoch ", epoch, ": fitness ", FormatNumber(*fitness),
+                     " below the generation's top 1/", FormatNumber(o_.prune_eta), " (",
+                     FormatNumber(cutoff), ")");
+    EvolveRow row{-1, r.index, "pruned", *fitness, {}, {}, why};
+    for (const std::string& m : metric_names_) row.metrics[m] = metrics.at(m);
+    r.pruned = row;
+    Note("pruned", name, why, {{"epoch", epoch}, {"fitness", *fitness}, {"cutoff", cutoff}});
+    if (absl::Status st = backend_->Stop(name, why); !st.ok() && !absl::IsNotFound(st)) {
+      return st;
+    }
+    break;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Driver::Evaluate(int g, std::vector<Individual>& population) {
-  done_ = failed_ = 0;
+  done_ = failed_ = pruned_ = 0;
+  rung_fitness_.clear();
   std::deque<int> queue;
   for (int i = 0; i < static_cast<int>(population.size()); ++i) {
     auto it = finished_.find({g, i});
@@ -310,60 +387,89 @@ absl::Status Driver::Evaluate(int g, std::vector<Individual>& population) {
       }
     }
     population[i].fitness = row.fitness;
-    (row.status == "done" ? done_ : failed_)++;
+    (row.status == "done" ? done_ : row.status == "pruned" ? pruned_ : failed_)++;
+    if (row.status != "failed") {  // its milestones count for the others' cutoffs
+      Running past{i, TrialOf(g, i, population[i]), "", {}, 0, {}};
+      if (absl::Status st = JudgeRungs(IndName(g, i), past, /*judge=*/false); !st.ok()) {
+        err_ << "elastrun evolve: warning: " << IndName(g, i) << ": " << st.message() << "\n";
+      }
+    }
   }
-  std::map<pid_t, Slot> running;
-  std::map<pid_t, absl::Time> started;
+  std::map<std::string, Running> running;
   while (!queue.empty() || !running.empty()) {
-    while (!queue.empty() && static_cast<int>(running.size()) < o_.parallel) {
+    while (!queue.empty() && static_cast<int>(running.size()) < parallel_) {
       const int i = queue.front();
       queue.pop_front();
-      Slot slot{i, TrialOf(g, i, population[i]),
-                absl::StrCat(o_.output_dir, "/logs/", IndName(g, i), ".log")};
-      EvolveRow row{g, i, "failed", 0.0, {}, population[i].genes, ""};
-      absl::StatusOr<TrialCommand> cmd = CommandFor(launcher_, slot.trial);
-      absl::StatusOr<pid_t> pid = cmd.ok() ? StartChild(*cmd, slot.log) : cmd.status();
-      if (!pid.ok()) {
-        row.reason = std::string(pid.status().message());
+      const std::string name = IndName(g, i);
+      Running r{i, TrialOf(g, i, population[i]),
+                absl::StrCat(o_.output_dir, "/logs/", name, ".log"), o_.clock->Now(), 0, {}};
+      absl::StatusOr<TrialCommand> cmd = ProgramCommand(launcher_, r.trial);
+      absl::Status st = cmd.ok() ? backend_->Start(name, *cmd, r.log) : cmd.status();
+      if (!st.ok()) {
+        if (absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ||
+            absl::IsUnauthenticated(st) || absl::IsPermissionDenied(st)) {
+          return st;  // the service, not the individual: stop, --resume goes on
+        }
+        EvolveRow row{g, i, "failed", 0.0, {}, population[i].genes, std::string(st.message())};
         population[i].fitness = 0.0;
-        if (absl::Status st = Record(row); !st.ok()) return st;
+        Note("failed", name, absl::StrCat("failed: ", row.reason), {{"reason", row.reason}});
+        if (absl::Status rec = Record(row); !rec.ok()) return rec;
+        finished_[{g, i}] = row;
         continue;
       }
-      started[*pid] = o_.clock->Now();
-      running.emplace(*pid, std::move(slot));
+      const std::string where = backend_->Where(name);
+      Note("started", name, absl::StrCat("started (", where, ")"), {{"where", where}});
+      running.emplace(name, std::move(r));
     }
     Progress(g, queue.size(), running.size());
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
+    absl::StatusOr<std::optional<TrialEnd>> ended =
+        backend_->WaitAny(o_.prune ? o_.poll : absl::InfiniteDuration());
+    if (!ended.ok()) return ended.status();
+    if (!ended->has_value()) {
+      for (auto& [name, r] : running) {
+        if (absl::Status st = JudgeRungs(name, r, /*judge=*/true); !st.ok()) {
+          return absl::Status(st.code(), absl::StrCat(name, ": ", st.message()));
+        }
+      }
+      continue;
     }
-    auto it = running.find(pid);
-    if (it == running.end()) continue;  // not an individual
-    const Slot slot = std::move(it->second);
+    const TrialEnd end = **ended;
+    auto it = running.find(end.name);
+    if (it == running.end()) continue;
+    Running r = std::move(it->second);
     running.erase(it);
-    trained_time_ += o_.clock->Now() - started[pid];
+    trained_time_ += o_.clock->Now() - r.started;
     ++trained_;
-    EvolveRow row{g, slot.index, "failed", 0.0, {}, population[slot.index].genes, ""};
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      row.reason = absl::StrCat("elastrun run: ", Describe(status), "; log ", slot.log);
+    EvolveRow row{g, r.index, "failed", 0.0, {}, population[r.index].genes, ""};
+    if (r.pruned) {
+      row.status = "pruned";
+      row.fitness = r.pruned->fitness;
+      row.metrics = r.pruned->metrics;
+      row.reason = r.pruned->reason;
+    } else if (!end.succeeded) {
+      row.reason = end.reason;
+      Note("failed", end.name, absl::StrCat("failed: ", row.reason), {{"reason", row.reason}});
     } else {
-      absl::StatusOr<std::map<std::string, double>> metrics =
-          ReadTrialMetrics(launcher_, slot.trial);
+      absl::StatusOr<std::map<std::string, double>> metrics = ReadTrialMetrics(launcher_, r.trial);
       absl::StatusOr<double> fitness =
           metrics.ok() ? WeightedFitness(*metrics, o_.fitness) : metrics.status();
       if (!fitness.ok()) {
         row.reason = std::string(fitness.status().message());
+        Note("failed", end.name, absl::StrCat("failed: ", row.reason), {{"reason", row.reason}});
       } else {
         row.status = "done";
         row.fitness = *fitness;
         for (const std::string& m : metric_names_) row.metrics[m] = metrics->at(m);
+        Note("done", end.name, absl::StrCat("done, fitness ", FormatNumber(*fitness)),
+             {{"fitness", *fitness}});
+        if (absl::Status st = JudgeRungs(end.name, r, /*judge=*/false); !st.ok()) {
+          err_ << "elastrun evolve: warning: " << end.name << ": " << st.message() << "\n";
+        }
       }
     }
-    population[slot.index].fitness = row.fitness;
+    population[r.index].fitness = row.fitness;
     if (absl::Status st = Record(row); !st.ok()) return st;
-    finished_[{g, slot.index}] = row;
+    finished_[{g, r.index}] = row;
   }
   Progress(g, 0, 0);
   return absl::OkStatus();
@@ -372,8 +478,9 @@ absl::Status Driver::Evaluate(int g, std::vector<Individual>& population) {
 int Driver::Run() {
   for (int g = 0; g < o_.generations; ++g) {
     if (absl::Status st = Evaluate(g, population_); !st.ok()) {
-      err_ << "elastrun evolve: " << st.message() << "\n";
-      return kExitFailed;
+      err_ << "elastrun evolve: " << st.message() << "\n"
+           << "elastrun evolve: continue with --resume " << o_.output_dir << "\n";
+      return *ExitCodeOf(st) == kExitUsage ? kExitFailed : *ExitCodeOf(st);
     }
     for (int i = 0; i < static_cast<int>(population_.size()); ++i) {
       const EvolveRow& row = finished_.at({g, i});
@@ -409,6 +516,16 @@ int Driver::Run() {
     err_ << "elastrun evolve: every individual failed; their reasons are in " << o_.output_dir
          << "/evolve.csv\n";
     return kExitFailed;
+  }
+  if (o_.json) {
+    out_ << nlohmann::json({{"event", "finished"},
+                            {"best_fitness", best_->fitness},
+                            {"generation", best_->generation},
+                            {"index", best_->index},
+                            {"hyp_evolve", o_.output_dir + "/hyp_evolve.yaml"}})
+                .dump()
+         << "\n";
+    return 0;
   }
   out_ << "elastrun evolve: best fitness " << FormatNumber(best_->fitness) << " (generation "
        << best_->generation << ", individual " << best_->index << "): " << o_.output_dir

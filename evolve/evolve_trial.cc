@@ -28,32 +28,61 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
   return buffer.str();
 }
 
-// The last row of a CSV with a header, by column name (names and values
-// trimmed: YOLOv5 pads its columns).
-absl::StatusOr<std::map<std::string, double>> LastCsvRow(const std::string& path) {
+// The rows of a CSV with a header, by column name (names and values
+// trimmed: YOLOv5 pads its columns); a value that is not a number is left
+// out of its row. A last line without its newline (the writer is mid-line)
+// is not read.
+absl::StatusOr<std::vector<std::map<std::string, double>>> CsvRows(const std::string& path) {
   absl::StatusOr<std::string> text = ReadAll(path);
   if (!text.ok()) return text.status();
   std::vector<std::string> lines;
-  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+  absl::string_view whole = *text;
+  if (const size_t end = whole.rfind('\n'); end != absl::string_view::npos) {
+    whole = whole.substr(0, end + 1);
+  } else {
+    whole = {};
+  }
+  for (absl::string_view line : absl::StrSplit(whole, '\n', absl::SkipWhitespace())) {
     lines.emplace_back(absl::StripAsciiWhitespace(line));
   }
-  if (lines.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": no row of metrics"));
-  }
+  if (lines.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no header"));
   const std::vector<std::string> names = absl::StrSplit(lines.front(), ',');
-  const std::vector<std::string> values = absl::StrSplit(lines.back(), ',');
-  if (names.size() != values.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ":", lines.size(), ": ", values.size(),
-                                                   " fields, the header has ", names.size()));
-  }
-  std::map<std::string, double> metrics;
-  for (size_t i = 0; i < names.size(); ++i) {
-    double v = 0.0;
-    if (absl::SimpleAtod(absl::StripAsciiWhitespace(values[i]), &v)) {
-      metrics[std::string(absl::StripAsciiWhitespace(names[i]))] = v;
+  std::vector<std::map<std::string, double>> rows;
+  for (size_t l = 1; l < lines.size(); ++l) {
+    const std::vector<std::string> values = absl::StrSplit(lines[l], ',');
+    if (names.size() != values.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", l + 1, ": ", values.size(),
+                                                     " fields, the header has ", names.size()));
+    }
+    std::map<std::string, double>& row = rows.emplace_back();
+    for (size_t i = 0; i < names.size(); ++i) {
+      double v = 0.0;
+      if (absl::SimpleAtod(absl::StripAsciiWhitespace(values[i]), &v)) {
+        row[std::string(absl::StripAsciiWhitespace(names[i]))] = v;
+      }
     }
   }
-  return metrics;
+  return rows;
+}
+
+absl::StatusOr<std::map<std::string, double>> LastCsvRow(const std::string& path) {
+  absl::StatusOr<std::vector<std::map<std::string, double>>> rows = CsvRows(path);
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no row of metrics"));
+  return rows->back();
+}
+
+// The results CSV of `trial`: --results's, else elastrun-train's
+// results.csv (detector) or metrics.csv (classifier); "" for neither.
+std::string CsvOf(const TrialLauncher& launcher, const Trial& trial) {
+  if (!launcher.results_csv.empty()) {
+    const std::string p = absl::StrReplaceAll(launcher.results_csv, {{"{dir}", trial.dir}});
+    return absl::StartsWith(p, "/") ? p : trial.dir + "/" + p;
+  }
+  if (!IsTrainer(launcher.program)) return "";
+  std::error_code ec;
+  if (std::filesystem::exists(trial.dir + "/metrics.csv", ec)) return trial.dir + "/metrics.csv";
+  return trial.dir + "/results.csv";
 }
 
 absl::StatusOr<std::map<std::string, double>> ReadJsonMetrics(const std::string& path) {
@@ -92,20 +121,14 @@ std::vector<std::string> ProgramArgs(const TrialLauncher& launcher, const Trial&
     return args;
   }
   for (size_t i = 1; i < args.size(); ++i) {
-    args[i] = absl::StrReplaceAll(args[i], {{"{hyp}", HypPath(trial)}});
+    args[i] = absl::StrReplaceAll(args[i], {{"{hyp}", HypPath(trial)}, {"{dir}", trial.dir}});
   }
   return args;
 }
 
-absl::StatusOr<TrialCommand> CommandFor(const TrialLauncher& launcher, const Trial& trial) {
+absl::StatusOr<TrialCommand> ProgramCommand(const TrialLauncher& launcher, const Trial& trial) {
   TrialCommand cmd;
-  cmd.argv = {launcher.elastrun,
-              "run",
-              "--nproc-per-node",
-              absl::StrCat(launcher.nproc_per_node),
-              "--max-restarts",
-              absl::StrCat(launcher.max_restarts)};
-  for (std::string& a : ProgramArgs(launcher, trial)) cmd.argv.push_back(std::move(a));
+  cmd.argv = ProgramArgs(launcher, trial);
   if (IsTrainer(launcher.program)) return cmd;
   std::string yaml;
   for (const auto& [name, value] : trial.hyp) {
@@ -120,16 +143,39 @@ absl::StatusOr<TrialCommand> CommandFor(const TrialLauncher& launcher, const Tri
   return cmd;
 }
 
+TrialCommand LocalCommand(const TrialLauncher& launcher, TrialCommand cmd) {
+  std::vector<std::string> argv = {launcher.elastrun,
+                                   "run",
+                                   "--nproc-per-node",
+                                   absl::StrCat(launcher.nproc_per_node),
+                                   "--max-restarts",
+                                   absl::StrCat(launcher.max_restarts)};
+  argv.insert(argv.end(), cmd.argv.begin(), cmd.argv.end());
+  cmd.argv = std::move(argv);
+  return cmd;
+}
+
 absl::StatusOr<std::map<std::string, double>> ReadTrialMetrics(const TrialLauncher& launcher,
                                                                const Trial& trial) {
-  if (!IsTrainer(launcher.program)) return ReadJsonMetrics(ResultsPath(trial));
+  const std::string csv = CsvOf(launcher, trial);
+  if (csv.empty()) return ReadJsonMetrics(ResultsPath(trial));
   std::error_code ec;
-  const std::string results = trial.dir + "/results.csv";
-  if (std::filesystem::exists(results, ec)) return LastCsvRow(results);
-  const std::string metrics = trial.dir + "/metrics.csv";
-  if (std::filesystem::exists(metrics, ec)) return LastCsvRow(metrics);
-  return absl::NotFoundError(
-      absl::StrCat(trial.dir, ": the training wrote neither results.csv nor metrics.csv"));
+  if (!std::filesystem::exists(csv, ec) && launcher.results_csv.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(trial.dir, ": the training wrote neither results.csv nor metrics.csv"));
+  }
+  return LastCsvRow(csv);
+}
+
+absl::StatusOr<std::vector<std::map<std::string, double>>> ReadTrialRows(
+    const TrialLauncher& launcher, const Trial& trial) {
+  const std::string csv = CsvOf(launcher, trial);
+  if (csv.empty()) {
+    return absl::FailedPreconditionError(
+        "the program reports its metrics once (results.json), not per epoch: give its "
+        "results CSV with --results FILE");
+  }
+  return CsvRows(csv);
 }
 
 }  // namespace elastrun::evolve

@@ -9,9 +9,10 @@
 //     key as it is) plus train.output_dir=DIR; the metrics are the last row
 //     of DIR/results.csv (the detector) or DIR/metrics.csv (the classifier).
 //   - any other program: a YAML of the hyperparameters at DIR/hyp.yaml,
-//     named by $ELASTRUN_HYP and replacing `{hyp}` in its arguments; the
-//     metrics are the JSON object of numbers it writes to $ELASTRUN_RESULTS
-//     (DIR/results.json).
+//     named by $ELASTRUN_HYP and replacing `{hyp}` in its arguments (`{dir}`
+//     becomes DIR); the metrics are the last row of its results CSV by
+//     column names (--results FILE, relative to DIR), else the JSON object
+//     of numbers it writes to $ELASTRUN_RESULTS (DIR/results.json).
 // Functions only; no state.
 #ifndef ELASTRUN_EVOLVE_EVOLVE_TRIAL_H_
 #define ELASTRUN_EVOLVE_EVOLVE_TRIAL_H_
@@ -31,6 +32,9 @@ struct TrialLauncher {
   int nproc_per_node = 1;             // `elastrun run --nproc-per-node`
   int max_restarts = 0;               // `elastrun run --max-restarts`
   std::vector<std::string> program;   // PROGRAM ARGS..., not empty
+  // The program's results CSV, relative to the individual's folder (or
+  // absolute, `{dir}` replaced); "": elastrun-train's, or results.json.
+  std::string results_csv;
 };
 
 // One individual to train: its hyperparameters by gene name and its folder.
@@ -53,19 +57,30 @@ bool IsTrainer(const std::vector<std::string>& program);
 std::string TrainerKey(const std::string& name);
 
 // The program's own command line for `trial` (without `elastrun run`):
-// elastrun-train's overrides appended, or `{hyp}` replaced.
+// elastrun-train's overrides appended, or `{hyp}` and `{dir}` replaced.
 std::vector<std::string> ProgramArgs(const TrialLauncher& launcher, const Trial& trial);
 
-// The `elastrun run ... PROGRAM ARGS` command of `trial`. For a program
-// other than elastrun-train, writes DIR/hyp.yaml first (and removes an old
-// DIR/results.json); Internal naming the file when it cannot be written.
-absl::StatusOr<TrialCommand> CommandFor(const TrialLauncher& launcher, const Trial& trial);
+// The program's command of `trial`, with the environment it needs. For a
+// program other than elastrun-train, writes DIR/hyp.yaml first (and
+// removes an old DIR/results.json); Internal naming the file when it cannot
+// be written.
+absl::StatusOr<TrialCommand> ProgramCommand(const TrialLauncher& launcher, const Trial& trial);
+
+// The `elastrun run --nproc-per-node N --max-restarts R` prefix of `cmd`.
+TrialCommand LocalCommand(const TrialLauncher& launcher, TrialCommand cmd);
 
 // The metrics `trial` left behind (see the file comment). NotFound when
 // the file is missing; InvalidArgument naming the file when it does not
 // parse or holds no row.
 absl::StatusOr<std::map<std::string, double>> ReadTrialMetrics(const TrialLauncher& launcher,
                                                                const Trial& trial);
+
+// Every row of the trial's results CSV so far (one per epoch), oldest
+// first; for --prune. NotFound while the file is not written yet;
+// FailedPrecondition for a program that reports through results.json
+// only (no per-epoch rows).
+absl::StatusOr<std::vector<std::map<std::string, double>>> ReadTrialRows(
+    const TrialLauncher& launcher, const Trial& trial);
 
 }  // namespace elastrun::evolve
 

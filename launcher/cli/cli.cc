@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/flags.h"
 #include "common/strings.h"
@@ -23,9 +24,11 @@
 #include "evolve/evolve_flags.h"
 #include "launcher/cli/command_table.h"
 #include "launcher/cli/commands.h"
+#include "launcher/cli/evolve_cluster.h"
 #include "launcher/cli/identity.h"
 #include "launcher/cli/run.h"
 #include "launcher/cli/run_multinode.h"
+#include "launcher/cli/spec.h"
 
 extern char** environ;
 
@@ -52,6 +55,24 @@ void AddJobCommand(CLI::App* app, const CommandInfo& info) {
   for (const FlagInfo& f : internal::ServiceFlags()) AddFlag(sub, f, "Service flags (every job command)");
   // The JOB id, job file and overrides; not listed among the flags.
   if (info.takes_words) sub->add_option("words")->expected(-1)->group("");
+}
+
+// `elastrun evolve`'s flags, with the service flags of the job commands.
+void AddEvolveCommandFlags(CLI::App* app, evolve::EvolveFlags* values) {
+  AddEvolveFlags(app, values);
+  const std::string group = "Service flags (with a service, each individual is a job)";
+  for (const FlagInfo& f : internal::ServiceFlags()) {
+    if (std::string(f.names) != "--rendezvous") {
+      AddFlag(app, f, group);
+      continue;
+    }
+    AddFlag(app,
+            FlagInfo{"--rendezvous", "HOST:PORT",
+                     "the elastrun-rendezvous service (default\n"
+                     "$ELASTRUN_RENDEZVOUS; neither: every individual\n"
+                     "runs on this machine)"},
+            group);
+  }
 }
 
 // A parsed job command's words and flags (by their first long name).
@@ -158,11 +179,11 @@ std::unique_ptr<Cli> NewCli() {
                                "(torchrun's flags)",
                                kRunIntro, kRunFooter);
   AddRunFlags(cli->run);
-  AddEvolveFlags(flags::AddCommand(cli->app.get(), "evolve",
-                                   "evolve hyperparameters: YOLOv5's genetic algorithm, its\n"
-                                   "individuals trained by `elastrun run` on this node",
-                                   evolve::kEvolveIntro, evolve::kEvolveFooter),
-                 &cli->evolve_flags);
+  AddEvolveCommandFlags(flags::AddCommand(cli->app.get(), "evolve",
+                                          "evolve hyperparameters: YOLOv5's genetic algorithm,\n"
+                                          "each individual a job (or `elastrun run` here)",
+                                          evolve::kEvolveIntro, evolve::kEvolveFooter),
+                        &cli->evolve_flags);
   for (const CommandInfo& c : internal::JobCommands()) AddJobCommand(cli->app.get(), c);
   cli->help = flags::AddCommand(cli->app.get(), "help", "describe a command",
                                 "usage: elastrun help [COMMAND]\n\n"
@@ -224,12 +245,14 @@ int Run(const std::vector<std::string>& args, const CliContext& ctx) {
   return ctx.run(*options);
 }
 
-// `elastrun evolve [FLAGS] -- PROGRAM ARGS`, parsed alone as `run` is.
+// `elastrun evolve [FLAGS] -- PROGRAM ARGS`, parsed alone as `run` is. A
+// service given by --rendezvous or $ELASTRUN_RENDEZVOUS makes each
+// individual a job of it.
 int Evolve(const std::vector<std::string>& args, const CliContext& ctx) {
   std::unique_ptr<CLI::App> app = flags::NewApp("elastrun evolve", evolve::kEvolveIntro,
                                                 evolve::kEvolveFooter, /*version=*/false);
   evolve::EvolveFlags values;
-  AddEvolveFlags(app.get(), &values);
+  AddEvolveCommandFlags(app.get(), &values);
   std::vector<std::string> words = args, program;
   if (auto dash = std::find(words.begin(), words.end(), "--"); dash != words.end()) {
     program.assign(dash + 1, words.end());
@@ -241,9 +264,41 @@ int Evolve(const std::vector<std::string>& args, const CliContext& ctx) {
     return kExitOk;
   }
   if (parsed.kind != flags::Outcome::kOk) return Usage(ctx, parsed.where, parsed.message);
+  ParsedArgs a = FromApp(*app);
+  a.command = "evolve";
+  std::optional<std::string> env_service = ctx.env ? ctx.env("ELASTRUN_RENDEZVOUS") : std::nullopt;
+  const bool cluster = a.Has("--rendezvous") || (env_service && !env_service->empty());
   absl::StatusOr<evolve::EvolveOptions> options =
-      evolve::EvolveOptionsFrom(std::move(values), std::move(program));
+      evolve::EvolveOptionsFrom(std::move(values), std::move(program), cluster);
   if (!options.ok()) return Usage(ctx, "elastrun evolve", std::string(options.status().message()));
+  if (cluster) {
+    if (absl::Status st = FinishJobFlags(ctx, a); !st.ok()) {
+      return Usage(ctx, "elastrun evolve", std::string(st.message()));
+    }
+    v1::JobSpec base = DefaultJobSpec();
+    const std::vector<std::string> nodes = absl::StrSplit(options->nnodes, ':');
+    base.set_min_nodes(std::stoi(nodes.front()));
+    base.set_max_nodes(std::stoi(nodes.back()));
+    base.set_nproc_per_node(options->nproc_per_node);
+    base.set_max_restarts(options->max_restarts);
+    // As `submit`: the workers run where evolve stands, with its environment.
+    if (absl::Status st = ApplyExport(
+            "ALL", ctx.environment ? ctx.environment() : std::vector<std::string>(), &base);
+        !st.ok()) {
+      return Usage(ctx, "elastrun evolve", std::string(st.message()));
+    }
+    if (ctx.cwd) base.set_working_dir(ctx.cwd());
+    options->cluster = [service = a.service, base, connect = ctx.connect](
+                           const evolve::EvolveOptions& o)
+        -> absl::StatusOr<std::unique_ptr<evolve::TrialBackend>> {
+      EvolveClusterOptions c;
+      c.client = connect(service);
+      c.base = base;
+      c.output_dir = o.output_dir;
+      c.retry_for = service.retry_for;
+      return NewClusterBackend(std::move(c));
+    };
+  }
   return ctx.evolve(*options);
 }
 
