@@ -41,6 +41,9 @@ class TrialBackend {
   virtual absl::Status Stop(const std::string& name, const std::string& why) = 0;
   // Where the individual runs, for the progress lines ("job evo-1-0-3").
   virtual std::string Where(const std::string& name) const = 0;
+  // How many started trainings still wait for slots (a job the service
+  // has queued), as of the last WaitAny.
+  virtual int Waiting() const { return 0; }
 };
 
 // `elastrun run --nproc-per-node N --max-restarts R PROGRAM ARGS` children

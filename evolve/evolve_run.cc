@@ -421,7 +421,8 @@ absl::Status Driver::Evaluate(int g, std::vector<Individual>& population) {
       Note("started", name, absl::StrCat("started (", where, ")"), {{"where", where}});
       running.emplace(name, std::move(r));
     }
-    Progress(g, queue.size(), running.size());
+    const size_t waiting = std::min<size_t>(backend_->Waiting(), running.size());
+    Progress(g, queue.size() + waiting, running.size() - waiting);
     absl::StatusOr<std::optional<TrialEnd>> ended =
         backend_->WaitAny(o_.prune ? o_.poll : absl::InfiniteDuration());
     if (!ended.ok()) return ended.status();

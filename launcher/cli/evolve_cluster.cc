@@ -120,6 +120,8 @@ class ClusterBackend : public evolve::TrialBackend {
         } else if (!job.ok()) {
           return job.status();
         } else if (!Finished(job->state())) {
+          it->second.queued = job->state() == v1::JOB_STATE_PENDING &&
+                              job->phase() == v1::ROUND_PHASE_QUEUED;
           continue;
         } else {
           CopyLog(it->second);
@@ -151,6 +153,12 @@ class ClusterBackend : public evolve::TrialBackend {
     return st.status();
   }
 
+  int Waiting() const override {
+    int n = 0;
+    for (const auto& [name, job] : running_) n += job.queued;
+    return n;
+  }
+
   std::string Where(const std::string& name) const override {
     auto it = running_.find(name);
     if (it == running_.end()) return "";
@@ -162,6 +170,7 @@ class ClusterBackend : public evolve::TrialBackend {
     std::string id, log;
     std::string stopped;  // why Stop cancelled it
     bool adopted = false;
+    bool queued = false;  // the service had not placed it at the last look
   };
 
   // "ind_3_7" -> "evolve-<run>-3-7".
