@@ -1,7 +1,7 @@
 // `elastrun evolve` end to end on this machine: the real elastrun, elastrun
 // run children and elastrun-train (the classifier on tiny synthetic data),
 // behind a wrapper named elastrun-train that records each training start and
-// fails one individual on purpose.
+// fails one individual on purpose; and --prune with a shell individual.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -184,6 +184,68 @@ TEST_F(EvolveCliTest, AGeneTheProgramDoesNotTakeIsAnErrorBeforeTraining) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "no_such_key")) << r.output;
   EXPECT_FALSE(testing::FileExists(starts_));
+}
+
+// --prune with a program that is not elastrun-train: the hyperparameters
+// from $ELASTRUN_HYP, the metrics from its results CSV by column
+// (--results, {dir}). The four individuals are given (--evolve-population)
+// and train one at a time, so the milestone's cutoffs are known: with
+// eta 2, the median of the values seen at epoch 1 so far. An individual
+// with x < 0.5 writes epoch 1 and then waits to be stopped (failing after
+// a minute if it is not); the others write epoch 2 and end.
+TEST(EvolvePruneTest, IndividualsBelowTheMedianAtTheMilestoneAreStopped) {
+  const std::string dir = testing::MakeTempDir("evolve_prune");
+  const std::string program = dir + "/individual.sh";
+  auto write = [](const std::string& path, const std::string& text) {
+    FILE* f = fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr) << path;
+    fputs(text.c_str(), f);
+    fclose(f);
+  };
+  write(program,
+        "#!/bin/sh\n"
+        "x=$(sed -n 's/^x: //p' \"$ELASTRUN_HYP\")\n"
+        "printf 'epoch,score\\n1,%s\\n' \"$x\" > \"$1/results.csv\"\n"
+        "case \"$x\" in 0.[0-4]*) i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done;"
+        " echo 'not stopped' >&2; exit 1;; esac\n"
+        "printf '2,%s\\n' \"$x\" >> \"$1/results.csv\"\n");
+  ASSERT_EQ(chmod(program.c_str(), 0755), 0);
+  write(dir + "/meta.yaml", "x: [true, 0.0, 1.0]\n");
+  ASSERT_EQ(mkdir((dir + "/given").c_str(), 0755), 0);
+  write(dir + "/given/population.yaml", "- x: 0.9\n- x: 0.2\n- x: 0.8\n- x: 0.1\n");
+  const std::string out = dir + "/out";
+  absl::StatusOr<testing::RunResult> r = testing::Run(
+      {BinDir() + "/elastrun", "evolve", "--population", "4", "--generations", "1",
+       "--parallel", "1", "--meta", dir + "/meta.yaml", "--evolve-population", dir + "/given",
+       "--fitness", "score=1", "--results", "results.csv", "--prune", "--prune-grace", "1",
+       "--prune-eta", "2", "--output-dir", out, "--", program, "{dir}"},
+      {}, absl::Seconds(200));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->output;
+  std::map<std::string, std::vector<std::string>> rows;
+  for (absl::string_view line :
+       absl::StrSplit(testing::ReadFile(out + "/evolve.csv"), '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(',', 6));
+    ASSERT_EQ(f.size(), 7u) << line;
+    rows[f[1]] = f;
+  }
+  ASSERT_EQ(rows.size(), 5u) << r->output;
+  EXPECT_EQ(rows["index"][4], "score");
+  EXPECT_EQ(rows["index"][5], "x");
+  // index -> status, fitness: 0.9 (first there: nothing to compare with),
+  // 0.2 < median(0.9, 0.2) = 0.55, 0.8 = median(0.9, 0.2, 0.8), 0.1 <
+  // median(0.9, 0.2, 0.8, 0.1) = 0.5.
+  const std::map<std::string, std::pair<std::string, std::string>> want = {
+      {"0", {"done", "0.9"}}, {"1", {"pruned", "0.2"}}, {"2", {"done", "0.8"}},
+      {"3", {"pruned", "0.1"}}};
+  for (const auto& [index, w] : want) {
+    EXPECT_EQ(rows[index][2], w.first) << index << ": " << rows[index][6];
+    EXPECT_EQ(rows[index][3], w.second) << index;
+  }
+  EXPECT_TRUE(absl::StrContains(rows["1"][6], "pruned at epoch 1")) << rows["1"][6];
+  EXPECT_TRUE(absl::StrContains(rows["3"][6], "(0.5)")) << rows["3"][6];
+  EXPECT_TRUE(absl::StrContains(r->output, "ind_0_3: pruned at epoch 1")) << r->output;
+  EXPECT_TRUE(absl::StrContains(r->output, "pruned 2")) << r->output;
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ const char kEvolveIntro[] =
     "evolve.csv, and its generation goes on.\n"
     "\n"
     "PROGRAM elastrun-train takes each hyperparameter as a config override (a\n"
-    "YOLOv5 hyp name such as lr0 as hyp.lr0, the detector's section; a dotted\n"
+    "YOLOv5 hyp name such as lr0 as ++hyp.lr0, the detector's section; a dotted\n"
     "name such as optimizer.lr0 as it is) and train.output_dir=DIR/ind_G_I; its\n"
     "metrics are the last row of results.csv (detector) or metrics.csv\n"
     "(classifier). Any other PROGRAM reads the hyperparameters from the YAML at\n"
@@ -83,7 +83,8 @@ void AddEvolveFlags(CLI::App* app, EvolveFlags* flags) {
       ->type_name("FILE");
   app->add_option("--meta", o.meta_file,
                   "the meta table as YAML, `name: [evolve, lower, upper]` (default: "
-                  "YOLOv5's, over its hyp names)")
+                  "YOLOv5's, over its hyp names, without copy_paste and anchors, which "
+                  "the detector does not take)")
       ->type_name("FILE");
   app->add_option("--evolve-population", o.population_dir,
                   "the first individuals: the YAMLs of DIR (a mapping or a list of "

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/config/config.h"
+#include "common/config/loader.h"
 
 namespace elastrun::evolve {
 namespace {
@@ -140,7 +141,10 @@ absl::StatusOr<std::vector<std::map<std::string, double>>> LoadIndividuals(
   std::sort(files.begin(), files.end());
   std::vector<std::map<std::string, double>> out;
   for (const std::string& file : files) {
-    absl::StatusOr<config::Node> root = config::LoadConfig(file);
+    // A mapping or a list: not a config (whose top level is a mapping).
+    absl::StatusOr<std::string> text = config::ReadFileFromDisk(file, 64 << 20);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<config::Node> root = config::ParseYamlValue(*text, file);
     if (!root.ok()) return root.status();
     if (root->is_map()) {
       absl::StatusOr<std::map<std::string, double>> one = NumbersOf(*root);

@@ -179,7 +179,12 @@ std::optional<int> Driver::Prepare() {
     if (!meta.ok()) return usage(meta.status());
     meta_ = *std::move(meta);
   } else {
-    meta_ = DefaultMeta();
+    // The seed's table but two genes the detector does not take: it has
+    // no segment labels for copy_paste, and 3 anchors per output layer
+    // (the seed evolves their count, 2 to 10).
+    for (GeneBound& g : DefaultMeta()) {
+      if (g.name != "copy_paste" && g.name != "anchors") meta_.push_back(std::move(g));
+    }
   }
   absl::StatusOr<std::map<std::string, double>> base = BaseValues(o_.hyp_file);
   if (!base.ok()) return usage(base.status());
@@ -268,7 +273,7 @@ absl::Status Driver::CheckTrainerKeys(const Trial& trial) {
   return absl::InvalidArgumentError(absl::StrCat(
       "the program does not take these hyperparameters (", *ended, " from ", cmd.argv[0],
       " --print-config with them):\n", Tail(log, 5),
-      "each --meta name is a hyp.yaml key (given to elastrun-train as hyp.KEY) or a "
+      "each --meta name is a hyp.yaml key (given to elastrun-train as ++hyp.KEY) or a "
       "config key (optimizer.lr0)"));
 }
 
@@ -407,8 +412,11 @@ absl::Status Driver::Evaluate(int g, std::vector<Individual>& population) {
       absl::Status st = cmd.ok() ? backend_->Start(name, *cmd, r.log) : cmd.status();
       if (!st.ok()) {
         if (absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ||
-            absl::IsUnauthenticated(st) || absl::IsPermissionDenied(st)) {
-          return st;  // the service, not the individual: stop, --resume goes on
+            absl::IsUnauthenticated(st) || absl::IsPermissionDenied(st) ||
+            absl::IsFailedPrecondition(st) || absl::IsInvalidArgument(st)) {
+          // The service, or a job spec it refuses (too many workers for
+          // its nodes): every individual alike. Stop; --resume goes on.
+          return absl::Status(st.code(), absl::StrCat(name, ": ", st.message()));
         }
         EvolveRow row{g, i, "failed", 0.0, {}, population[i].genes, std::string(st.message())};
         population[i].fitness = 0.0;

@@ -27,7 +27,8 @@ struct EvolveOptions {
   int generations = 10;           // generations to evaluate, >= 1
   int population = 50;            // individuals per generation, >= 2
   std::string hyp_file;           // the fixed genes' values ("": the detector's defaults)
-  std::string meta_file;          // the meta table ("": DefaultMeta())
+  std::string meta_file;          // the meta table ("": DefaultMeta() but
+                                  // copy_paste and anchors)
   std::string population_dir;     // the first individuals ("": all random)
   bool resume = false;            // continue the run in output_dir
   int parallel = 0;               // individuals training at once (0: 1 locally,

@@ -108,7 +108,8 @@ bool IsTrainer(const std::vector<std::string>& program) {
 }
 
 std::string TrainerKey(const std::string& name) {
-  return absl::StrContains(name, '.') ? name : "hyp." + name;
+  // `++`: set or add; the detector's config need not list every hyp key.
+  return absl::StrContains(name, '.') ? name : "++hyp." + name;
 }
 
 std::vector<std::string> ProgramArgs(const TrialLauncher& launcher, const Trial& trial) {

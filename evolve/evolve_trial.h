@@ -4,8 +4,8 @@
 //
 // Two kinds of program:
 //   - elastrun-train (the program's basename): the hyperparameters go in as
-//     config overrides (a YOLOv5 hyp name `lr0` becomes `hyp.lr0`, the
-//     detector's section; a dotted name such as `optimizer.lr0` is a config
+//     config overrides (a YOLOv5 hyp name `lr0` becomes `++hyp.lr0`,
+//     the detector's section; a dotted name such as `optimizer.lr0` is a config
 //     key as it is) plus train.output_dir=DIR; the metrics are the last row
 //     of DIR/results.csv (the detector) or DIR/metrics.csv (the classifier).
 //   - any other program: a YAML of the hyperparameters at DIR/hyp.yaml,
@@ -53,7 +53,9 @@ struct TrialCommand {
 // Whether `program` is elastrun-train (by its basename).
 bool IsTrainer(const std::vector<std::string>& program);
 
-// The config key that takes gene `name` in elastrun-train.
+// The config override's left side that takes gene `name` in elastrun-train:
+// "++hyp.NAME" for a hyp.yaml name (set or added; the detector checks it),
+// the name itself for a dotted config key (which must exist).
 std::string TrainerKey(const std::string& name);
 
 // The program's own command line for `trial` (without `elastrun run`):

@@ -21,6 +21,8 @@ PACKAGES=(
   # reference PyTorch (tests run real torchrun-style scripts; benches compare);
   # torchvision's box ops and NMS are the detector's references
   python3 python3-torch python3-torchvision
+  # Optuna's TPE: the tuning anchor of bench/evolve_bench.py
+  python3-optuna
   # data for the trainer
   dataset-fashion-mnist
   # TLS tests make their certificates with the openssl program

@@ -446,6 +446,27 @@ TEST_F(DetectE2eTest, FreshRunKeepsTheEarlierRunsRecord) {
 // Bad inputs, one process each: a corrupt image is left out and named, a
 // box beyond its image clipped and counted; what cannot train is an error
 // naming the file, line, key or folder. Never a crash.
+// The detector's hyp is checked when the config loads, so that
+// --print-config (which `elastrun evolve` runs before training anything)
+// refuses what training would.
+TEST_F(DetectE2eTest, PrintConfigChecksTheHyp) {
+  auto print = [&](const std::string& override_) {
+    return RunAlone({"--config", config_, override_, "--print-config"});
+  };
+  testing::RunResult ok = print("++hyp.anchor_t=4.5");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_THAT(ok.output, HasSubstr("anchor_t: 4.5")) << ok.output;
+  for (const auto& [override_, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"++hyp.nonsense=1", "unknown key 'nonsense' for hyp"},
+           {"++hyp.copy_paste=0.5", "copy_paste needs segment labels"},
+           {"++hyp.anchors=5", "anchors per output layer must be 3"}}) {
+    testing::RunResult r = print(override_);
+    EXPECT_EQ(r.exit_code, 2) << override_ << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << r.output;
+  }
+}
+
 TEST_F(DetectE2eTest, BadInputIsAClearError) {
   const std::string base = MakeDataset("data");
   ASSERT_FALSE(base.empty());

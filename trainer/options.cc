@@ -7,6 +7,7 @@
 #include "common/config/config.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
+#include "trainer/detect/hyp.h"
 
 namespace elastrun::trainer {
 
@@ -257,6 +258,18 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& path,
           "' (a trainer config has model, optimizer, scheduler, data, train)"));
     }
   }
+  // Every top-level key is a section the trainer reads: a misspelt one, or
+  // YOLOv5's hyperparameters given to a model that has none, is an error
+  // rather than silently ignored.
+  for (const config::MapEntry& e : root.entries()) {
+    if (e.key == "model" || e.key == "optimizer" || e.key == "scheduler" || e.key == "data" ||
+        e.key == "train" || e.key == "hyp") {
+      continue;
+    }
+    return config::ErrorAt(e.value.mark(), e.key,
+                           "not a section of a trainer config (model, optimizer, scheduler, "
+                           "data, train, and hyp for the detector)");
+  }
   ASSIGN_OR_RETURN(Node data, DataSchema().Apply(*root.Find("data"), "data"));
   ASSIGN_OR_RETURN(Node train, TrainSchema().Apply(*root.Find("train"), "train"));
   out.data = DataOptionsFrom(data);
@@ -284,6 +297,20 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& path,
   for (const char* section : {"model", "optimizer", "scheduler"}) {
     absl::StatusOr<config::Object> object = config::InstantiateAt(root, section);
     if (!object.ok()) return object.status();
+  }
+  // The detector's hyperparameters (data.hyp and the hyp section) are
+  // checked here, so that --print-config refuses what training would.
+  const Node* target = root.Find("model")->Find("_target_");
+  const bool detector = target != nullptr && target->kind() == Node::Kind::kString &&
+                        target->as_string() == "YoloV5";
+  if (const Node* hyp = root.Find("hyp"); hyp != nullptr && !detector) {
+    return config::ErrorAt(hyp->mark(), "hyp",
+                           "only the detector (model._target_: YoloV5) takes YOLOv5's "
+                           "hyperparameters");
+  }
+  if (detector) {
+    absl::StatusOr<detect::Hyp> hyp = detect::LoadHyp(out.data.hyp, root.Find("hyp"));
+    if (!hyp.ok()) return hyp.status();
   }
   return out;
 }

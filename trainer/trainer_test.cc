@@ -522,6 +522,11 @@ TEST(ConfigTest, ErrorsNameTheKey) {
   EXPECT_THAT(error({"optimizer._target_=Adam"}), HasSubstr("AdamW"));
   EXPECT_THAT(error({"+train.bogus=1"}), HasSubstr("train.bogus"));
   EXPECT_THAT(error({"data.batch_size=0"}), HasSubstr("data.batch_size"));
+  // A section the trainer does not read, or YOLOv5's hyperparameters for a
+  // model without them, is refused rather than ignored.
+  EXPECT_THAT(error({"++optimiser.lr0=0.1"}),
+              HasSubstr("optimiser: not a section of a trainer config"));
+  EXPECT_THAT(error({"++hyp.lr0=0.1"}), HasSubstr("hyp: only the detector"));
 }
 
 TEST(DataTest, MissingDataFileIsAClearError) {

@@ -27,7 +27,7 @@ struct EvolveClusterOptions {
   // individual's env are set per individual.
   v1::JobSpec base;
   std::string output_dir;  // the run's folder: evolve_run_id, evolve_jobs.csv
-  absl::Duration poll = absl::Milliseconds(500);  // between two looks at the jobs
+  absl::Duration poll = absl::Milliseconds(100);  // between two looks at the jobs
   // How long a service that cannot be reached is retried before the run
   // stops (--retry-for); --resume continues it.
   absl::Duration retry_for = absl::Seconds(60);
