@@ -93,10 +93,18 @@ absl::Status CheckCommand(const v1::JobSpec& spec) {
     return Bad("argv", absl::StrFormat("%d arguments; at most %d", spec.argv_size(),
                                        kMaxArgs));
   }
+  // exec takes C strings: a NUL would cut the value short on the node.
+  constexpr absl::string_view kNul = "contains a NUL byte, which exec would cut it at";
+  // What exec copies: every string with its NUL and its pointer.
+  size_t exec_bytes = 0;
   for (int i = 0; i < spec.argv_size(); ++i) {
     if (spec.argv(i).size() > kMaxSpecStringLength) {
       return Bad(absl::StrFormat("argv[%d]", i), "too long");
     }
+    if (spec.argv(i).find('\0') != std::string::npos) {
+      return Bad(absl::StrFormat("argv[%d]", i), kNul);
+    }
+    exec_bytes += spec.argv(i).size() + 1 + sizeof(char*);
   }
   if (spec.env_size() > kMaxEnv) {
     return Bad("env", absl::StrFormat("%d variables; at most %d", spec.env_size(), kMaxEnv));
@@ -110,10 +118,19 @@ absl::Status CheckCommand(const v1::JobSpec& spec) {
     if (value.size() > kMaxSpecStringLength) {
       return Bad(absl::StrCat("env.", name), "value too long");
     }
+    if (value.find('\0') != std::string::npos) return Bad(absl::StrCat("env.", name), kNul);
+    exec_bytes += name.size() + value.size() + 2 + sizeof(char*);
+  }
+  if (exec_bytes > kMaxExecBytes) {
+    return Bad("argv", absl::StrFormat("%d bytes of arguments and environment; a worker "
+                                       "could never start (exec takes at most %d here, "
+                                       "with the daemon's own variables)",
+                                       exec_bytes, kMaxExecBytes));
   }
   if (spec.working_dir().size() > kMaxSpecStringLength) {
     return Bad("working_dir", "too long");
   }
+  if (spec.working_dir().find('\0') != std::string::npos) return Bad("working_dir", kNul);
   return absl::OkStatus();
 }
 

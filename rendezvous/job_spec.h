@@ -3,6 +3,8 @@
 #ifndef ELASTRUN_RENDEZVOUS_JOB_SPEC_H_
 #define ELASTRUN_RENDEZVOUS_JOB_SPEC_H_
 
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "elastrun/v1/types.pb.h"
 #include "rendezvous/types.h"
@@ -14,6 +16,10 @@ inline constexpr int kMaxArgs = 4096;
 inline constexpr int kMaxEnv = 4096;
 inline constexpr int kMaxSpecStringLength = 64 * 1024;
 inline constexpr int kMaxJobNameLength = 64;
+// argv and env together, as exec counts them (each string, its NUL and its
+// pointer): Linux's limit is a quarter of the stack limit, 2 MiB by
+// default; half of that leaves room for the daemon's contract variables.
+inline constexpr size_t kMaxExecBytes = 1 << 20;
 
 // Default timeouts for a spec that leaves them unset.
 inline constexpr absl::Duration kDefaultLastCallTimeout = absl::Seconds(1);
@@ -23,7 +29,8 @@ inline constexpr absl::Duration kDefaultJoinTimeout = absl::Seconds(600);
 // ("spec.nproc_per_node: ...") and says what a valid value is: name charset
 // and length, min_nodes/max_nodes (1 <= MIN <= MAX <= kMaxNodes),
 // nproc_per_node (1..kMaxLocalWorldSize), max_restarts >= 0, argv non-empty
-// with a non-empty program, env names, negative or oversized durations.
+// with a non-empty program, env names, a NUL in argv, env or working_dir,
+// argv + env beyond kMaxExecBytes, negative or oversized durations.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // The spec with defaults filled in: name "job", timeouts. Call after

@@ -96,6 +96,27 @@ TEST(JobSpecTest, EveryErrorNamesItsField) {
   ExpectBad(s, "hang_timeout", "not a duration");
 }
 
+// What exec could never start, or would start cut short, is refused here
+// rather than failing (or running something else) on a node.
+TEST(JobSpecTest, WhatExecCannotTakeIsRefused) {
+  v1::JobSpec s = Good();
+  s.add_argv(std::string("--out=a\0b", 9));
+  ExpectBad(s, "argv[2]", "NUL byte");
+  s = Good();
+  (*s.mutable_env())["PATH_X"] = std::string("a\0b", 3);
+  ExpectBad(s, "env.PATH_X", "NUL byte");
+  s = Good();
+  s.set_working_dir(std::string("/tmp\0/x", 7));
+  ExpectBad(s, "working_dir", "NUL byte");
+  // 3 MB of arguments, each within its own bound: beyond what exec takes.
+  s = Good();
+  for (int i = 0; i < 48; ++i) s.add_argv(std::string(64 * 1024 - 1, 'x'));
+  ExpectBad(s, "argv", "bytes of arguments and environment");
+  s = Good();
+  for (int i = 0; i < 8; ++i) s.add_argv(std::string(64 * 1024 - 1, 'x'));
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+}
+
 TEST(JobSpecTest, HangTimeoutNegativeIsOffAndZeroDerived) {
   v1::JobSpec s = Good();
   for (absl::Duration d : {absl::Seconds(-1), absl::ZeroDuration(), absl::Seconds(90)}) {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "rendezvous/codec.h"
@@ -52,6 +53,13 @@ absl::StatusOr<NodeRegistry::Registered> NodeRegistry::CheckRegister(
     const v1::RegisterNodeRequest& r, absl::Time now) const {
   if (r.node_id().empty() || r.node_id().size() > kMaxIdLength) {
     return Bad("node_id", absl::StrFormat("must have 1..%d characters", kMaxIdLength));
+  }
+  for (const char c : r.node_id()) {
+    if (absl::ascii_iscntrl(static_cast<unsigned char>(c))) {
+      return Bad("node_id", absl::StrFormat("\"%s\" holds a control character (NUL, "
+                                            "newline, ...)",
+                                            absl::CHexEscape(r.node_id())));
+    }
   }
   if (r.incarnation().empty() || r.incarnation().size() > kMaxIdLength) {
     return Bad("incarnation", absl::StrFormat("must have 1..%d characters", kMaxIdLength));

@@ -89,6 +89,15 @@ TEST(RegistryTest, BadRequestsNameTheField) {
   r = RegisterRequest("", 1, "i1");
   EXPECT_THAT(std::string(reg.CheckRegister(r, absl::UnixEpoch()).status().message()),
               ::testing::HasSubstr("RegisterNode.node_id"));
+  // A NUL (or another control character) would cut the id short in the
+  // places that print it or name a folder after it.
+  r = RegisterRequest(std::string("node\0b", 6), 1, "i1");
+  st = reg.CheckRegister(r, absl::UnixEpoch()).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("RegisterNode.node_id"));
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("\"node\\x00"));
+  r = RegisterRequest("node\nb", 1, "i1");
+  EXPECT_TRUE(absl::IsInvalidArgument(reg.CheckRegister(r, absl::UnixEpoch()).status()));
   EXPECT_FALSE(ValidateLeaseOptions({absl::Seconds(3), absl::Seconds(3)}).ok());
 }
 

@@ -279,6 +279,16 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
           "node \"%s\" is not and was not in a round of job %s: its log chunks are dropped",
           req.node_id(), req.job_id()));
     }
+    const int64_t world =
+        int64_t{job.spec().max_nodes()} * int64_t{job.spec().nproc_per_node()};
+    for (int i = 0; i < req.chunks_size(); ++i) {
+      const int rank = req.chunks(i).rank();
+      if (rank < 0 || rank >= world) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "chunks[%d].rank: %d is not a rank of job %s (0..%d)", i, rank, req.job_id(),
+            world - 1));
+      }
+    }
     return absl::OkStatus();
   }
 

@@ -555,6 +555,19 @@ TEST_F(ServerTest, PushedLogsAreStreamedBackByCursorAndRank) {
     EXPECT_THAT(pushed.error_message(), HasSubstr("first_chunk"));
   }
 
+  // A chunk of no rank of the job (-3, or beyond its largest world):
+  // refused, naming the chunk, and nothing of the push is stored.
+  for (int rank : {-3, 2}) {  // the job: 1 node x 2 workers
+    v1::PushLogsRequest bad = push;
+    bad.mutable_chunks(1)->set_rank(rank);
+    grpc::ClientContext ctx;
+    v1::PushLogsResponse resp;
+    grpc::Status pushed = rdzv->PushLogs(&ctx, bad, &resp);
+    EXPECT_EQ(pushed.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << rank;
+    EXPECT_THAT(pushed.error_message(), HasSubstr("chunks[1].rank: " + std::to_string(rank)));
+    EXPECT_EQ(ReadLogs(*jobs_, job, -1, 0, &st).size(), 6u);
+  }
+
   // Unknown jobs: pushing and reading are refused.
   ReadLogs(*jobs_, "no-such-job", -1, 0, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
