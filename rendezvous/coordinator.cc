@@ -278,12 +278,20 @@ void Coordinator::AbandonBarrier(uint64_t waiter_id) {
 
 absl::StatusOr<v1::SubmitResponse> Coordinator::Submit(const v1::SubmitRequest& r) {
   RETURN_IF_ERROR(ValidateJobSpec(r.spec()));
+  RETURN_IF_ERROR(ValidateRequestId(r.request_id()));
   Outbox out;
   v1::SubmitResponse resp;
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return ShuttingDown();
     const v1::JobSpec spec = WithDefaults(r.spec());
+    // Sent again (its answer was lost): the job it made, not a second one.
+    if (JobRecord* done = jobs_.FindRequest(spec, r.request_id())) {
+      LOG(INFO) << "job " << done->id << ": submit request " << r.request_id()
+                << " repeated; not submitted again";
+      resp.set_job_id(done->id);
+      return resp;
+    }
     if (!spec.wait_for_nodes()) {
       // Refused rather than queued: such a job would wait for ever, and the
       // user learns it now instead of from a job that never starts.
@@ -296,7 +304,7 @@ absl::StatusOr<v1::SubmitResponse> Coordinator::Submit(const v1::SubmitRequest& 
             "wait for such nodes"));
       }
     }
-    ASSIGN_OR_RETURN(JobRecord * job, jobs_.Submit(spec, clock_.Now()));
+    ASSIGN_OR_RETURN(JobRecord * job, jobs_.Submit(spec, clock_.Now(), r.request_id()));
     LOG(INFO) << "job " << job->id << " submitted: nnodes " << job->spec.min_nodes()
               << ":" << job->spec.max_nodes() << " x " << job->spec.nproc_per_node();
     resp.set_job_id(job->id);

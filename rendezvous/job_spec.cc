@@ -165,6 +165,21 @@ absl::Status CheckTimeouts(const v1::JobSpec& spec) {
 
 }  // namespace
 
+absl::Status ValidateRequestId(const std::string& request_id) {
+  if (request_id.size() > static_cast<size_t>(kMaxJobNameLength)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "request_id: %d characters; at most %d", request_id.size(), kMaxJobNameLength));
+  }
+  for (char c : request_id) {
+    if (!IsNameChar(c)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("request_id: \"%s\" has a character outside [A-Za-z0-9._-]",
+                          absl::CHexEscape(request_id)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(CheckShape(spec));
   RETURN_IF_ERROR(CheckCommand(spec));

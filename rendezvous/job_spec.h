@@ -33,6 +33,10 @@ inline constexpr absl::Duration kDefaultJoinTimeout = absl::Seconds(600);
 // argv + env beyond kMaxExecBytes, negative or oversized durations.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
+// OK for an empty request id or one of [A-Za-z0-9._-]{1,64}; else
+// InvalidArgument naming request_id.
+absl::Status ValidateRequestId(const std::string& request_id);
+
 // The spec with defaults filled in: name "job", timeouts. Call after
 // ValidateJobSpec.
 v1::JobSpec WithDefaults(v1::JobSpec spec);

@@ -18,6 +18,12 @@ namespace {
 
 constexpr int kMaxMetrics = 256;
 
+// A request id is its owner's: another user's equal id is another job.
+std::string RequestKey(const v1::JobSpec& spec, const std::string& request_id) {
+  return absl::StrCat(spec.has_owner() ? absl::StrCat(spec.owner().uid()) : "-", "/",
+                      request_id);
+}
+
 // The newer of two progress reports by time; `a` on a tie.
 const v1::Progress* Newer(const v1::Progress* a, const v1::Progress* b) {
   if (a == nullptr) return b;
@@ -54,6 +60,8 @@ absl::Status JobTable::Restore(const Store::Contents& contents) {
       job->core = *std::move(core);
     }
     job->placed.assign(stored.placed().begin(), stored.placed().end());
+    job->request_id = stored.request_id();
+    if (!job->request_id.empty()) by_request_[RequestKey(job->spec, job->request_id)] = job.get();
     job->events.assign(stored.events().begin(), stored.events().end());
     next_seq_ = std::max(next_seq_, job->seq + 1);
     by_seq_.push_back(job.get());
@@ -62,10 +70,12 @@ absl::Status JobTable::Restore(const Store::Contents& contents) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobRecord*> JobTable::Submit(const v1::JobSpec& spec, absl::Time now) {
+absl::StatusOr<JobRecord*> JobTable::Submit(const v1::JobSpec& spec, absl::Time now,
+                                            const std::string& request_id) {
   auto job = std::make_unique<JobRecord>();
   job->seq = next_seq_;
   job->spec = spec;
+  job->request_id = request_id;
   job->id = absl::StrFormat("%s-%d", spec.name(), job->seq);
   job->submit_time = now;
   RecordEvent(*job, now, kEventSubmitted, 0, "", -1,
@@ -78,8 +88,15 @@ absl::StatusOr<JobRecord*> JobTable::Submit(const v1::JobSpec& spec, absl::Time 
   ++next_seq_;
   JobRecord* raw = job.get();
   by_seq_.push_back(raw);
+  if (!request_id.empty()) by_request_[RequestKey(spec, request_id)] = raw;
   jobs_[raw->id] = std::move(job);
   return raw;
+}
+
+JobRecord* JobTable::FindRequest(const v1::JobSpec& spec, const std::string& request_id) const {
+  if (request_id.empty()) return nullptr;
+  auto it = by_request_.find(RequestKey(spec, request_id));
+  return it == by_request_.end() ? nullptr : it->second;
 }
 
 absl::StatusOr<JobRecord*> JobTable::Find(const std::string& job_id) {
@@ -96,6 +113,7 @@ absl::Status JobTable::Write(const JobRecord& job) {
   s.set_seq(job.seq);
   *s.mutable_spec() = job.spec;
   *s.mutable_submit_time() = ToProto(job.submit_time);
+  s.set_request_id(job.request_id);
   for (const std::string& n : job.placed) s.add_placed(n);
   if (job.core) *s.mutable_core() = ToProto(job.core->state_snapshot());
   if (job.last_progress) *s.mutable_last_progress() = *job.last_progress;

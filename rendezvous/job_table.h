@@ -37,6 +37,7 @@ struct JobRecord {
   int64_t seq = 0;
   v1::JobSpec spec;  // with defaults filled in
   absl::Time submit_time;
+  std::string request_id;  // SubmitRequest.request_id ("" when none)
   std::unique_ptr<RendezvousCore> core;  // null while queued
   std::vector<std::string> placed;       // nodes holding slots for it
   std::optional<v1::Progress> last_progress;
@@ -101,8 +102,13 @@ class JobTable {
   absl::Status Restore(const Store::Contents& contents);
 
   // Adds a job, durable before visible: a failed write adds nothing and is
-  // returned. `spec` is valid and has its defaults.
-  absl::StatusOr<JobRecord*> Submit(const v1::JobSpec& spec, absl::Time now);
+  // returned. `spec` is valid and has its defaults; `request_id` (may be
+  // empty) is kept with it for FindRequest.
+  absl::StatusOr<JobRecord*> Submit(const v1::JobSpec& spec, absl::Time now,
+                                    const std::string& request_id = "");
+  // The job that `spec`'s owner submitted with `request_id`, or null (also
+  // for an empty request_id).
+  JobRecord* FindRequest(const v1::JobSpec& spec, const std::string& request_id) const;
 
   // NotFound naming the job.
   absl::StatusOr<JobRecord*> Find(const std::string& job_id);
@@ -149,6 +155,8 @@ class JobTable {
   const JobTableOptions options_;
   std::map<std::string, std::unique_ptr<JobRecord>> jobs_;
   std::vector<JobRecord*> by_seq_;  // submission order
+  // "<owner uid>/<request_id>" -> its job, for jobs submitted with one.
+  std::map<std::string, JobRecord*> by_request_;
   std::set<JobRecord*> dirty_;      // progress_dirty, for the timer
   std::set<JobRecord*> unsaved_;    // JobRecord::unsaved, for the timer
   int64_t next_seq_ = 1;

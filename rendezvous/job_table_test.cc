@@ -114,6 +114,34 @@ TEST(JobTableTest, ReloadKeepsTheRecordAndTheNewestProgress) {
   EXPECT_EQ((*again.Submit(Spec(), T0()))->id, "train-2");
 }
 
+TEST(JobTableTest, ARequestIdFindsItsJobAcrossAReloadAndOnlyForItsOwner) {
+  const std::string path = TempDir() + "/state.db";
+  v1::JobSpec mine = Spec();
+  mine.mutable_owner()->set_uid(1000);
+  v1::JobSpec theirs = Spec();
+  theirs.mutable_owner()->set_uid(1001);
+  {
+    std::unique_ptr<Store> store = *Store::Open(path);
+    JobTable jobs(store.get(), JobTableOptions{});
+    JobRecord* job = *jobs.Submit(mine, T0(), "req-a");
+    EXPECT_EQ(jobs.FindRequest(mine, "req-a"), job);
+    EXPECT_EQ(jobs.FindRequest(theirs, "req-a"), nullptr);
+    EXPECT_EQ(jobs.FindRequest(mine, "req-b"), nullptr);
+    EXPECT_EQ(jobs.FindRequest(mine, ""), nullptr);
+    ASSERT_TRUE(jobs.Submit(Spec(), T0()).ok());  // none: not findable by ""
+    EXPECT_EQ(jobs.FindRequest(Spec(), ""), nullptr);
+  }
+  std::unique_ptr<Store> store = *Store::Open(path);
+  absl::StatusOr<Store::Contents> contents = store->Load();
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  JobTable jobs(store.get(), JobTableOptions{});
+  ASSERT_TRUE(jobs.Restore(*contents).ok());
+  JobRecord* again = jobs.FindRequest(mine, "req-a");
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->id, "train-1");
+  EXPECT_EQ(again->request_id, "req-a");
+}
+
 TEST(JobTableTest, AFailedProgressWriteKeepsTheRecordAndIsRetriedLater) {
   const std::string path = TempDir() + "/state.db";
   { ASSERT_TRUE(Store::Open(path).ok()); }

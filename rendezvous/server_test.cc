@@ -402,6 +402,47 @@ TEST_F(ServerTest, BadSpecIsRefusedNamingTheField) {
   EXPECT_EQ(list.jobs_size(), 0);  // nothing half-created
 }
 
+// A Submit sent again with its request_id (its answer was lost, the
+// service restarted in between) gets the job it made; nothing is
+// submitted twice. A bad request_id is refused naming it.
+TEST_F(ServerTest, ASubmitSentAgainWithItsRequestIdMakesOneJob) {
+  const std::string path = TempDir() + "/state.db";
+  StartServer(path);
+  v1::SubmitRequest r;
+  r.mutable_spec()->set_name("once");
+  r.mutable_spec()->set_min_nodes(1);
+  r.mutable_spec()->set_max_nodes(1);
+  r.mutable_spec()->set_nproc_per_node(1);
+  r.mutable_spec()->add_argv("worker");
+  r.mutable_spec()->set_wait_for_nodes(true);
+  r.set_request_id("0123456789abcdef");
+  auto submit = [&](const v1::SubmitRequest& req) {
+    grpc::ClientContext ctx;
+    v1::SubmitResponse resp;
+    grpc::Status st = jobs_->Submit(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.job_id();
+  };
+  const std::string first = submit(r);
+  EXPECT_EQ(submit(r), first);
+  server_.reset();
+  StartServer(path);
+  EXPECT_EQ(submit(r), first);
+  v1::SubmitRequest other = r;
+  other.set_request_id("another");
+  EXPECT_NE(submit(other), first);
+  v1::ListJobsResponse list;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(jobs_->List(&ctx, v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 2);
+  other.set_request_id("not allowed/");
+  grpc::ClientContext bad_ctx;
+  v1::SubmitResponse resp;
+  grpc::Status st = jobs_->Submit(&bad_ctx, other, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("request_id"));
+}
+
 TEST_F(ServerTest, RestartKeepsJobsHistoryAndRunningAttempts) {
   const std::string path = TempDir() + "/state.db";
   StartServer(path);

@@ -33,7 +33,7 @@ struct PagedService {
 class PagedClient : public JobsClient {
  public:
   explicit PagedClient(PagedService* s) : s_(s) {}
-  absl::StatusOr<std::string> Submit(const v1::JobSpec&) override {
+  absl::StatusOr<std::string> Submit(const v1::JobSpec&, const std::string&) override {
     return absl::UnimplementedError("");
   }
   absl::StatusOr<v1::JobStatus> Get(const std::string&) override {

@@ -25,6 +25,11 @@ using ::testing::Not;
 struct FakeService {
   std::vector<ServiceOptions> connects;
   std::vector<v1::JobSpec> submitted;
+  std::vector<std::string> taken_ids;    // the request id of each submitted job
+  std::vector<std::string> request_ids;  // of every Submit call
+  // The next this many submissions are taken, their answers lost
+  // (Unavailable, as a connection dropped under the call).
+  int answers_lost = 0;
   // Replies to Get, in order; the last one repeats.
   std::deque<absl::StatusOr<v1::JobStatus>> gets;
   int get_calls = 0;
@@ -38,9 +43,22 @@ struct FakeService {
 class FakeJobsClient : public JobsClient {
  public:
   explicit FakeJobsClient(FakeService* s) : s_(s) {}
-  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) override {
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec,
+                                     const std::string& request_id) override {
+    s_->request_ids.push_back(request_id);
     if (!s_->error.ok()) return s_->error;
+    // As the service: a request id it took gives the same job again.
+    for (size_t i = 0; i < s_->submitted.size(); ++i) {
+      if (!request_id.empty() && s_->taken_ids[i] == request_id) {
+        return absl::StrCat(spec.name().empty() ? "job" : spec.name(), "-", i + 1);
+      }
+    }
     s_->submitted.push_back(spec);
+    s_->taken_ids.push_back(request_id);
+    if (s_->answers_lost > 0) {
+      --s_->answers_lost;
+      return absl::UnavailableError("Socket closed");
+    }
     return absl::StrCat(spec.name().empty() ? "job" : spec.name(), "-",
                         s_->submitted.size());
   }
@@ -152,6 +170,24 @@ TEST_F(CliTest, SubmitFromFlagsPrintsOnlyTheId) {
   EXPECT_EQ(Run("submit", {"--wait-for-nodes", "--", "x"}), 0) << err_.str();
   ASSERT_EQ(service_.submitted.size(), 2u);
   EXPECT_TRUE(service_.submitted[1].wait_for_nodes());
+}
+
+// A submit whose answer is lost (the service restarting, a connection
+// dropped under the call) is sent again with the same request id: the
+// service gives the job it took, and the user sees one id, one job.
+TEST_F(CliTest, SubmitRetriesALostAnswerWithItsRequestIdAndMakesOneJob) {
+  service_.answers_lost = 1;
+  EXPECT_EQ(Run("submit", {"--name", "m", "--", "x"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "m-1\n");
+  EXPECT_EQ(service_.submitted.size(), 1u);
+  ASSERT_EQ(service_.request_ids.size(), 2u);
+  EXPECT_EQ(service_.request_ids[0], service_.request_ids[1]);
+  EXPECT_EQ(service_.request_ids[0].size(), 32u) << service_.request_ids[0];
+  EXPECT_THAT(err_.str(), HasSubstr("unavailable; retrying"));
+  // Each submission has its own id.
+  EXPECT_EQ(Run("submit", {"--", "x"}), 0) << err_.str();
+  EXPECT_EQ(service_.submitted.size(), 2u);
+  EXPECT_NE(service_.request_ids.back(), service_.request_ids[0]);
 }
 
 TEST_F(CliTest, SubmitWaitPrintsTheIdThenWaitsForTheOutcome) {

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/base/thread_annotations.h"
@@ -55,9 +56,11 @@ class GrpcJobsClient : public JobsClient {
         stub_(v1::Jobs::NewStub(NewChannel(options_))),
         token_(options_.token) {}
 
-  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) override {
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec,
+                                     const std::string& request_id) override {
     v1::SubmitRequest req;
     *req.mutable_spec() = spec;
+    req.set_request_id(request_id);
     v1::SubmitResponse resp;
     grpc::ClientContext ctx;
     if (absl::Status st = Prepare(ctx, /*state_owner=*/true); !st.ok()) return st;
@@ -260,6 +263,12 @@ class GrpcJobsClient : public JobsClient {
 };
 
 }  // namespace
+
+std::string NewRequestId() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
+                         absl::Uniform<uint64_t>(gen));
+}
 
 std::unique_ptr<JobsClient> NewGrpcJobsClient(const ServiceOptions& options) {
   return std::make_unique<GrpcJobsClient>(options);

@@ -49,8 +49,10 @@ struct ServiceOptions {
 class JobsClient {
  public:
   virtual ~JobsClient() = default;
-  // The new job's id.
-  virtual absl::StatusOr<std::string> Submit(const v1::JobSpec& spec) = 0;
+  // The new job's id. `request_id` (SubmitRequest.request_id; "" for none)
+  // makes a Submit sent again after a lost answer return the same job.
+  virtual absl::StatusOr<std::string> Submit(const v1::JobSpec& spec,
+                                             const std::string& request_id) = 0;
   virtual absl::StatusOr<v1::JobStatus> Get(const std::string& job_id) = 0;
   // One page of jobs: `request.page_token` is the previous page's
   // next_page_token (empty: the first page).
@@ -73,6 +75,9 @@ class JobsClient {
   // to give answers Unimplemented.
   virtual absl::StatusOr<v1::EventsResponse> Events(const std::string& job_id);
 };
+
+// A new SubmitRequest.request_id: 128 random bits as 32 hex digits.
+std::string NewRequestId();
 
 // A client over a new gRPC channel to options.address (TLS with
 // options.credentials, else plaintext). Connecting is lazy: an unreachable

@@ -60,9 +60,10 @@ constexpr FlagInfo kServiceFlagTable[] = {
      "$ELASTRUN_TLS_SERVER_NAME)"},
     {"--rpc-timeout", "DUR", "deadline of each call to the service (default 10s)"},
     {"--retry-for", "DUR",
-     "status, list, nodes, logs, wait, events, submit --wait:\n"
-     "retry a service that cannot be reached (restarting)\n"
-     "this long before exit 3 (default 60s; 0: never)"},
+     "all but cancel and nodes drain|remove: retry a\n"
+     "service that cannot be reached (restarting) this long\n"
+     "before exit 3 (default 60s; 0: never); a submit sent\n"
+     "again makes one job (its request id)"},
 };
 
 constexpr FlagInfo kOutputFlag = {"--output", "text|json",

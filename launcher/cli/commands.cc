@@ -217,7 +217,12 @@ int Submit(const ParsedArgs& a, const CliContext& ctx) {
   // Whatever went wrong locally (a missing file included) is the caller's
   // input: a usage error, nothing sent.
   if (!spec.ok()) return Fail(a, ctx, spec.status(), kExitUsage);
-  absl::StatusOr<std::string> id = ctx.connect(a.service)->Submit(*spec);
+  // One id for this submission: sent again while the service cannot be
+  // reached (a restart) or after a lost answer, it still makes one job.
+  const std::string request_id = NewRequestId();
+  std::unique_ptr<JobsClient> client = ctx.connect(a.service);
+  ReadRetrier retry(a, ctx);
+  absl::StatusOr<std::string> id = retry.Call([&] { return client->Submit(*spec, request_id); });
   if (!id.ok()) return Fail(a, ctx, id.status());
   *ctx.out << *id << "\n";
   if (!a.Has("--wait")) return kExitOk;

@@ -86,21 +86,10 @@ class ClusterBackend : public evolve::TrialBackend {
       const size_t eq = e.find('=');
       (*spec.mutable_env())[e.substr(0, eq)] = e.substr(eq + 1);
     }
-    const absl::Time end = absl::Now() + o_.retry_for;
-    absl::StatusOr<std::string> id;
-    while (true) {
-      id = o_.client->Submit(spec);
-      if (id.ok() || !Transient(id.status()) || absl::Now() >= end) break;
-      o_.sleep(absl::Seconds(1));
-      // The submit may have landed with its answer lost: look for it.
-      absl::StatusOr<std::map<std::string, std::string>> listed = ListOurs();
-      if (listed.ok()) {
-        if (auto it = listed->find(name); it != listed->end()) {
-          id = it->second;
-          break;
-        }
-      }
-    }
+    // One request id: a submit sent again (the service restarting, an
+    // answer lost) makes one job.
+    const std::string request_id = NewRequestId();
+    absl::StatusOr<std::string> id = Retry([&] { return o_.client->Submit(spec, request_id); });
     if (!id.ok()) return id.status();
     journal_ << name << "," << *id << "\n" << std::flush;
     known_[name] = *id;
