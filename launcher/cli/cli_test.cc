@@ -485,6 +485,23 @@ TEST_F(CliTest, LogsFollowReadsUntilTheJobHasEnded) {
   EXPECT_GE(service_.get_calls, 3);
 }
 
+// `logs -f` ends as `wait` does: non-zero for a job that failed or was
+// cancelled, naming how it ended; plain `logs` (no follow) prints and
+// exits 0 whatever the job's state.
+TEST_F(CliTest, LogsFollowOfAFailedJobExitsNonZero) {
+  for (v1::JobState end : {v1::JOB_STATE_FAILED, v1::JOB_STATE_CANCELLED}) {
+    service_.gets = {Job(v1::JOB_STATE_RUNNING), Job(end)};
+    service_.logs = {Line(1, 0, "a")};
+    out_.str("");
+    err_.str("");
+    EXPECT_EQ(Run("logs", {"j-1", "-f"}), kExitFailed) << v1::JobState_Name(end);
+    EXPECT_EQ(out_.str(), "[rank0]:a\n");
+    EXPECT_THAT(err_.str(), HasSubstr(v1::JobState_Name(end).substr(10))) << err_.str();
+    service_.gets = {Job(end)};
+    EXPECT_EQ(Run("logs", {"j-1"}), kExitOk);
+  }
+}
+
 TEST_F(CliTest, LogsFollowResumesAfterARestartWithoutRepeats) {
   service_.gets = {Job(v1::JOB_STATE_RUNNING), Job(v1::JOB_STATE_RUNNING),
                    Job(v1::JOB_STATE_SUCCEEDED)};

@@ -240,7 +240,9 @@ line prefixed [rankN]: (with --rank R: only that rank, unprefixed). The
 service keeps the newest 8 MiB per job (in its --state-dir, so they survive
 its restart); the complete logs stay on each node under the daemon's
 --log-dir (default STATE_DIR/logs, STATE_DIR being the daemon's --state-dir),
-as LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log.
+as LOG_DIR/JOB/attempt_ROUND/LOCAL_RANK/{stdout,stderr}.log. With -f it
+follows until the job ends and exits as `wait` does: 0 when it SUCCEEDED,
+1 (its status line on stderr) when it FAILED or was CANCELLED.
 )";
 
 // events

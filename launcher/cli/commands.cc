@@ -464,13 +464,18 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
       after = std::max(after, c.seq());
     }
     ctx.out->flush();
-    if (!follow || (finished && chunks->empty())) break;
+    if (!follow) return kExitOk;
+    if (finished && chunks->empty()) break;
     if (chunks->empty()) ctx.sleep(absl::Milliseconds(250));
     absl::StatusOr<v1::JobStatus> next = retry.Call(get);
     if (!next.ok()) return Fail(a, ctx, next.status());
     s = *std::move(next);
   }
-  return kExitOk;
+  // Followed to its end: the outcome, as `wait` gives it.
+  if (s->state() == v1::JOB_STATE_SUCCEEDED) return kExitOk;
+  // On stderr: stdout holds the job's own output.
+  *ctx.err << "elastrun logs: " << FormatJobLine(*s) << "\n";
+  return kExitFailed;
 }
 
 }  // namespace elastrun::launcher::internal
