@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/worker_env.h"
 
 namespace elastrun::launcher {
@@ -31,6 +33,21 @@ std::string FindPythonHelperDir() {
   if (access(absl::StrCat(helper, "/elastrun/__init__.py").c_str(), R_OK) != 0) return "";
   char resolved[PATH_MAX];
   return realpath(helper.c_str(), resolved) != nullptr ? std::string(resolved) : helper;
+}
+
+std::vector<std::string> WorkerArgvFor(const std::vector<std::string>& argv, int local) {
+  std::vector<std::string> out = argv;
+  for (size_t i = 1; i < out.size(); ++i) {
+    out[i] = absl::StrReplaceAll(out[i], {{kLocalRankMacro, absl::StrCat(local)}});
+  }
+  return out;
+}
+
+bool HasLocalRankMacro(const std::vector<std::string>& argv) {
+  for (size_t i = 1; i < argv.size(); ++i) {
+    if (absl::StrContains(argv[i], kLocalRankMacro)) return true;
+  }
+  return false;
 }
 
 AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
@@ -72,7 +89,8 @@ AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
   AttemptSpec spec;
   spec.hang_timeout = group.hang_timeout;
   spec.other_nodes = ctx.group_world_size > 1;
-  spec.standby_argv = group.argv;
+  // Workers whose argv carries their local rank cannot be started ahead.
+  if (!HasLocalRankMacro(group.argv)) spec.standby_argv = group.argv;
   spec.standby_env = common;  // nothing that depends on the attempt
   auto set = [](std::vector<std::string>& v, const char* name, const auto& value) {
     v.push_back(absl::StrCat(name, "=", value));
@@ -97,7 +115,7 @@ AttemptSpec BuildAttempt(const GroupSpec& group, const AttemptContext& ctx,
     WorkerSpec w;
     w.local_rank = local;
     w.rank = rank;
-    w.process.argv = group.argv;
+    w.process.argv = WorkerArgvFor(group.argv, local);
     w.process.env = common;
     set(w.process.env, env::kRank, rank);
     set(w.process.env, env::kLocalRank, local);

@@ -62,6 +62,18 @@ struct AttemptContext {
 // The error file path of a worker of the attempt.
 std::string ErrorFilePath(const std::string& attempt_dir, int local_rank);
 
+// torchrun's macro in a worker's arguments: each worker's local rank
+// replaces it (torch.distributed.elastic.utils.macros), e.g.
+// `--local_rank=${local_rank}` as torch.distributed.launch passes it.
+inline constexpr char kLocalRankMacro[] = "${local_rank}";
+
+// `argv` for the worker of local rank `local`: kLocalRankMacro replaced.
+std::vector<std::string> WorkerArgvFor(const std::vector<std::string>& argv, int local);
+
+// Whether `argv` names kLocalRankMacro: its workers' argv differ, so no
+// standby (started before its rank is known) can run them.
+bool HasLocalRankMacro(const std::vector<std::string>& argv);
+
 // Builds the attempt. `base_env` ("NAME=value") is the launcher's own
 // environment; contract variables in it are replaced. OMP_NUM_THREADS is set
 // to 1 when several workers share the node and the user did not set it.

@@ -131,7 +131,7 @@ absl::Status AttemptRun::Begin() {
   }
   next_sample_ = env_.clock->Now();
   std::optional<StandbySet> set;
-  if (env_.standbys != nullptr) {
+  if (env_.standbys != nullptr && !spec_.standby_argv.empty()) {
     set = env_.standbys->Take(spec_.standby_argv, spec_.standby_env, n_,
                               spec_.standby_cwd, spec_.standby_run_as);
     if (!set) env_.standbys->Discard();  // of another program, or broken
@@ -294,8 +294,8 @@ void AttemptRun::CloseControl(size_t i) {
 void AttemptRun::MaybeFillStandbys() {
   // Only once every worker of this attempt finished its own start-up, so
   // the standbys do not slow it down.
-  if (env_.standbys == nullptr || !spec_.next_attempt_possible || !env_.standbys->empty() ||
-      supervisor_.state() != Supervisor::State::kRunning) {
+  if (env_.standbys == nullptr || spec_.standby_argv.empty() || !spec_.next_attempt_possible ||
+      !env_.standbys->empty() || supervisor_.state() != Supervisor::State::kRunning) {
     return;
   }
   for (size_t i = 0; i < n_; ++i) {

@@ -65,6 +65,27 @@ TEST(BuildAttemptTest, TorchrunEnvironmentForEveryWorker) {
   EXPECT_EQ(a.outputs[1].prefix, "[rank3]:");
 }
 
+// torchrun's ${local_rank} macro: each worker's own local rank in its
+// arguments (not in argv[0]); such workers get no standby.
+TEST(BuildAttemptTest, LocalRankMacroIsEachWorkersOwn) {
+  GroupSpec g;
+  g.argv = {"python3", "train.py", "--local_rank=${local_rank}", "--tag=r${local_rank}x"};
+  g.nproc_per_node = 3;
+  AttemptContext c;
+  c.world_size = 3;
+  AttemptSpec s = BuildAttempt(g, c, {});
+  ASSERT_EQ(s.workers.size(), 3u);
+  for (int local = 0; local < 3; ++local) {
+    EXPECT_THAT(s.workers[local].process.argv,
+                ::testing::ElementsAre("python3", "train.py",
+                                       "--local_rank=" + std::to_string(local),
+                                       "--tag=r" + std::to_string(local) + "x"));
+  }
+  EXPECT_TRUE(s.standby_argv.empty());
+  g.argv = {"python3", "train.py"};
+  EXPECT_EQ(BuildAttempt(g, c, {}).standby_argv, g.argv);
+}
+
 TEST(BuildAttemptTest, UserOmpThreadsKeptAndSingleWorkerUntouched) {
   GroupSpec g;
   g.argv = {"w"};

@@ -75,6 +75,24 @@ void AddEvolveCommandFlags(CLI::App* app, evolve::EvolveFlags* values) {
   }
 }
 
+constexpr char kLaunchIntro[] =
+    "usage: elastrun launch [--use-env] [elastrun run's flags] PROGRAM ARGS...\n"
+    "\n"
+    "The legacy launcher's contract (python -m torch.distributed.launch, as in\n"
+    "seed 002: --nproc_per_node 7 --master_port 34231 train.py ...): `elastrun\n"
+    "run` with every flag and default of it, and each worker given\n"
+    "--local_rank=N (its local rank) after its arguments, unless --use_env\n"
+    "(--use-env) says the script reads $LOCAL_RANK instead (set either way).\n"
+    "Workers whose arguments name their rank start fresh on a restart (no\n"
+    "--standby: a standby is started before its rank is known).\n";
+
+// `elastrun run`'s flags and --use-env.
+void AddLaunchFlags(CLI::App* app) {
+  AddRunFlags(app);
+  app->add_flag("--use-env,--use_env",
+                "the program reads $LOCAL_RANK: give it no --local_rank=N");
+}
+
 // A parsed job command's words and flags (by their first long name).
 ParsedArgs FromApp(const CLI::App& sub) {
   ParsedArgs a;
@@ -179,6 +197,10 @@ std::unique_ptr<Cli> NewCli() {
                                "(torchrun's flags)",
                                kRunIntro, kRunFooter);
   AddRunFlags(cli->run);
+  AddLaunchFlags(flags::AddCommand(cli->app.get(), "launch",
+                                   "torch.distributed.launch's form of run: each worker gets\n"
+                                   "--local_rank=N (unless --use-env)",
+                                   kLaunchIntro, kRunFooter));
   AddEvolveCommandFlags(flags::AddCommand(cli->app.get(), "evolve",
                                           "evolve hyperparameters: YOLOv5's genetic algorithm,\n"
                                           "each individual a job (or `elastrun run` here)",
@@ -387,6 +409,19 @@ int RunCli(const std::vector<std::string>& args, const CliContext& ctx) {
     return Help(*cli, ctx);
   }
   if (args[0] == "run") return Run(std::vector<std::string>(args.begin() + 1, args.end()), ctx);
+  if (args[0] == "launch") {
+    absl::StatusOr<std::vector<std::string>> words =
+        LegacyLaunchArgs(std::vector<std::string>(args.begin() + 1, args.end()));
+    if (!words.ok()) return Usage(ctx, "elastrun launch", std::string(words.status().message()));
+    for (const std::string& w : *words) {
+      if (w.empty() || w[0] != '-' || w == "--") break;  // the program's own words
+      if (w == "-h" || w == "--help") {
+        *ctx.out << HelpOf(FindCommand(*cli->app, "launch"));
+        return kExitOk;
+      }
+    }
+    return Run(*words, ctx);
+  }
   if (args[0] == "evolve") {
     return Evolve(std::vector<std::string>(args.begin() + 1, args.end()), ctx);
   }

@@ -463,6 +463,48 @@ TEST(CliBinariesE2eTest, VersionAndUsageErrorsOfEveryBinary) {
   EXPECT_THAT(run->output, HasSubstr("no rendezvous at 192.0.2.1:29400 within join_timeout"));
 }
 
+// `elastrun launch`, torch.distributed.launch's contract: a script that
+// reads --local_rank from its arguments gets each worker's own, on the
+// first attempt and after a restart; with --use_env it gets none and reads
+// $LOCAL_RANK.
+TEST(LaunchE2eTest, LegacyScriptGetsItsLocalRankBeforeAndAfterARestart) {
+  const std::string dir = testing::MakeTempDir("launch_e2e");
+  const std::string script = dir + "/legacy.py";
+  FILE* f = fopen(script.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("import argparse, os, sys\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.add_argument('--local_rank', type=int, default=-1)\n"
+        "p.add_argument('--tag', default='')\n"
+        "a = p.parse_args()\n"
+        "restart = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+        "print(f\"tag={a.tag} arg={a.local_rank} env={os.environ['LOCAL_RANK']} "
+        "restart={restart}\", flush=True)\n"
+        "if restart == '0' and os.environ['LOCAL_RANK'] == '1':\n"
+        "    sys.exit(3)\n",
+        f);
+  fclose(f);
+  absl::StatusOr<RunResult> r = testing::Run(
+      {BinDir() + "/elastrun", "launch", "--nproc_per_node", "2", "--max_restarts", "1",
+       "--master_port", "0", script, "--tag", "t"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->output;
+  for (const char* restart : {"0", "1"}) {
+    for (const char* local : {"0", "1"}) {
+      EXPECT_THAT(r->output, HasSubstr(absl::StrCat("tag=t arg=", local, " env=", local,
+                                                    " restart=", restart)))
+          << r->output;
+    }
+  }
+  r = testing::Run({BinDir() + "/elastrun", "launch", "--use_env", "--nproc_per_node", "2",
+                    "--master_port", "0", script, "--tag", "u"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->exit_code, 0) << r->output;  // local rank 1 exits 3, no restarts
+  EXPECT_THAT(r->output, HasSubstr("FAILED")) << r->output;
+  EXPECT_THAT(r->output, HasSubstr("tag=u arg=-1 env=0 restart=0")) << r->output;
+  EXPECT_THAT(r->output, HasSubstr("tag=u arg=-1 env=1 restart=0")) << r->output;
+}
+
 TEST(CliTokenE2eTest, TokenIsSentAndRequired) {
   const std::string dir = testing::MakeTempDir("cli_token");
   WriteTokenFile(dir, " s3cret \n");

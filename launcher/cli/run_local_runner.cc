@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/worker_env.h"
+#include "launcher/agent/attempt.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -28,7 +29,7 @@ void LocalAttemptRunner::Start(uint64_t id, AttemptSpec spec,
                                std::function<void(const AttemptOutcome&)> done) {
   for (size_t i = 0; i < spec.workers.size(); ++i) {
     WorkerSpec& w = spec.workers[i];
-    w.process.argv = argv_;
+    w.process.argv = WorkerArgvFor(argv_, w.local_rank);
     for (std::string& e : w.process.env) {
       if (absl::StartsWith(e, absl::StrCat(env::kRunId, "="))) {
         e = absl::StrCat(env::kRunId, "=", o_.run_id);
@@ -43,6 +44,7 @@ void LocalAttemptRunner::Start(uint64_t id, AttemptSpec spec,
     out.stderr_to_console = shown && (!(redirected & kStdErr) || (teed & kStdErr));
   }
   if (!spec.standby_argv.empty()) spec.standby_argv = argv_;
+  if (HasLocalRankMacro(argv_)) spec.standby_argv.clear();
   if (!spec.workers.empty()) {
     WriteAll(STDERR_FILENO,
              absl::StrCat("elastrun: ",

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
+#include "launcher/agent/attempt.h"
 #include "launcher/agent/liveness.h"
 #include "launcher/cli/run_rdzv_options.h"
 
@@ -370,6 +371,41 @@ absl::StatusOr<std::vector<std::string>> ExpandRunAbbreviations(
       out[i] = n->name + word.substr(eq);
     }
   }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> LegacyLaunchArgs(const std::vector<std::string>& args) {
+  static const std::vector<LongName>* const kNames = new std::vector<LongName>(LongNames());
+  std::vector<std::string> out;
+  bool use_env = false, program = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (program || word == "--" || word.empty() || word[0] != '-') {
+      program = true;
+      out.push_back(word);
+      continue;
+    }
+    const size_t eq = word.find('=');
+    const std::string name = word.substr(0, eq);
+    if (name == "--use_env" || name == "--use-env") {
+      if (eq == std::string::npos) {
+        use_env = true;
+      } else {
+        ASSIGN_OR_RETURN(use_env, ParseBool(word.substr(eq + 1), name));
+      }
+      continue;
+    }
+    out.push_back(word);
+    if (!absl::StartsWith(word, "--")) {
+      if ((word == "-r" || word == "-t") && i + 1 < args.size()) out.push_back(args[++i]);
+      continue;
+    }
+    ASSIGN_OR_RETURN(const LongName* n, Resolve(name, *kNames));
+    if (n != nullptr && n->takes_value && eq == std::string::npos && i + 1 < args.size()) {
+      out.push_back(args[++i]);
+    }
+  }
+  if (!use_env) out.push_back(absl::StrCat("--local_rank=", kLocalRankMacro));
   return out;
 }
 

@@ -148,6 +148,15 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const CLI::App& app, const EnvLookup& 
 absl::StatusOr<std::vector<std::string>> ExpandRunAbbreviations(
     const std::vector<std::string>& args);
 
+// `elastrun launch ARGS` (torch.distributed.launch's form, seed 002's
+// `python -m torch.distributed.launch --nproc_per_node 7 ...`) as the
+// `elastrun run` words it means: --use_env / --use-env (before the program)
+// removed, and without it each worker's `--local_rank=N` appended to the
+// program's arguments (the legacy contract; `${local_rank}`, see
+// launcher/agent/attempt.h). InvalidArgument for a --use_env with a value
+// that is not a boolean.
+absl::StatusOr<std::vector<std::string>> LegacyLaunchArgs(const std::vector<std::string>& args);
+
 // The GPUs workers may use: the entries of $CUDA_VISIBLE_DEVICES when it is
 // set (as torch counts them), else `device_count` (/dev/nvidiaN files).
 int VisibleGpuCount(const std::optional<std::string>& cuda_visible_devices, int device_count);

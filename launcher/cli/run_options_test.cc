@@ -58,6 +58,27 @@ TEST(RunOptionsTest, PetEnvironmentFallbacksYieldToFlags) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("PET_MAX_RESTARTS"));
 }
 
+// `elastrun launch`: torch.distributed.launch's words as `elastrun run`'s.
+TEST(RunOptionsTest, LegacyLaunchAppendsTheLocalRankUnlessUseEnv) {
+  using V = std::vector<std::string>;
+  // Seed 002's command; flag values are not taken for the program.
+  EXPECT_EQ(*LegacyLaunchArgs({"--nproc_per_node", "7", "--master_port", "34231", "train.py",
+                               "--batch", "64"}),
+            (V{"--nproc_per_node", "7", "--master_port", "34231", "train.py", "--batch", "64",
+               "--local_rank=${local_rank}"}));
+  // --use_env / --use-env before the program: removed, nothing appended; the
+  // program's own --use_env is its.
+  EXPECT_EQ(*LegacyLaunchArgs({"--use_env", "--nproc-per-node=2", "t.py", "--use_env"}),
+            (V{"--nproc-per-node=2", "t.py", "--use_env"}));
+  EXPECT_EQ(*LegacyLaunchArgs({"--use-env=false", "-r", "3", "t.py"}),
+            (V{"-r", "3", "t.py", "--local_rank=${local_rank}"}));
+  EXPECT_EQ(*LegacyLaunchArgs({"--nnodes", "1", "--", "t.py"}),
+            (V{"--nnodes", "1", "--", "t.py", "--local_rank=${local_rank}"}));
+  absl::StatusOr<V> bad = LegacyLaunchArgs({"--use_env=maybe", "t.py"});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--use_env"));
+}
+
 TEST(RunOptionsTest, ErrorsNameTheFlag) {
   auto unknown = Parse({"--nproc-per-nodes", "2", "w"});
   ASSERT_FALSE(unknown.ok());
