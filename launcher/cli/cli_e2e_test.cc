@@ -7,9 +7,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -472,16 +474,26 @@ TEST(LaunchE2eTest, LegacyScriptGetsItsLocalRankBeforeAndAfterARestart) {
   const std::string script = dir + "/legacy.py";
   FILE* f = fopen(script.c_str(), "w");
   ASSERT_NE(f, nullptr);
-  fputs("import argparse, os, sys\n"
-        "p = argparse.ArgumentParser()\n"
-        "p.add_argument('--local_rank', type=int, default=-1)\n"
-        "p.add_argument('--tag', default='')\n"
-        "a = p.parse_args()\n"
-        "restart = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
-        "print(f\"tag={a.tag} arg={a.local_rank} env={os.environ['LOCAL_RANK']} "
-        "restart={restart}\", flush=True)\n"
-        "if restart == '0' and os.environ['LOCAL_RANK'] == '1':\n"
-        "    sys.exit(3)\n",
+  // Local rank 1 fails the first attempt once local rank 0 has printed
+  // (its mark file), so that both lines of that attempt are there.
+  fputs(absl::StrCat(
+            "import argparse, os, pathlib, sys, time\n"
+            "p = argparse.ArgumentParser()\n"
+            "p.add_argument('--local_rank', type=int, default=-1)\n"
+            "p.add_argument('--tag', default='')\n"
+            "a = p.parse_args()\n"
+            "restart = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+            "print(f\"tag={a.tag} arg={a.local_rank} env={os.environ['LOCAL_RANK']} "
+            "restart={restart}\", flush=True)\n"
+            "mark = pathlib.Path('", dir, "', f'{a.tag}_{restart}')\n"
+            "if os.environ['LOCAL_RANK'] == '0':\n"
+            "    mark.touch()\n"
+            "elif a.tag == 't' and restart == '0':\n"
+            "    end = time.time() + 60\n"
+            "    while not mark.exists() and time.time() < end:\n"
+            "        time.sleep(0.01)\n"
+            "    sys.exit(3)\n")
+            .c_str(),
         f);
   fclose(f);
   absl::StatusOr<RunResult> r = testing::Run(
@@ -499,10 +511,69 @@ TEST(LaunchE2eTest, LegacyScriptGetsItsLocalRankBeforeAndAfterARestart) {
   r = testing::Run({BinDir() + "/elastrun", "launch", "--use_env", "--nproc_per_node", "2",
                     "--master_port", "0", script, "--tag", "u"});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_NE(r->exit_code, 0) << r->output;  // local rank 1 exits 3, no restarts
-  EXPECT_THAT(r->output, HasSubstr("FAILED")) << r->output;
+  EXPECT_EQ(r->exit_code, 0) << r->output;
   EXPECT_THAT(r->output, HasSubstr("tag=u arg=-1 env=0 restart=0")) << r->output;
   EXPECT_THAT(r->output, HasSubstr("tag=u arg=-1 env=1 restart=0")) << r->output;
+}
+
+// PyTorch's launch_test.py, both cases, under `elastrun launch`: its
+// flags as the test passes them (torchrun's spawn start method and
+// monitor interval included), 4 workers. Without --use-env the script
+// requires its --local-rank / --local_rank argument to equal $LOCAL_RANK;
+// with it, the script finds the whole contract in its environment (and
+// the launcher's own variables, a sentinel set by the parent) and touches
+// a file named after its global rank.
+TEST(LaunchE2eTest, PyTorchsLaunchTestCases) {
+  const std::string dir = testing::MakeTempDir("launch_cases");
+  const int port = testing::FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  auto write = [](const std::string& path, const char* text) {
+    FILE* f = fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr) << path;
+    fputs(text, f);
+    fclose(f);
+  };
+  write(dir + "/local_rank.py",
+        "import argparse, os\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.add_argument('--local-rank', '--local_rank', type=int, required=True)\n"
+        "a = p.parse_args()\n"
+        "if a.local_rank != int(os.environ['LOCAL_RANK']):\n"
+        "    raise RuntimeError(f'--local-rank {a.local_rank}, LOCAL_RANK '\n"
+        "                       f\"{os.environ['LOCAL_RANK']}\")\n");
+  write(dir + "/contract.py",
+        "import argparse, os, pathlib\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.add_argument('--touch-file-dir', required=True)\n"
+        "a = p.parse_args()\n"
+        "for v in ['LOCAL_RANK', 'RANK', 'GROUP_RANK', 'ROLE_RANK', 'ROLE_NAME',\n"
+        "          'LOCAL_WORLD_SIZE', 'WORLD_SIZE', 'ROLE_WORLD_SIZE', 'MASTER_ADDR',\n"
+        "          'MASTER_PORT', 'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS',\n"
+        "          'TORCHELASTIC_RUN_ID', 'OMP_NUM_THREADS', 'TEST_SENTINEL_PARENT',\n"
+        "          'TORCHELASTIC_ERROR_FILE']:\n"
+        "    assert v in os.environ, f'{v} is not set'\n"
+        "assert os.environ['TEST_SENTINEL_PARENT'] == 'FOOBAR'\n"
+        "pathlib.Path(a.touch_file_dir, os.environ['RANK']).touch()\n");
+  const std::vector<std::string> flags = {
+      BinDir() + "/elastrun", "launch", "--nnodes=1", "--nproc-per-node=4",
+      "--monitor-interval=1", "--start-method=spawn", "--master-addr=localhost",
+      absl::StrCat("--master-port=", port), "--node-rank=0"};
+  std::vector<std::string> without_env = flags;
+  without_env.push_back(dir + "/local_rank.py");
+  absl::StatusOr<RunResult> r = testing::Run(without_env, {"TEST_SENTINEL_PARENT=FOOBAR"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->output;
+  const std::string touched = dir + "/touched";
+  ASSERT_EQ(mkdir(touched.c_str(), 0755), 0);
+  std::vector<std::string> with_env = flags;
+  with_env.insert(with_env.end(),
+                  {"--use-env", dir + "/contract.py", "--touch-file-dir=" + touched});
+  r = testing::Run(with_env, {"TEST_SENTINEL_PARENT=FOOBAR"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->output;
+  std::vector<std::string> files = testing::ListFiles(touched);
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"0", "1", "2", "3"})) << r->output;
 }
 
 TEST(CliTokenE2eTest, TokenIsSentAndRequired) {
