@@ -370,6 +370,24 @@ TEST_F(CliTest, WaitFailsForFailedOrCancelled) {
   EXPECT_THAT(out_.str(), HasSubstr("j-1 FAILED"));
   service_.gets = {Job(v1::JOB_STATE_CANCELLED)};
   EXPECT_EQ(Run("wait", {"j-1", "--output", "json"}), kExitFailed);
+  // A failure's root cause: the block `elastrun run` prints, on stderr.
+  v1::JobStatus failed = Job(v1::JOB_STATE_FAILED);
+  v1::WorkerFailure* f = failed.mutable_root_cause();
+  f->set_node_id("n2");
+  f->set_round(1);
+  f->set_rank(3);
+  f->set_local_rank(1);
+  f->set_exit_code(7);
+  f->set_message("boom");
+  service_.gets = {failed};
+  err_.str("");
+  EXPECT_EQ(Run("wait", {"j-1"}), kExitFailed);
+  EXPECT_THAT(err_.str(), HasSubstr("Root cause (first observed failure):\n"));
+  EXPECT_THAT(err_.str(), HasSubstr("  host       : n2\n"));
+  EXPECT_THAT(err_.str(), HasSubstr("  rank       : 3 (local_rank: 1)\n"));
+  EXPECT_THAT(err_.str(), HasSubstr("  exit       : exit code 7\n"));
+  EXPECT_THAT(err_.str(), HasSubstr("  message    : boom\n"));
+  EXPECT_THAT(err_.str(), HasSubstr("/j-1/attempt_1/1/\n"));
 }
 
 TEST_F(CliTest, WaitTimesOut) {

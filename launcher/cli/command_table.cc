@@ -222,7 +222,8 @@ constexpr char kWaitIntro[] =
 
 Blocks until the job ends, then prints its final status line (or JSON, as
 `status`) and exits 0 if it SUCCEEDED, 1 if it FAILED or was CANCELLED, 5 if
---timeout passed first. A service that stays unreachable for 60s
+--timeout passed first. A failed job's root cause follows on stderr, in the
+block `elastrun run` prints (torchrun's layout). A service that stays unreachable for 60s
 (--retry-for) exits 3; a shorter outage (a restart) is waited out.
 )";
 

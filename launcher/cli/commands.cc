@@ -418,6 +418,14 @@ int WaitUntilEnded(const ParsedArgs& a, const CliContext& ctx, const std::string
     if (next.ok()) s = *std::move(next);
   }
   PrintStatusLine(a, ctx, *s);
+  // A failure's root cause as `elastrun run` prints it (torchrun's block),
+  // for people: on stderr, stdout keeping the status line.
+  if (!a.json && s->state() == v1::JOB_STATE_FAILED && s->has_root_cause()) {
+    const v1::WorkerFailure& f = s->root_cause();
+    *ctx.err << FormatRootCauseBlock(
+        f, absl::StrCat("<the --log-dir of node ", f.node_id(), "'s elastrund>/", s->job_id(),
+                        "/attempt_", f.round()));
+  }
   return s->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
 }
 

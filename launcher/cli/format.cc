@@ -15,6 +15,9 @@
 #include "absl/strings/match.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
+#include "launcher/agent/attempt.h"
+#include "launcher/round/failure.h"
+#include "rendezvous/codec.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -222,6 +225,22 @@ std::string FormatFailure(const v1::WorkerFailure& f) {
   }
   if (!f.message().empty()) absl::StrAppend(&out, ": ", f.message());
   return out;
+}
+
+std::string FormatRootCauseBlock(const v1::WorkerFailure& f, const std::string& attempt_dir) {
+  RootCause r;
+  r.time = rendezvous::FromProto(f.time());
+  r.host = f.node_id();
+  r.rank = f.rank();
+  r.local_rank = f.local_rank();
+  r.exit_code = f.exit_code();
+  r.signal = f.signal();
+  r.hung = f.hung();
+  r.message = f.message();
+  r.traceback = f.traceback();
+  r.error_file = ErrorFilePath(attempt_dir, f.local_rank());
+  r.logs = absl::StrCat(attempt_dir, "/", f.local_rank(), "/");
+  return FormatRootCause(r);
 }
 
 std::string FormatJobLine(const v1::JobStatus& s) {

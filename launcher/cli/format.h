@@ -46,6 +46,11 @@ Json ProtoJson(const google::protobuf::Message& message);
 // (or "killed by signal 9 (SIGKILL)").
 std::string FormatFailure(const v1::WorkerFailure& f);
 
+// The root-cause block of launcher/round/failure.h (torchrun's layout) for
+// a failure the service reported; `attempt_dir` is where that attempt's
+// log folders are on the failed worker's node.
+std::string FormatRootCauseBlock(const v1::WorkerFailure& f, const std::string& attempt_dir);
+
 // The multi-line report of `elastrun status`: state, round, world size,
 // restarts with their causes per round, per-node state, last progress.
 std::string FormatJobStatus(const v1::JobStatus& s);

@@ -13,7 +13,7 @@
 
 namespace elastrun::launcher {
 
-int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s) {
+int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s, const std::string& run_dir) {
   const std::string after =
       s.restarts() > 0 ? absl::StrCat(" after ", s.restarts(), " restart(s)") : "";
   if (s.state() == v1::JOB_STATE_SUCCEEDED) {
@@ -24,8 +24,9 @@ int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s) {
                    after, ": ", s.finish_reason()));
   if (!s.has_root_cause()) return 1;
   const v1::WorkerFailure& f = s.root_cause();
-  Say(absl::StrCat("root cause: ", FormatFailure(f)));
-  if (!f.traceback().empty()) WriteAll(STDERR_FILENO, absl::StrCat(f.traceback(), "\n"));
+  // The block of `elastrun run` on one node: log scrapers read one layout.
+  WriteAll(STDERR_FILENO,
+           FormatRootCauseBlock(f, absl::StrCat(run_dir, "/", s.job_id(), "/attempt_", f.round())));
   if (f.signal() > 0) return 128 + f.signal();
   if (f.cannot_start()) return 127;
   return f.exit_code() > 0 && f.exit_code() < 256 ? f.exit_code() : 1;
@@ -83,7 +84,7 @@ int RunMonitor::Run(bool* finished) {
     if (s->state() == v1::JOB_STATE_SUCCEEDED || s->state() == v1::JOB_STATE_FAILED ||
         s->state() == v1::JOB_STATE_CANCELLED) {
       *finished = true;
-      return FinishedExitCode(o_, *s);
+      return FinishedExitCode(o_, *s, run_dir_);
     }
     // Queued (placed nowhere yet: round 0 never opened); once placed, the
     // round's own join_timeout applies.

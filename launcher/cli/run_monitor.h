@@ -27,7 +27,9 @@ absl::StatusOr<std::string> FindRunJob(const RunOptions& o, int nproc, JobsClien
 // Says how the job ended (success; or the state, why, and the root cause
 // with its traceback) and returns the exit code: 0, the root cause's exit
 // code, 128+signal when it was killed, 127 when it could not start, else 1.
-int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s);
+// The root cause is the block every form prints (launcher/round/failure.h);
+// its logs are under `run_dir` on its node.
+int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s, const std::string& run_dir);
 
 // Watches the run's job at the rendezvous until it ends, this node is
 // stopped, or the host is lost (no answer for keep_alive_interval x
@@ -39,9 +41,15 @@ class RunMonitor {
   // `hosting`: this node hosts the rendezvous; then it also ends a run that
   // has not got its --nnodes minimum within join_timeout, as torchrun's
   // rendezvous does (the service itself queues such a job for ever).
+  // `run_dir`: this run's log folder (the same layout on every node).
   RunMonitor(const RunOptions& o, JobsClient* jobs, StopRequest* stop, std::string job_id,
-             bool hosting = false)
-      : o_(o), jobs_(jobs), stop_(stop), job_id_(std::move(job_id)), hosting_(hosting) {}
+             std::string run_dir, bool hosting = false)
+      : o_(o),
+        jobs_(jobs),
+        stop_(stop),
+        job_id_(std::move(job_id)),
+        run_dir_(std::move(run_dir)),
+        hosting_(hosting) {}
 
   // The exit code (-1: a stop of -1 was requested: the session ended,
   // refused); `*finished` tells whether the job ended. Says why.
@@ -52,6 +60,7 @@ class RunMonitor {
   JobsClient* const jobs_;
   StopRequest* const stop_;
   const std::string job_id_;
+  const std::string run_dir_;
   const bool hosting_;
 };
 

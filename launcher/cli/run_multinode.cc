@@ -210,7 +210,7 @@ int ServeNode(const RunOptions& o, const NodeSetup& n,
     session_status = session.Run();
     if (!session_status.ok()) stop->Request(-1);
   });
-  int exit_code = RunMonitor(o, jobs, stop, job_id, n.hosting).Run(finished);
+  int exit_code = RunMonitor(o, jobs, stop, job_id, n.run_dir, n.hosting).Run(finished);
   if (exit_code < 0) {
     Say(absl::StrCat("the rendezvous refused this node: ", session_status.message()));
     exit_code = 1;

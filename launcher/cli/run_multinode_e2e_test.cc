@@ -278,8 +278,11 @@ TEST_P(MultinodeRunTest, FailurePastMaxRestartsNamesTheRootCauseOnEveryNode) {
     EXPECT_EQ(ExitOf(h), 7) << AllOutput();
     const std::string out = nodes_[h]->Output();
     EXPECT_THAT(out, HasSubstr("run mn1 failed: "));
-    EXPECT_THAT(out, HasSubstr("root cause:"));
-    EXPECT_THAT(out, HasSubstr("rank 3 (local 1), round 0: exit code 7"));
+    // The block `elastrun run` prints on one node (torchrun's layout).
+    EXPECT_THAT(out, HasSubstr("Root cause (first observed failure):\n"));
+    EXPECT_THAT(out, HasSubstr("  rank       : 3 (local_rank: 1)\n"));
+    EXPECT_THAT(out, HasSubstr("  exit       : exit code 7\n"));
+    EXPECT_THAT(out, HasSubstr("/attempt_0/1/\n"));
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "absl/time/time.h"
 #include "launcher/agent/agent.h"
 #include "rendezvous/core.h"
 
@@ -24,6 +25,33 @@ rendezvous::Failure MakeFailure(const std::string& node, int64_t round,
 // slots on the node now).
 rendezvous::Failure NotStartedFailure(const std::string& node, int64_t round,
                                       std::string message, bool cannot_start);
+
+// torchrun's root-cause block (its ChildFailedError's layout), one layout
+// for every form: `elastrun run` on one node, its multi-node form, and
+// `elastrun wait` of a failed job:
+//   Root cause (first observed failure):
+//     time       : 2026-11-27 20:30:33.048 UTC
+//     host       : NODE
+//     rank       : 1 (local_rank: 1)
+//     exit       : exit code 3
+//     error_file : PATH | <N/A> (the worker wrote none)   (or hang : ...)
+//     message    : ...       (when the worker wrote one)
+//     traceback  :           (indented, when it wrote one)
+//     logs       : FOLDER
+struct RootCause {
+  absl::Time time;
+  std::string host;
+  int rank = 0;
+  int local_rank = 0;
+  int exit_code = 0;
+  int signal = 0;
+  bool hung = false;
+  std::string message;     // the error file's (or the hang's description)
+  std::string traceback;
+  std::string error_file;  // where the worker's error file is
+  std::string logs;        // where its logs are
+};
+std::string FormatRootCause(const RootCause& r);
 
 // The multi-line summary of a failed run.
 std::string FormatFailureSummary(const std::string& run_id, const std::string& node,
