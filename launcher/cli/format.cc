@@ -15,7 +15,6 @@
 #include "absl/strings/match.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
-#include "launcher/agent/attempt.h"
 #include "launcher/round/failure.h"
 #include "rendezvous/codec.h"
 
@@ -228,19 +227,7 @@ std::string FormatFailure(const v1::WorkerFailure& f) {
 }
 
 std::string FormatRootCauseBlock(const v1::WorkerFailure& f, const std::string& attempt_dir) {
-  RootCause r;
-  r.time = rendezvous::FromProto(f.time());
-  r.host = f.node_id();
-  r.rank = f.rank();
-  r.local_rank = f.local_rank();
-  r.exit_code = f.exit_code();
-  r.signal = f.signal();
-  r.hung = f.hung();
-  r.message = f.message();
-  r.traceback = f.traceback();
-  r.error_file = ErrorFilePath(attempt_dir, f.local_rank());
-  r.logs = absl::StrCat(attempt_dir, "/", f.local_rank(), "/");
-  return FormatRootCause(r);
+  return FormatRootCause(rendezvous::FromProto(f), f.node_id(), attempt_dir);
 }
 
 std::string FormatJobLine(const v1::JobStatus& s) {

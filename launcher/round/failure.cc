@@ -63,30 +63,31 @@ rendezvous::Failure MakeFailure(const std::string& node, int64_t round,
   return f;
 }
 
-std::string FormatRootCause(const RootCause& r) {
+std::string FormatRootCause(const rendezvous::Failure& f, const std::string& host,
+                            const std::string& attempt_dir) {
   WorkerExit as_exit;
-  as_exit.exit_code = r.exit_code;
-  as_exit.signal = r.signal;
+  as_exit.exit_code = f.exit_code;
+  as_exit.signal = f.signal;
   std::string out = "Root cause (first observed failure):\n";
   absl::StrAppend(&out, "  time       : ",
-                  absl::FormatTime("%Y-%m-%d %H:%M:%E3S %Z", r.time, absl::UTCTimeZone()),
+                  absl::FormatTime("%Y-%m-%d %H:%M:%E3S %Z", f.time, absl::UTCTimeZone()),
                   "\n");
-  absl::StrAppend(&out, "  host       : ", r.host, "\n");
-  absl::StrAppend(&out, "  rank       : ", r.rank, " (local_rank: ", r.local_rank, ")\n");
+  absl::StrAppend(&out, "  host       : ", host, "\n");
+  absl::StrAppend(&out, "  rank       : ", f.rank, " (local_rank: ", f.local_rank, ")\n");
   absl::StrAppend(&out, "  exit       : ", DescribeExit(as_exit), "\n");
-  if (r.hung) {
-    absl::StrAppend(&out, "  hang       : ", r.message, "; its stacks are in its stderr.log\n");
-  } else if (r.message.empty()) {
+  if (f.hung) {
+    absl::StrAppend(&out, "  hang       : ", f.message, "; its stacks are in its stderr.log\n");
+  } else if (f.message.empty()) {
     absl::StrAppend(&out, "  error_file : <N/A> (the worker wrote none",
-                    r.signal != 0 ? "; it was killed by a signal" : "", ")\n");
+                    f.signal != 0 ? "; it was killed by a signal" : "", ")\n");
   } else {
-    absl::StrAppend(&out, "  error_file : ", r.error_file, "\n");
-    absl::StrAppend(&out, "  message    : ", r.message, "\n");
-    if (!r.traceback.empty()) {
-      absl::StrAppend(&out, "  traceback  :\n", Indent(r.traceback, "    "));
+    absl::StrAppend(&out, "  error_file : ", ErrorFilePath(attempt_dir, f.local_rank), "\n");
+    absl::StrAppend(&out, "  message    : ", f.message, "\n");
+    if (!f.traceback.empty()) {
+      absl::StrAppend(&out, "  traceback  :\n", Indent(f.traceback, "    "));
     }
   }
-  absl::StrAppend(&out, "  logs       : ", r.logs, "\n");
+  absl::StrAppend(&out, "  logs       : ", attempt_dir, "/", f.local_rank, "/\n");
   return out;
 }
 
@@ -98,19 +99,7 @@ std::string FormatFailureSummary(const std::string& run_id, const std::string& n
                                  core.restart_count(), " restart(s)\n");
   const auto& root = core.root_cause();
   if (!root) return out;
-  RootCause r;
-  r.time = root->time;
-  r.host = node;
-  r.rank = root->rank;
-  r.local_rank = root->local_rank;
-  r.exit_code = root->exit_code;
-  r.signal = root->signal;
-  r.hung = root->hung;
-  r.message = root->message;
-  r.traceback = root->traceback;
-  r.error_file = ErrorFilePath(attempt_dir, root->local_rank);
-  r.logs = absl::StrCat(attempt_dir, "/", root->local_rank, "/");
-  absl::StrAppend(&out, FormatRootCause(r));
+  absl::StrAppend(&out, FormatRootCause(*root, node, attempt_dir));
   std::string others;
   for (const WorkerExit& e : last_attempt.exits) {
     if (e.ok() || (last_attempt.first_failure && e.pid == last_attempt.first_failure->pid)) {

@@ -6,7 +6,6 @@
 
 #include <string>
 
-#include "absl/time/time.h"
 #include "launcher/agent/agent.h"
 #include "rendezvous/core.h"
 
@@ -38,20 +37,10 @@ rendezvous::Failure NotStartedFailure(const std::string& node, int64_t round,
 //     message    : ...       (when the worker wrote one)
 //     traceback  :           (indented, when it wrote one)
 //     logs       : FOLDER
-struct RootCause {
-  absl::Time time;
-  std::string host;
-  int rank = 0;
-  int local_rank = 0;
-  int exit_code = 0;
-  int signal = 0;
-  bool hung = false;
-  std::string message;     // the error file's (or the hang's description)
-  std::string traceback;
-  std::string error_file;  // where the worker's error file is
-  std::string logs;        // where its logs are
-};
-std::string FormatRootCause(const RootCause& r);
+// for failure `f` of a worker on `host` whose attempt's log folder there is
+// `attempt_dir`.
+std::string FormatRootCause(const rendezvous::Failure& f, const std::string& host,
+                            const std::string& attempt_dir);
 
 // The multi-line summary of a failed run.
 std::string FormatFailureSummary(const std::string& run_id, const std::string& node,
