@@ -205,7 +205,11 @@ TEST_F(DaemonRunAsE2eTest, LinkPlantedWhereALogGoesIsNotFollowed) {
 
 TEST_F(DaemonRunAsE2eTest, RootDaemonRunsWorkersAsTheJobsOwner) {
   if (!HaveNobody()) GTEST_SKIP() << "needs root and the user nobody (uid 65534)";
+  // A secret in the root daemon's environment (it inherits the test's):
+  // another user's workers must not see it; PATH they get.
+  setenv("DAEMON_TEST_SECRET", "hunter2", 1);
   ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
+  unsetenv("DAEMON_TEST_SECRET");
   const std::string project = dir_ + "/project";
   ASSERT_EQ(mkdir(project.c_str(), 0755), 0);
   // What the owner needs: its snapshot folder, the agent socket, the
@@ -214,7 +218,8 @@ TEST_F(DaemonRunAsE2eTest, RootDaemonRunsWorkersAsTheJobsOwner) {
       "id -u; pwd; stat -c %u:%a \"$ELASTRUN_SNAPSHOT\"; echo \"home=$HOME\"; "
       "[ -w \"$ELASTRUN_AGENT_SOCKET\" ] && echo socket-reachable; "
       "touch \"$(dirname \"$TORCHELASTIC_ERROR_FILE\")/probe\" && echo "
-      "error-folder-writable";
+      "error-folder-writable; echo \"secret=${DAEMON_TEST_SECRET:-none} "
+      "path=${PATH:+set}\"";
   v1::JobSpec spec = ShellJob("owned", script);
   spec.set_working_dir(project);
   spec.mutable_owner()->set_uid(kNobody);
@@ -227,11 +232,13 @@ TEST_F(DaemonRunAsE2eTest, RootDaemonRunsWorkersAsTheJobsOwner) {
   EXPECT_THAT(out, HasSubstr("65534\n" + project + "\n65534:700\n"));
   EXPECT_THAT(out, HasSubstr(absl::StrCat("home=", getpwuid(kNobody)->pw_dir, "\n")));
   EXPECT_THAT(out, HasSubstr("socket-reachable\nerror-folder-writable\n"));
+  EXPECT_THAT(out, HasSubstr("secret=none path=set\n"));
 
-  // No owner: the daemon's own user, as before.
-  const std::string mine = cluster_->SubmitSpec(ShellJob("mine", "id -u"));
+  // No owner: the daemon's own user, as before, with its environment.
+  const std::string mine = cluster_->SubmitSpec(
+      ShellJob("mine", "id -u; echo \"secret=${DAEMON_TEST_SECRET:-none}\""));
   ASSERT_EQ(cluster_->WaitFinished(mine).state(), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_EQ(Stdout(mine), "0\n");
+  EXPECT_EQ(Stdout(mine), "0\nsecret=hunter2\n");
 }
 
 TEST_F(DaemonRunAsE2eTest, UnknownOwnerOrMissingFolderCannotStart) {

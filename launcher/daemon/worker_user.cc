@@ -77,6 +77,22 @@ absl::StatusOr<WorkerUser> ResolveWorkerUser(const v1::JobSpec& spec,
   return user;
 }
 
+bool IsPassedToOtherUsers(std::string_view name) {
+  static constexpr std::string_view kNames[] = {
+      "PATH",        "LANG",        "TZ",         "TMPDIR",      "LD_LIBRARY_PATH",
+      "HTTP_PROXY",  "HTTPS_PROXY", "NO_PROXY",   "http_proxy",  "https_proxy",
+      "no_proxy"};
+  static constexpr std::string_view kPrefixes[] = {"LC_",   "CUDA_", "NVIDIA_",   "NCCL_",
+                                                   "GLOO_", "OMP_",  "MKL_",      "OPENBLAS_"};
+  for (std::string_view n : kNames) {
+    if (name == n) return true;
+  }
+  for (std::string_view p : kPrefixes) {
+    if (name.substr(0, p.size()) == p) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> WorkerBaseEnv(const std::vector<std::string>& base_env,
                                        const v1::JobSpec& spec, const WorkerUser& user) {
   std::vector<std::string> env;
@@ -91,7 +107,11 @@ std::vector<std::string> WorkerBaseEnv(const std::vector<std::string>& base_env,
     }
   };
   if (!spec.replace_env()) {
-    for (const std::string& e : base_env) set(e);
+    for (const std::string& e : base_env) {
+      if (!user.run_as || IsPassedToOtherUsers(std::string_view(e).substr(0, e.find('=')))) {
+        set(e);
+      }
+    }
   }
   // Sorted by name (the map's order): the same environment gives the same
   // list, so a standby set started for it matches the next attempt.

@@ -14,6 +14,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -47,9 +48,20 @@ absl::StatusOr<WorkerUser> ResolveWorkerUser(const v1::JobSpec& spec,
 
 // The environment the workers start from: `base_env` (the daemon's) unless
 // spec.replace_env, then spec.env and user.env over it (a later name
-// replaces an earlier one; the order of first appearance is kept).
+// replaces an earlier one; the order of first appearance is kept). Workers
+// that run as another user (user.run_as) get only the names of
+// IsPassedToOtherUsers from `base_env`: the daemon's environment may hold
+// its own secrets.
 std::vector<std::string> WorkerBaseEnv(const std::vector<std::string>& base_env,
                                        const v1::JobSpec& spec, const WorkerUser& user);
+
+// The daemon's variables that another user's workers get: PATH, LANG, LC_*,
+// TZ, TMPDIR, LD_LIBRARY_PATH, CUDA_*, NVIDIA_*, NCCL_*, GLOO_*, OMP_*,
+// MKL_*, OPENBLAS_*, HTTP(S)_PROXY, NO_PROXY (either case): where programs
+// and libraries are, how the node's devices and network are set up.
+// Anything else of a job's reaches its workers through the job's own env
+// (`submit --export`).
+bool IsPassedToOtherUsers(std::string_view name);
 
 // Makes the log folders of one attempt: <log_dir>/<job> (kept across
 // rounds), <log_dir>/<job>/attempt_<round> and its <local_rank> folders

@@ -82,6 +82,31 @@ TEST(WorkerUserTest, EnvironmentLayersReplaceByName) {
               ElementsAre("B=spec", "HOME=/spec-home"));
 }
 
+// A root daemon running another user's job hands that user only the
+// documented allow-list of its own environment (PATH, locale, time zone,
+// temporary folder, the GPU and library settings a node needs), never the
+// rest (a secret of the daemon's, systemd's variables).
+TEST(WorkerUserTest, AnotherUsersWorkersGetOnlyTheAllowListOfTheDaemonsEnvironment) {
+  v1::JobSpec spec;
+  (*spec.mutable_env())["MINE"] = "job";
+  WorkerUser other;
+  other.run_as = ProcessCredentials{65534, 65534, {}};
+  other.uid = other.gid = 65534;
+  other.env = {"HOME=/nonexistent"};
+  const std::vector<std::string> daemon = {
+      "PATH=/usr/bin:/bin",      "LANG=C.UTF-8",        "LC_ALL=C",
+      "TZ=UTC",                  "TMPDIR=/scratch",     "CUDA_VISIBLE_DEVICES=0,1",
+      "LD_LIBRARY_PATH=/opt/lib", "NCCL_SOCKET_IFNAME=eth0", "DB_PASSWORD=hunter2",
+      "INVOCATION_ID=abc",       "AWS_SECRET_ACCESS_KEY=x", "HOME=/root"};
+  EXPECT_THAT(WorkerBaseEnv(daemon, spec, other),
+              ElementsAre("PATH=/usr/bin:/bin", "LANG=C.UTF-8", "LC_ALL=C", "TZ=UTC",
+                          "TMPDIR=/scratch", "CUDA_VISIBLE_DEVICES=0,1",
+                          "LD_LIBRARY_PATH=/opt/lib", "NCCL_SOCKET_IFNAME=eth0", "MINE=job",
+                          "HOME=/nonexistent"));
+  // The daemon's own user's workers keep the whole environment.
+  EXPECT_EQ(WorkerBaseEnv(daemon, v1::JobSpec(), WorkerUser()), daemon);
+}
+
 TEST(WorkerUserTest, AttemptFoldersAreNewAndTheRanksAreTheWorkers) {
   char tmpl[] = "/tmp/worker_user_test.XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
