@@ -170,7 +170,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
-    if (ran_.count({job, round})) return;  // already ran: never twice
+    if (RanLocked(job, round)) return;  // already ran: never twice
     JobState& j = jobs_[job];
     if (j.current && j.current->round >= round) return;  // it runs, or a newer one
     if (j.next && j.next->assignment().round() >= round) return;
@@ -180,7 +180,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
       LOG(ERROR) << "cannot start job " << job << " round " << round << " with " << nproc
                  << " workers: " << others << " of this node's " << options_.slots
                  << " slots are taken by " << HoldersLocked(job);
-      ran_.insert({job, round});
+      MarkRanLocked(job, round);
       reports_.push_back(FailureReport(
           options_.node_id, job, round,
           NotStartedFailure(options_.node_id, round,
@@ -217,6 +217,29 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
   StartOnRunner(std::move(launches));
 }
 
+bool Daemon::RanLocked(const std::string& job, int64_t round) const {
+  auto it = ran_.find(job);
+  return it != ran_.end() && round <= it->second;
+}
+
+void Daemon::MarkRanLocked(const std::string& job, int64_t round) {
+  auto [it, added] = ran_.emplace(job, round);
+  if (!added) {
+    it->second = std::max(it->second, round);
+    return;
+  }
+  ran_order_.push_back(job);
+  while (ran_order_.size() > std::max<size_t>(options_.ran_jobs_kept, 1)) {
+    ran_.erase(ran_order_.front());
+    ran_order_.pop_front();
+  }
+}
+
+size_t Daemon::RanJobsRecorded() const {
+  absl::MutexLock lock(&mu_);
+  return ran_.size();
+}
+
 std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
                                                const absl::StatusOr<WorkerUser>& user) {
   const v1::Assignment& a = start.assignment();
@@ -224,7 +247,7 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
   for (const v1::NodeAssignment& n : a.nodes()) {
     if (n.node_id() == options_.node_id) me = &n;
   }
-  ran_.insert({start.job_id(), a.round()});
+  MarkRanLocked(start.job_id(), a.round());
   const std::string attempt_dir =
       absl::StrCat(options_.log_dir, "/", start.job_id(), "/attempt_", a.round());
   if (me == nullptr) {

@@ -97,6 +97,11 @@ struct DaemonOptions {
   // Worker slots this node offers (--slots, as registered): the nproc of
   // the attempts running at once never adds up to more.
   int slots = 1;
+  // How many jobs the record of attempts that ran remembers (the newest
+  // round of each; the oldest job is forgotten first): bounded memory on a
+  // node that runs jobs for months. A job that runs is never forgotten in
+  // effect: its own state refuses older rounds.
+  size_t ran_jobs_kept = 4096;
   // The group rank this node asks for in every round it joins (`elastrun
   // run --rdzv-backend static --node-rank`); -1: any.
   int group_rank = -1;
@@ -145,6 +150,8 @@ class Daemon {
   // that waits for slots, and one that ended with its ReportExit still
   // queued; a restarted service must not take the node as lost for them.
   std::vector<v1::RunningAttempt> Running() const;
+  // How many jobs the record of attempts that ran holds (for tests).
+  size_t RanJobsRecorded() const;
 
   // Releases the slots held by JoinRounds not yet followed by their
   // StartAttempt. Called before (re-)registering: the service then re-sends
@@ -254,8 +261,14 @@ class Daemon {
   mutable absl::Mutex mu_;
   std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Attempts that ran: a re-sent StartAttempt never runs one twice.
-  std::set<std::pair<std::string, int64_t>> ran_ ABSL_GUARDED_BY(mu_);
+  // Attempts that ran: a re-sent StartAttempt never runs one twice. The
+  // newest round that ran per job (rounds only grow), the jobs in the
+  // order they first ran, at most options_.ran_jobs_kept.
+  std::map<std::string, int64_t> ran_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> ran_order_ ABSL_GUARDED_BY(mu_);
+  bool RanLocked(const std::string& job, int64_t round) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkRanLocked(const std::string& job, int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // MASTER_PORTs offered lately: their sockets may linger, so skip them.
   std::deque<int> recent_ports_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::ReportExitRequest> reports_ ABSL_GUARDED_BY(mu_);

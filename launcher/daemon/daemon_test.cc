@@ -88,6 +88,33 @@ TEST_F(DaemonTest, StartRunsTheAssignmentOnceAndReportsSuccess) {
   EXPECT_EQ(runner_.started.size(), 1u);
 }
 
+// The record of attempts that ran stays bounded on a node that runs job
+// after job, and still refuses a re-sent round of a job it remembers.
+TEST(DaemonRanRecordTest, KeepsTheNewestJobsAndRefusesTheirOldRounds) {
+  DaemonOptions o;
+  o.node_id = "b";
+  o.log_dir = testing::MakeTempDir("daemon_ran");
+  o.slots = 2;
+  o.ran_jobs_kept = 3;
+  FakeClient client;
+  FakeRunner runner;
+  Daemon daemon(o, &client, &runner);
+  for (int i = 1; i <= 10; ++i) {
+    daemon.OnCommand(Start(absl::StrCat("j-", i), 0));
+    runner.Finish(Succeeded());
+  }
+  EXPECT_EQ(runner.started.size(), 10u);
+  EXPECT_EQ(daemon.RanJobsRecorded(), 3u);
+  // j-10 ran round 0, then round 1: both re-sent, neither runs again.
+  daemon.OnCommand(Start("j-10", 1));
+  runner.Finish(Succeeded());
+  EXPECT_EQ(runner.started.size(), 11u);
+  daemon.OnCommand(Start("j-10", 0));
+  daemon.OnCommand(Start("j-10", 1));
+  EXPECT_EQ(runner.started.size(), 11u);
+  EXPECT_EQ(daemon.RanJobsRecorded(), 3u);
+}
+
 TEST_F(DaemonTest, FirstFailureIsReportedWithRankAndSignal) {
   daemon_->OnCommand(Start("j-1", 0));
   runner_.Finish(Killed(3, SIGKILL));
