@@ -115,7 +115,8 @@ CredSocket::CredSocket(CredSocketOptions options, int listen_fd, int stop_fd[2])
     : options_(std::move(options)),
       listen_fd_(listen_fd),
       stop_read_(stop_fd[0]),
-      stop_write_(stop_fd[1]) {
+      stop_write_(stop_fd[1]),
+      spare_fd_(open("/dev/null", O_RDONLY | O_CLOEXEC)) {
   thread_ = std::thread([this] { Serve(); });
 }
 
@@ -124,6 +125,7 @@ CredSocket::~CredSocket() {
   thread_.join();
   close(stop_read_);
   close(listen_fd_);
+  if (spare_fd_ >= 0) close(spare_fd_);
   unlink(options_.path.c_str());
 }
 
@@ -137,11 +139,39 @@ void CredSocket::Serve() {
       return;
     }
     if (fds[0].revents != 0) return;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;  // EAGAIN (another wake-up), or the caller left
+    const int fd = options_.accept_for_test
+                       ? options_.accept_for_test(listen_fd_)
+                       : accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      // Out of descriptors the caller stays queued and poll stays
+      // readable: shed it rather than spin.
+      if (errno == EMFILE || errno == ENFILE) Shed();
+      continue;  // else EAGAIN (another wake-up), or the caller left
+    }
     Answer(fd);
     close(fd);
   }
+}
+
+void CredSocket::Shed() {
+  LOG_EVERY_N(WARNING, 1000) << "credential socket " << options_.path
+                               << ": out of file descriptors; callers are refused";
+  if (spare_fd_ >= 0) close(spare_fd_);
+  spare_fd_ = -1;
+  const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) {
+    constexpr char kLine[] = "error: elastrund is out of file descriptors; try again\n";
+    if (send(fd, kLine, sizeof kLine - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+      VLOG(1) << "credential socket: send: " << strerror(errno);
+    }
+    close(fd);
+  } else {
+    // Not even the spare's slot: wait a little for descriptors to free
+    // (or a stop) instead of spinning.
+    pollfd stop{stop_read_, POLLIN, 0};
+    poll(&stop, 1, 100);
+  }
+  spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 void CredSocket::Answer(int fd) {

@@ -7,6 +7,7 @@
 #ifndef ELASTRUN_LAUNCHER_DAEMON_CRED_SOCKET_H_
 #define ELASTRUN_LAUNCHER_DAEMON_CRED_SOCKET_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,6 +29,8 @@ struct CredSocketOptions {
   const Clock* clock = &RealClock();
   // How long a credential is valid.
   absl::Duration life = auth::kCredentialLife;
+  // Replaces accept4(listen_fd, ...) (tests inject EMFILE); empty: the real.
+  std::function<int(int listen_fd)> accept_for_test;
 };
 
 // The socket's default path: /run/elastrund/cred.sock for root (euid 0),
@@ -52,11 +55,15 @@ class CredSocket {
   CredSocket(CredSocketOptions options, int listen_fd, int stop_fd[2]);
   void Serve();
   void Answer(int fd);
+  // Out of descriptors: frees the spare one to take the waiting caller,
+  // tells it so and closes it, then takes a spare again.
+  void Shed();
 
   const CredSocketOptions options_;
   const int listen_fd_;
   int stop_read_;   // the serving thread polls it: readable means stop
   int stop_write_;  // closed by the destructor
+  int spare_fd_ = -1;  // /dev/null, held for Shed
   std::thread thread_;
 };
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -68,6 +69,36 @@ TEST_F(CredSocketTest, AnswersACredentialForTheCallersUid) {
   EXPECT_FALSE(auth::VerifyCredential(
                    kToken, *cred, clock_.Now() + auth::kCredentialLife + absl::Seconds(1))
                    .ok());
+}
+
+// Out of file descriptors (EMFILE: accept cannot take the waiting caller),
+// the socket does not spin on a poll that stays readable: it gives up a
+// spare descriptor, answers that caller with an error naming the cause,
+// and serves the next one. The accept is injected to fail as a full table
+// would (for the first 1000 calls); the real one takes the rest.
+TEST_F(CredSocketTest, OutOfDescriptorsTheCallerIsToldAndNothingSpins) {
+  std::atomic<int> failing_calls{0};
+  CredSocketOptions o;
+  o.path = path_;
+  o.token = kToken;
+  o.clock = &clock_;
+  o.accept_for_test = [&](int listen_fd) {
+    if (failing_calls.fetch_add(1) < 1000) {
+      errno = EMFILE;
+      return -1;
+    }
+    return accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  };
+  absl::StatusOr<std::unique_ptr<CredSocket>> socket = CredSocket::Create(o);
+  ASSERT_TRUE(socket.ok()) << socket.status();
+  absl::StatusOr<std::string> refused = FetchCredential(path_, kWait);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("out of file descriptors"));
+  EXPECT_EQ(failing_calls.load(), 1);  // one failed accept, not a spin
+  // The table has room again (as far as the socket can tell: the next
+  // caller is answered, through the spare descriptor's shedding or not).
+  failing_calls = 1000;
+  EXPECT_TRUE(FetchCredential(path_, kWait).ok());
 }
 
 TEST_F(CredSocketTest, AnotherUserGetsTheirOwnUidOnly) {
