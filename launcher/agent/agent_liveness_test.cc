@@ -71,7 +71,7 @@ class AgentLivenessTest : public ::testing::Test {
       reply(absl::OkStatus());
     };
     options.proc_reader = &proc_;
-    options.stack_tool = "";  // fake workers have no stacks to print
+    options.stack_tool = stack_tool_;  // none: fake workers have no stacks to print
     options.console_stderr_fd = -1;
     auto fake = std::make_unique<FakeProcesses>();
     fake_ = fake.get();
@@ -88,6 +88,8 @@ class AgentLivenessTest : public ::testing::Test {
     close(sock_);
     agent_.reset();
   }
+
+  std::string stack_tool_;  // AgentOptions::stack_tool (set before SetUp)
 
   void Start(AttemptSpec spec) {
     agent_->Start(std::move(spec),
@@ -231,6 +233,40 @@ TEST_F(AgentLivenessTest, StoppedWorkerIsDeclaredHungDumpedAndFailsTheAttempt) {
   EXPECT_EQ(o.first_failure->hung_for, absl::Seconds(10));
   EXPECT_EQ(o.first_failure->signal, SIGTERM);  // how it ended when stopped
   EXPECT_NE(o.first_failure->ShellCode(), 0);
+}
+
+// The native stack tool (eu-stack) of a hung worker runs as the worker's
+// user: a root agent never parses another user's ELF and DWARF as root.
+class AgentStackToolTest : public AgentLivenessTest {
+ protected:
+  void SetUp() override {
+    stack_tool_ = "/bin/true";  // stands for eu-stack: what matters is how it is started
+    AgentLivenessTest::SetUp();
+  }
+};
+
+TEST_F(AgentStackToolTest, RunsAsTheHungWorkersUser) {
+  AttemptSpec spec = testing::AttemptOf({{"w"}, {"w"}});
+  spec.hang_timeout = absl::Seconds(10);
+  for (WorkerSpec& w : spec.workers) w.process.run_as = ProcessCredentials{65534, 65534, {}};
+  Start(std::move(spec));
+  const pid_t p1 = fake_->spawned()[1];
+  Report(SecretOf(0), 0, 1);
+  Report(SecretOf(1), 1, 1);
+  proc_.samples[fake_->spawned()[0]] = {true, 'S', 10, false};
+  proc_.samples[p1] = {true, 'S', 10, false};
+  Poll();
+  for (int t = 1; t <= 10; ++t) {
+    clock_.Advance(absl::Seconds(1));
+    Report(SecretOf(0), 0, 1 + t);
+    Poll();
+  }
+  ASSERT_EQ(fake_->spawned().size(), 3u);  // the two workers, then the tool
+  const ProcessSpec& tool = fake_->proc(fake_->spawned()[2]).spec;
+  EXPECT_EQ(tool.argv, (std::vector<std::string>{"/bin/true", "-p", absl::StrCat(p1)}));
+  ASSERT_TRUE(tool.run_as.has_value());
+  EXPECT_EQ(tool.run_as->uid, 65534u);
+  EXPECT_EQ(tool.run_as->gid, 65534u);
 }
 
 TEST_F(AgentLivenessTest, NoDetectionWhenOff) {

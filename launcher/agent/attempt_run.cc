@@ -82,7 +82,10 @@ AttemptRun::AttemptRun(AttemptEnv env, AttemptSpec spec)
       pump_(env_.poller),
       gate_(GateCloses(spec_), spec_.store_port, env_.is_listening),
       liveness_(HangPolicyOf(spec_), RanksOf(spec_), env_.clock->Now()) {
-  for (const WorkerSpec& w : spec_.workers) ranks_.emplace_back(w.local_rank, w.rank);
+  for (const WorkerSpec& w : spec_.workers) {
+    ranks_.emplace_back(w.local_rank, w.rank);
+    run_as_.push_back(w.process.run_as);
+  }
   if (!spec_.on_output_line) spec_.on_output_line = env_.on_output_line;
 }
 
@@ -373,6 +376,9 @@ void AttemptRun::BeginDump(const Hang& hang, absl::Time now) {
   ProcessSpec tool;
   tool.argv = {env_.stack_tool, "-p", absl::StrCat(pid)};
   tool.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  // As the worker's user: the tool parses the worker's ELF and DWARF, which
+  // that user controls; root never does.
+  tool.run_as = run_as_[i];
   // In the attempt's group: reaped with it, and stopped with it at the end.
   tool.process_group = supervisor_.process_group();
   auto spawned = env_.processes->Spawn(tool);

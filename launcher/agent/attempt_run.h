@@ -145,6 +145,8 @@ class AttemptRun {
   AttemptSpec spec_;  // its workers move to the supervisor at Begin
   const size_t n_;
   std::vector<std::pair<int, int>> ranks_;  // (local rank, rank) per worker
+  // Each worker's user (unset: the agent's), for its stack tool.
+  std::vector<std::optional<ProcessCredentials>> run_as_;
   size_t rank0_;  // the worker with rank 0, or n_ when it runs elsewhere
   Supervisor supervisor_;
   ProcessSet processes_;

@@ -241,6 +241,29 @@ TEST_F(DaemonRunAsE2eTest, RootDaemonRunsWorkersAsTheJobsOwner) {
   EXPECT_EQ(Stdout(mine), "0\nsecret=hunter2\n");
 }
 
+// A hung worker of nobody's job: its native stacks (eu-stack) are taken
+// by a tool running as nobody, not as root, and still reach its log.
+TEST_F(DaemonRunAsE2eTest, AHungWorkersStacksAreTakenAsItsUser) {
+  if (!HaveNobody()) GTEST_SKIP() << "needs root and the user nobody (uid 65534)";
+  if (system("command -v eu-stack >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "eu-stack is not installed (elfutils): no native stacks to take";
+  }
+  ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
+  v1::JobSpec spec = ShellJob("stuck", "exec sleep 600");
+  spec.mutable_hang_timeout()->set_seconds(2);
+  spec.mutable_owner()->set_uid(kNobody);
+  spec.mutable_owner()->set_gid(getpwuid(kNobody)->pw_gid);
+  spec.mutable_owner()->set_user("nobody");
+  const std::string job = cluster_->SubmitSpec(spec);
+  v1::JobStatus st = cluster_->WaitFinished(job);
+  ASSERT_EQ(st.state(), v1::JOB_STATE_FAILED) << st.DebugString() << daemon_->Output();
+  EXPECT_TRUE(st.root_cause().hung()) << st.DebugString();
+  const std::string err =
+      testing::ReadFile(absl::StrCat(state_, "/logs/", job, "/attempt_0/0/stderr.log"));
+  EXPECT_THAT(err, HasSubstr("hung before reporting a step")) << err;
+  EXPECT_THAT(err, HasSubstr("TID ")) << "no native stacks:\n" << err;
+}
+
 TEST_F(DaemonRunAsE2eTest, UnknownOwnerOrMissingFolderCannotStart) {
   if (geteuid() != 0) GTEST_SKIP() << "a root daemon resolves owners";
   ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
