@@ -103,6 +103,13 @@ class DaemonRunAsE2eTest : public ::testing::Test {
     return spec;
   }
 
+  // `spec` as submitted by the user nobody.
+  static void OwnedByNobody(v1::JobSpec& spec) {
+    spec.mutable_owner()->set_uid(kNobody);
+    spec.mutable_owner()->set_gid(getpwuid(kNobody)->pw_gid);
+    spec.mutable_owner()->set_user("nobody");
+  }
+
   std::string Stdout(const std::string& job) {
     return testing::ReadFile(
         absl::StrCat(state_, "/logs/", job, "/attempt_0/0/stdout.log"));
@@ -222,9 +229,7 @@ TEST_F(DaemonRunAsE2eTest, RootDaemonRunsWorkersAsTheJobsOwner) {
       "path=${PATH:+set}\"";
   v1::JobSpec spec = ShellJob("owned", script);
   spec.set_working_dir(project);
-  spec.mutable_owner()->set_uid(kNobody);
-  spec.mutable_owner()->set_gid(getpwuid(kNobody)->pw_gid);
-  spec.mutable_owner()->set_user("nobody");
+  OwnedByNobody(spec);
   const std::string job = cluster_->SubmitSpec(spec);
   v1::JobStatus st = cluster_->WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << daemon_->Output();
@@ -251,9 +256,7 @@ TEST_F(DaemonRunAsE2eTest, AHungWorkersStacksAreTakenAsItsUser) {
   ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
   v1::JobSpec spec = ShellJob("stuck", "exec sleep 600");
   spec.mutable_hang_timeout()->set_seconds(2);
-  spec.mutable_owner()->set_uid(kNobody);
-  spec.mutable_owner()->set_gid(getpwuid(kNobody)->pw_gid);
-  spec.mutable_owner()->set_user("nobody");
+  OwnedByNobody(spec);
   const std::string job = cluster_->SubmitSpec(spec);
   v1::JobStatus st = cluster_->WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_FAILED) << st.DebugString() << daemon_->Output();
