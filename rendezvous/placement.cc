@@ -31,18 +31,27 @@ std::string Slots(int n) { return absl::StrFormat("%d slot%s", n, n == 1 ? "" : 
 std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int want,
                                    const std::vector<std::string>& exclude,
                                    const HeldSlots& held) {
-  std::vector<std::pair<int, const std::string*>> fit;  // (free slots, id)
+  struct Fit {
+    int free;
+    uint64_t last_placed;
+    const std::string* id;
+  };
+  std::vector<Fit> fit;
   for (const auto& [id, n] : registry.nodes()) {
     const int free = n.free_slots() - HeldOn(held, id);
     if (!n.alive() || n.draining() || free < nproc) continue;
     if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
-    fit.emplace_back(free, &id);
+    fit.push_back({free, n.last_placed, &id});
   }
-  SortDescending(fit);
+  // Most free slots first; among equals the least recently placed on (short
+  // jobs spread over equal nodes), then node id (the registry's order).
+  std::stable_sort(fit.begin(), fit.end(), [](const Fit& a, const Fit& b) {
+    return a.free != b.free ? a.free > b.free : a.last_placed < b.last_placed;
+  });
   std::vector<std::string> out;
-  for (const auto& [free, id] : fit) {
+  for (const Fit& f : fit) {
     if (static_cast<int>(out.size()) >= want) break;
-    out.push_back(*id);
+    out.push_back(*f.id);
   }
   return out;
 }

@@ -22,7 +22,9 @@ using HeldSlots = std::map<std::string, int, std::less<>>;
 //
 // Up to `want` alive nodes with at least `nproc` free slots (slots minus the
 // nproc_per_node of every job placed on it, minus `held`), excluding
-// `exclude`, most free slots first, then by node id (deterministic).
+// `exclude`, most free slots first, then the least recently placed on
+// (NodeRecord::last_placed: short jobs spread over equal nodes), then by
+// node id (deterministic).
 // Returns them all, even fewer than a job's minimum: the caller decides
 // whether that is enough.
 //

@@ -32,7 +32,8 @@ TEST(PlacementTest, ANodeRunningAJobTakesAnotherThatFitsItsFreeSlots) {
   reg.Reserve("a", "j2", 6);  // full
   EXPECT_THAT(PickNodes(reg, 1, 10, {}), ElementsAre("b"));
   reg.Release("a", "j1", 2);
-  EXPECT_THAT(PickNodes(reg, 2, 10, {}), ElementsAre("a", "b"));  // equal: by id
+  // Equal: the one placed on least recently first (b never was).
+  EXPECT_THAT(PickNodes(reg, 2, 10, {}), ElementsAre("b", "a"));
   EXPECT_THAT(PickNodes(reg, 3, 10, {}), ElementsAre());
 }
 

@@ -228,6 +228,7 @@ void NodeRegistry::Reserve(const std::string& node_id, const std::string& job_id
   NodeRecord* n = Find(node_id);
   if (n == nullptr || !n->jobs.insert(job_id).second) return;
   n->used_slots += nproc;
+  n->last_placed = ++placements_;
 }
 
 void NodeRegistry::Release(const std::string& node_id, const std::string& job_id,

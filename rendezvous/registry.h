@@ -40,6 +40,10 @@ struct NodeRecord {
   v1::StoredNode stored;  // the persisted part (id, incarnation, addr, ...)
   absl::Time lease_expiry;
   int used_slots = 0;          // sum of nproc_per_node of `jobs`
+  // When a job was last placed on it (the registry's count of placements;
+  // 0: never since this service started): among equally free nodes,
+  // placement takes the least recently used, so short jobs spread.
+  uint64_t last_placed = 0;
   std::set<std::string> jobs;  // unfinished jobs placed on this node
   // Attempts the daemon said it runs when it last registered.
   std::vector<v1::RunningAttempt> reported_running;
@@ -135,6 +139,7 @@ class NodeRegistry {
 
  private:
   LeaseOptions options_;
+  uint64_t placements_ = 0;  // Reserve calls: NodeRecord::last_placed
   std::map<std::string, NodeRecord, std::less<>> nodes_;  // by node id
 };
 

@@ -1,5 +1,8 @@
 #include "rendezvous/registry.h"
 
+#include <map>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/clock.h"
@@ -115,6 +118,28 @@ TEST(PlacementTest, PicksNodesWithFreeSlotsMostFreeFirst) {
   reg.Release("b", "j1", 3);
   reg.MarkLost("a", "test", clock.Now());
   EXPECT_THAT(PickNodes(reg, 1, 10, {}), ElementsAre("b", "d", "c"));
+}
+
+// Short jobs, one after another, over equal nodes: each goes to the node
+// placed on least recently among those with the most free slots, so they
+// spread (they all went to the first node by id before).
+TEST(PlacementTest, ShortJobsOverEqualNodesSpreadEvenly) {
+  FakeClock clock;
+  NodeRegistry reg(LeaseOptions{});
+  for (const char* id : {"a", "b", "c"}) reg.Register(RegisterRequest(id, 2, "i1"), clock.Now());
+  std::map<std::string, int> placed;
+  for (int i = 0; i < 30; ++i) {
+    const std::string job = absl::StrCat("j", i);
+    std::vector<std::string> picked = PickNodes(reg, 1, 1, {});
+    ASSERT_EQ(picked.size(), 1u);
+    reg.Reserve(picked[0], job, 1);
+    ++placed[picked[0]];
+    reg.Release(picked[0], job, 1);  // done before the next one comes
+  }
+  EXPECT_EQ(placed, (std::map<std::string, int>{{"a", 10}, {"b", 10}, {"c", 10}}));
+  // Free slots still come first: a busier node waits its turn.
+  reg.Reserve("a", "long", 1);
+  EXPECT_THAT(PickNodes(reg, 1, 3, {}), ElementsAre("b", "c", "a"));
 }
 
 TEST(RegistryTest, ALostNodeExpiresExactlyAfterTheConfiguredTime) {
