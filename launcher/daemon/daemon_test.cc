@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <deque>
+#include <atomic>
 #include <functional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -329,6 +331,45 @@ TEST(LogForwarderTest, LinesAreBatchedPerRankAndStream) {
   EXPECT_EQ(r.chunks(1).data(), "c\n");
   f.Flush();  // nothing new: no call
   EXPECT_EQ(client.pushes.size(), 1u);
+}
+
+// A flush (the one before an exit report) while another push is in flight
+// waits for it, then sends what came meanwhile: the service has every line
+// before the report that ends the job (`logs -f` of a failed job missed the
+// last lines of the other nodes).
+TEST(LogForwarderTest, AFlushDuringAPushInFlightWaitsAndSendsTheRest) {
+  class SlowFirstPush : public FakeClient {
+   public:
+    absl::Status PushLogs(const v1::PushLogsRequest& request) override {
+      if (first_.exchange(false)) {
+        in_flight.Notify();
+        release.WaitForNotification();
+      }
+      return FakeClient::PushLogs(request);
+    }
+    absl::Notification in_flight, release;
+
+   private:
+    std::atomic<bool> first_{true};
+  };
+  SlowFirstPush client;
+  LogForwarderOptions o;
+  o.node_id = "b";
+  o.thread = false;
+  LogForwarder f(o, &client);
+  f.OnLine("j-1", 0, Line(0, false, "first"));
+  std::thread background([&] { f.Flush(); });  // the forwarder's own push
+  ASSERT_TRUE(client.in_flight.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  f.OnLine("j-1", 0, Line(1, false, "last words"));
+  std::thread before_report([&] { f.Flush(); });
+  client.release.Notify();
+  background.join();
+  before_report.join();  // returned: every line is with the service
+  std::string sent;
+  for (const v1::PushLogsRequest& r : client.pushes) {
+    for (const v1::LogChunk& c : r.chunks()) sent += c.data();
+  }
+  EXPECT_EQ(sent, "first\nlast words\n");
 }
 
 TEST(BarrierRelayTest, LocalWorkersMeetThenTheNodeArrivesOnce) {

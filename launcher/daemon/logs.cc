@@ -100,7 +100,12 @@ void LogForwarder::SendLines() {
   std::vector<Pending> batch;
   {
     absl::MutexLock lock(&mu_);
-    if (flushing_ || pending_.empty()) return;
+    // A push in flight (the forwarder's thread): wait for it, so that a
+    // Flush before an exit report returns only once the lines written
+    // before the exit are with the service, then send what came meanwhile.
+    mu_.Await(absl::Condition(
+        +[](bool* flushing) { return !*flushing; }, &flushing_));
+    if (pending_.empty()) return;
     flushing_ = true;
     batch.assign(std::make_move_iterator(pending_.begin()),
                  std::make_move_iterator(pending_.end()));

@@ -63,8 +63,10 @@ class LogForwarder {
   void OnProgress(const std::string& job_id, int64_t round, const ProgressReport& report);
 
   // Sends each job's newest progress report, if a new one came, and the
-  // buffered lines, one PushLogs per run of one job's lines. What the service could not take stays
-  // buffered (bounded) for the next call.
+  // buffered lines, one PushLogs per run of one job's lines; a push in
+  // flight (the thread's) is waited for first, so what was buffered before
+  // the call has been offered to the service when it returns. What the
+  // service could not take stays buffered (bounded) for the next call.
   void Flush() { Send(/*progress_now=*/true); }
 
   // Lines dropped because the buffer was full (for logs and tests).
