@@ -36,26 +36,26 @@ class EvolveCliTest : public ::testing::Test {
     dir_ = testing::MakeTempDir("evolve");
     starts_ = dir_ + "/starts";
     meta_ = dir_ + "/meta.yaml";
-    Write(meta_, kMeta);
+    ASSERT_FALSE(testing::WriteFile(meta_, kMeta).empty());
     // Named elastrun-train, so that evolve passes config overrides.
     ASSERT_EQ(mkdir((dir_ + "/wrap").c_str(), 0755), 0);
     wrapper_ = dir_ + "/wrap/elastrun-train";
-    Write(wrapper_, absl::StrCat(
-                        "#!/bin/sh\n"
-                        "case \" $* \" in *\" --print-config \"*) exec ", real, " \"$@\";; esac\n",
-                        "for a in \"$@\"; do case \"$a\" in train.output_dir=*) "
-                        "d=\"${a#train.output_dir=}\";; esac; done\n"
-                        "echo \"$d\" >> ", starts_, "\n",
-                        "case \"$d\" in */ind_0_1) echo 'failing on purpose' >&2; exit 1;; esac\n"
-                        "exec ", real, " \"$@\"\n"));
-    ASSERT_EQ(chmod(wrapper_.c_str(), 0755), 0);
-  }
-
-  static void Write(const std::string& path, const std::string& text) {
-    FILE* f = fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr) << path;
-    fputs(text.c_str(), f);
-    fclose(f);
+    ASSERT_FALSE(
+        testing::WriteFile(
+            wrapper_,
+            absl::StrCat(
+                "#!/bin/sh\n"
+                "case \" $* \" in *\" --print-config \"*) exec ",
+                real, " \"$@\";; esac\n",
+                "for a in \"$@\"; do case \"$a\" in train.output_dir=*) "
+                "d=\"${a#train.output_dir=}\";; esac; done\n"
+                "echo \"$d\" >> ",
+                starts_, "\n",
+                "case \"$d\" in */ind_0_1) echo 'failing on purpose' >&2; exit 1;; esac\n"
+                "exec ",
+                real, " \"$@\"\n"),
+            0755)
+            .empty());
   }
 
   testing::RunResult Evolve(std::vector<std::string> flags) {
@@ -179,7 +179,8 @@ TEST_F(EvolveCliTest, ResumeTrainsNoIndividualTwice) {
 }
 
 TEST_F(EvolveCliTest, AGeneTheProgramDoesNotTakeIsAnErrorBeforeTraining) {
-  Write(meta_, "optimizer.no_such_key: [true, 0.1, 0.2]\n");
+  ASSERT_FALSE(
+      testing::WriteFile(meta_, "optimizer.no_such_key: [true, 0.1, 0.2]\n").empty());
   testing::RunResult r = Evolve({"--generations", "1", "--output-dir", dir_ + "/out"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "no_such_key")) << r.output;
@@ -196,23 +197,22 @@ TEST_F(EvolveCliTest, AGeneTheProgramDoesNotTakeIsAnErrorBeforeTraining) {
 TEST(EvolvePruneTest, IndividualsBelowTheMedianAtTheMilestoneAreStopped) {
   const std::string dir = testing::MakeTempDir("evolve_prune");
   const std::string program = dir + "/individual.sh";
-  auto write = [](const std::string& path, const std::string& text) {
-    FILE* f = fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr) << path;
-    fputs(text.c_str(), f);
-    fclose(f);
-  };
-  write(program,
-        "#!/bin/sh\n"
-        "x=$(sed -n 's/^x: //p' \"$ELASTRUN_HYP\")\n"
-        "printf 'epoch,score\\n1,%s\\n' \"$x\" > \"$1/results.csv\"\n"
-        "case \"$x\" in 0.[0-4]*) i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done;"
-        " echo 'not stopped' >&2; exit 1;; esac\n"
-        "printf '2,%s\\n' \"$x\" >> \"$1/results.csv\"\n");
-  ASSERT_EQ(chmod(program.c_str(), 0755), 0);
-  write(dir + "/meta.yaml", "x: [true, 0.0, 1.0]\n");
+  ASSERT_FALSE(
+      testing::WriteFile(program,
+                         "#!/bin/sh\n"
+                         "x=$(sed -n 's/^x: //p' \"$ELASTRUN_HYP\")\n"
+                         "printf 'epoch,score\\n1,%s\\n' \"$x\" > \"$1/results.csv\"\n"
+                         "case \"$x\" in 0.[0-4]*) i=0; while [ $i -lt 1200 ]; do sleep "
+                         "0.05; i=$((i+1)); done;"
+                         " echo 'not stopped' >&2; exit 1;; esac\n"
+                         "printf '2,%s\\n' \"$x\" >> \"$1/results.csv\"\n",
+                         0755)
+          .empty());
+  ASSERT_FALSE(testing::WriteFile(dir + "/meta.yaml", "x: [true, 0.0, 1.0]\n").empty());
   ASSERT_EQ(mkdir((dir + "/given").c_str(), 0755), 0);
-  write(dir + "/given/population.yaml", "- x: 0.9\n- x: 0.2\n- x: 0.8\n- x: 0.1\n");
+  ASSERT_FALSE(testing::WriteFile(dir + "/given/population.yaml",
+                                  "- x: 0.9\n- x: 0.2\n- x: 0.8\n- x: 0.1\n")
+                   .empty());
   const std::string out = dir + "/out";
   absl::StatusOr<testing::RunResult> r = testing::Run(
       {BinDir() + "/elastrun", "evolve", "--population", "4", "--generations", "1",

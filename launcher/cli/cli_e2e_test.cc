@@ -472,30 +472,31 @@ TEST(CliBinariesE2eTest, VersionAndUsageErrorsOfEveryBinary) {
 TEST(LaunchE2eTest, LegacyScriptGetsItsLocalRankBeforeAndAfterARestart) {
   const std::string dir = testing::MakeTempDir("launch_e2e");
   const std::string script = dir + "/legacy.py";
-  FILE* f = fopen(script.c_str(), "w");
-  ASSERT_NE(f, nullptr);
   // Local rank 1 fails the first attempt once local rank 0 has printed
   // (its mark file), so that both lines of that attempt are there.
-  fputs(absl::StrCat(
-            "import argparse, os, pathlib, sys, time\n"
-            "p = argparse.ArgumentParser()\n"
-            "p.add_argument('--local_rank', type=int, default=-1)\n"
-            "p.add_argument('--tag', default='')\n"
-            "a = p.parse_args()\n"
-            "restart = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
-            "print(f\"tag={a.tag} arg={a.local_rank} env={os.environ['LOCAL_RANK']} "
-            "restart={restart}\", flush=True)\n"
-            "mark = pathlib.Path('", dir, "', f'{a.tag}_{restart}')\n"
-            "if os.environ['LOCAL_RANK'] == '0':\n"
-            "    mark.touch()\n"
-            "elif a.tag == 't' and restart == '0':\n"
-            "    end = time.time() + 60\n"
-            "    while not mark.exists() and time.time() < end:\n"
-            "        time.sleep(0.01)\n"
-            "    sys.exit(3)\n")
-            .c_str(),
-        f);
-  fclose(f);
+  ASSERT_FALSE(
+      testing::WriteFile(
+          script,
+          absl::StrCat(
+              "import argparse, os, pathlib, sys, time\n"
+              "p = argparse.ArgumentParser()\n"
+              "p.add_argument('--local_rank', type=int, default=-1)\n"
+              "p.add_argument('--tag', default='')\n"
+              "a = p.parse_args()\n"
+              "restart = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+              "print(f\"tag={a.tag} arg={a.local_rank} env={os.environ['LOCAL_RANK']} "
+              "restart={restart}\", flush=True)\n"
+              "mark = pathlib.Path('",
+              dir,
+              "', f'{a.tag}_{restart}')\n"
+              "if os.environ['LOCAL_RANK'] == '0':\n"
+              "    mark.touch()\n"
+              "elif a.tag == 't' and restart == '0':\n"
+              "    end = time.time() + 60\n"
+              "    while not mark.exists() and time.time() < end:\n"
+              "        time.sleep(0.01)\n"
+              "    sys.exit(3)\n"))
+          .empty());
   absl::StatusOr<RunResult> r = testing::Run(
       {BinDir() + "/elastrun", "launch", "--nproc_per_node", "2", "--max_restarts", "1",
        "--master_port", "0", script, "--tag", "t"});
@@ -527,33 +528,35 @@ TEST(LaunchE2eTest, PyTorchsLaunchTestCases) {
   const std::string dir = testing::MakeTempDir("launch_cases");
   const int port = testing::FreeLoopbackPort();
   ASSERT_GT(port, 0);
-  auto write = [](const std::string& path, const char* text) {
-    FILE* f = fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr) << path;
-    fputs(text, f);
-    fclose(f);
-  };
-  write(dir + "/local_rank.py",
-        "import argparse, os\n"
-        "p = argparse.ArgumentParser()\n"
-        "p.add_argument('--local-rank', '--local_rank', type=int, required=True)\n"
-        "a = p.parse_args()\n"
-        "if a.local_rank != int(os.environ['LOCAL_RANK']):\n"
-        "    raise RuntimeError(f'--local-rank {a.local_rank}, LOCAL_RANK '\n"
-        "                       f\"{os.environ['LOCAL_RANK']}\")\n");
-  write(dir + "/contract.py",
-        "import argparse, os, pathlib\n"
-        "p = argparse.ArgumentParser()\n"
-        "p.add_argument('--touch-file-dir', required=True)\n"
-        "a = p.parse_args()\n"
-        "for v in ['LOCAL_RANK', 'RANK', 'GROUP_RANK', 'ROLE_RANK', 'ROLE_NAME',\n"
-        "          'LOCAL_WORLD_SIZE', 'WORLD_SIZE', 'ROLE_WORLD_SIZE', 'MASTER_ADDR',\n"
-        "          'MASTER_PORT', 'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS',\n"
-        "          'TORCHELASTIC_RUN_ID', 'OMP_NUM_THREADS', 'TEST_SENTINEL_PARENT',\n"
-        "          'TORCHELASTIC_ERROR_FILE']:\n"
-        "    assert v in os.environ, f'{v} is not set'\n"
-        "assert os.environ['TEST_SENTINEL_PARENT'] == 'FOOBAR'\n"
-        "pathlib.Path(a.touch_file_dir, os.environ['RANK']).touch()\n");
+  ASSERT_FALSE(
+      testing::WriteFile(
+          dir + "/local_rank.py",
+          "import argparse, os\n"
+          "p = argparse.ArgumentParser()\n"
+          "p.add_argument('--local-rank', '--local_rank', type=int, required=True)\n"
+          "a = p.parse_args()\n"
+          "if a.local_rank != int(os.environ['LOCAL_RANK']):\n"
+          "    raise RuntimeError(f'--local-rank {a.local_rank}, LOCAL_RANK '\n"
+          "                       f\"{os.environ['LOCAL_RANK']}\")\n")
+          .empty());
+  ASSERT_FALSE(
+      testing::WriteFile(
+          dir + "/contract.py",
+          "import argparse, os, pathlib\n"
+          "p = argparse.ArgumentParser()\n"
+          "p.add_argument('--touch-file-dir', required=True)\n"
+          "a = p.parse_args()\n"
+          "for v in ['LOCAL_RANK', 'RANK', 'GROUP_RANK', 'ROLE_RANK', 'ROLE_NAME',\n"
+          "          'LOCAL_WORLD_SIZE', 'WORLD_SIZE', 'ROLE_WORLD_SIZE', "
+          "'MASTER_ADDR',\n"
+          "          'MASTER_PORT', 'TORCHELASTIC_RESTART_COUNT', "
+          "'TORCHELASTIC_MAX_RESTARTS',\n"
+          "          'TORCHELASTIC_RUN_ID', 'OMP_NUM_THREADS', 'TEST_SENTINEL_PARENT',\n"
+          "          'TORCHELASTIC_ERROR_FILE']:\n"
+          "    assert v in os.environ, f'{v} is not set'\n"
+          "assert os.environ['TEST_SENTINEL_PARENT'] == 'FOOBAR'\n"
+          "pathlib.Path(a.touch_file_dir, os.environ['RANK']).touch()\n")
+          .empty());
   const std::vector<std::string> flags = {
       BinDir() + "/elastrun", "launch", "--nnodes=1", "--nproc-per-node=4",
       "--monitor-interval=1", "--start-method=spawn", "--master-addr=localhost",

@@ -37,13 +37,6 @@ constexpr char kMeta[] =
     "optimizer.lr0: [true, 0.001, 0.1]\n"
     "optimizer.momentum: [true, 0.6, 0.98]\n";
 
-void Write(const std::string& path, const std::string& text) {
-  FILE* f = fopen(path.c_str(), "w");
-  ASSERT_NE(f, nullptr) << path;
-  fputs(text.c_str(), f);
-  fclose(f);
-}
-
 class EvolveClusterE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -56,21 +49,29 @@ class EvolveClusterE2eTest : public ::testing::Test {
     marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=evolve-cluster-", getpid(), "-", dir_);
     starts_ = dir_ + "/starts";
     meta_ = dir_ + "/meta.yaml";
-    Write(meta_, kMeta);
+    ASSERT_FALSE(testing::WriteFile(meta_, kMeta).empty());
     ASSERT_EQ(mkdir((dir_ + "/wrap").c_str(), 0755), 0);
     wrapper_ = dir_ + "/wrap/elastrun-train";
     // Records "DIR" per start, then waits for DIR_OF_TEST/gate_G (G: the
     // individual's generation) before training.
-    Write(wrapper_,
-          absl::StrCat("#!/bin/sh\n"
-                       "case \" $* \" in *\" --print-config \"*) exec ", real, " \"$@\";; esac\n",
-                       "for a in \"$@\"; do case \"$a\" in train.output_dir=*) "
-                       "d=\"${a#train.output_dir=}\";; esac; done\n"
-                       "echo \"$d\" >> ", starts_, "\n",
-                       "g=${d##*/ind_}; g=${g%%_*}\n"
-                       "while [ ! -e ", dir_, "/gate_$g ]; do sleep 0.05; done\n"
-                       "exec ", real, " \"$@\"\n"));
-    ASSERT_EQ(chmod(wrapper_.c_str(), 0755), 0);
+    ASSERT_FALSE(
+        testing::WriteFile(
+            wrapper_,
+            absl::StrCat("#!/bin/sh\n"
+                         "case \" $* \" in *\" --print-config \"*) exec ",
+                         real, " \"$@\";; esac\n",
+                         "for a in \"$@\"; do case \"$a\" in train.output_dir=*) "
+                         "d=\"${a#train.output_dir=}\";; esac; done\n"
+                         "echo \"$d\" >> ",
+                         starts_, "\n",
+                         "g=${d##*/ind_}; g=${g%%_*}\n"
+                         "while [ ! -e ",
+                         dir_,
+                         "/gate_$g ]; do sleep 0.05; done\n"
+                         "exec ",
+                         real, " \"$@\"\n"),
+            0755)
+            .empty());
     cluster_ = std::make_unique<Cluster>(dir_, marker_);
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
     ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());  // node0, 2 slots
@@ -111,7 +112,9 @@ class EvolveClusterE2eTest : public ::testing::Test {
     for (const std::string& s : Starts()) n += absl::StrContains(s, "/" + prefix);
     return n;
   }
-  void OpenGate(int g) { Write(absl::StrCat(dir_, "/gate_", g), ""); }
+  void OpenGate(int g) {
+    ASSERT_FALSE(testing::WriteFile(absl::StrCat(dir_, "/gate_", g), "").empty());
+  }
 
   // Every job of the service: its name -> how many jobs carry it.
   std::map<std::string, int> JobsByName() {

@@ -231,12 +231,15 @@ bool KillGroupsAsLost(const std::vector<pid_t>& pids, absl::Duration timeout) {
 }
 
 std::string WriteOwnerOnlyFile(const std::string& path, const std::string& contents) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  return WriteFile(path, contents, 0600);
+}
+
+std::string WriteFile(const std::string& path, const std::string& contents, mode_t mode) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return "";
   // An existing file keeps its mode through O_TRUNC.
-  const bool ok = fchmod(fd, 0600) == 0 &&
-                  write(fd, contents.data(), contents.size()) ==
-                      static_cast<ssize_t>(contents.size());
+  const bool ok = fchmod(fd, mode) == 0 && write(fd, contents.data(), contents.size()) ==
+                                               static_cast<ssize_t>(contents.size());
   close(fd);
   return ok ? path : "";
 }

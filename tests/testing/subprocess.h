@@ -83,8 +83,11 @@ bool KillGroupsAsLost(const std::vector<pid_t>& pids, absl::Duration timeout);
 std::string MakeTempDir(const std::string& tag);
 std::string ReadFile(const std::string& path);
 bool FileExists(const std::string& path);
-// Writes `contents` to `path`, created (or truncated) owner-only (0600),
-// as a token file must be; returns `path` ("" when it cannot be written).
+// Writes `contents` to `path`, created (or truncated) with `mode` (0755 for
+// a script); returns `path` ("" when it cannot be written).
+std::string WriteFile(const std::string& path, const std::string& contents,
+                      mode_t mode = 0644);
+// WriteFile owner-only (0600), as a token file must be.
 std::string WriteOwnerOnlyFile(const std::string& path, const std::string& contents);
 
 // A loopback port with nothing listening (bound, read back, released), or
