@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "evolve/evolve_test_util.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
 
@@ -43,17 +44,9 @@ class EvolveCliTest : public ::testing::Test {
     ASSERT_FALSE(
         testing::WriteFile(
             wrapper_,
-            absl::StrCat(
-                "#!/bin/sh\n"
-                "case \" $* \" in *\" --print-config \"*) exec ",
-                real, " \"$@\";; esac\n",
-                "for a in \"$@\"; do case \"$a\" in train.output_dir=*) "
-                "d=\"${a#train.output_dir=}\";; esac; done\n"
-                "echo \"$d\" >> ",
-                starts_, "\n",
-                "case \"$d\" in */ind_0_1) echo 'failing on purpose' >&2; exit 1;; esac\n"
-                "exec ",
-                real, " \"$@\"\n"),
+            RecordingTrainWrapper(real, starts_,
+                                  "case \"$d\" in */ind_0_1) echo 'failing on purpose' "
+                                  ">&2; exit 1;; esac\n"),
             0755)
             .empty());
   }

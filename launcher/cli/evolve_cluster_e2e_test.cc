@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "evolve/evolve_test_util.h"
 #include "gtest/gtest.h"
 #include "launcher/daemon/e2e_util.h"
 #include "tests/testing/subprocess.h"
@@ -55,22 +56,13 @@ class EvolveClusterE2eTest : public ::testing::Test {
     // Records "DIR" per start, then waits for DIR_OF_TEST/gate_G (G: the
     // individual's generation) before training.
     ASSERT_FALSE(
-        testing::WriteFile(
-            wrapper_,
-            absl::StrCat("#!/bin/sh\n"
-                         "case \" $* \" in *\" --print-config \"*) exec ",
-                         real, " \"$@\";; esac\n",
-                         "for a in \"$@\"; do case \"$a\" in train.output_dir=*) "
-                         "d=\"${a#train.output_dir=}\";; esac; done\n"
-                         "echo \"$d\" >> ",
-                         starts_, "\n",
-                         "g=${d##*/ind_}; g=${g%%_*}\n"
-                         "while [ ! -e ",
-                         dir_,
-                         "/gate_$g ]; do sleep 0.05; done\n"
-                         "exec ",
-                         real, " \"$@\"\n"),
-            0755)
+        testing::WriteFile(wrapper_,
+                           evolve::RecordingTrainWrapper(
+                               real, starts_,
+                               absl::StrCat("g=${d##*/ind_}; g=${g%%_*}\n"
+                                            "while [ ! -e ",
+                                            dir_, "/gate_$g ]; do sleep 0.05; done\n")),
+                           0755)
             .empty());
     cluster_ = std::make_unique<Cluster>(dir_, marker_);
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
