@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -82,7 +83,14 @@ std::string NewAgentSecret() {
 }
 
 bool ValidJobTag(absl::string_view job_id) {
-  return !job_id.empty() && job_id.size() <= 256 && NameChars(job_id);
+  if (job_id.empty() || job_id.size() > 256) return false;
+  for (char c : job_id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' &&
+        c != '-' && c != '@') {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::string EncodeProgress(const ProgressReport& r) {

@@ -1,12 +1,12 @@
 // A worker's progress report as it travels from the worker to its local
 // agent: one unix datagram of text, "job=J rank=R step=S name=value ...",
 // small enough for any datagram socket. Shared by worker/ (sender) and
-// launcher/ (receiver). The job (TORCHELASTIC_RUN_ID) lets a daemon that
-// runs several jobs route the datagram; a datagram without it (an older
-// worker) is decoded with an empty job. "secret=X" is the worker's
-// ELASTRUN_AGENT_SECRET: the agent drops datagrams whose secret belongs to no
-// live worker, so a process that is not a worker can neither post progress
-// nor release a barrier, whatever the socket's file permissions.
+// launcher/ (receiver). The job (TORCHELASTIC_RUN_ID) is informational: the
+// agent takes a datagram as the job, rank and node of the worker whose
+// "secret=X" (its ELASTRUN_AGENT_SECRET) it carries, and drops datagrams whose
+// secret belongs to no live worker, so a process that is not a worker can
+// neither post progress nor release a barrier, nor one worker pass for
+// another job's, whatever the socket's file permissions.
 #ifndef ELASTRUN_COMMON_PROGRESS_H_
 #define ELASTRUN_COMMON_PROGRESS_H_
 
@@ -39,9 +39,10 @@ inline constexpr size_t kMaxProgressBytes = 4096;
 // At most this many metrics travel; the rest are left out.
 inline constexpr size_t kMaxProgressMetrics = 32;
 
-// Whether `job_id` can travel in a datagram: 1-256 of [A-Za-z0-9_.-] (what
-// the service's job ids are made of). Senders leave out any other job, so
-// the daemon falls back to its one running job.
+// Whether `job_id` can travel in a datagram: 1-256 of [A-Za-z0-9_.@-] (what
+// the service's job ids and run ids are made of). Senders leave out any
+// other job. Informational: the agent takes a datagram as the job of the
+// worker whose secret it carries.
 bool ValidJobTag(absl::string_view job_id);
 
 // Whether `secret` can travel: 1-64 lowercase hex digits. Senders leave out

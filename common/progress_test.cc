@@ -77,6 +77,10 @@ TEST(ProgressTest, JobTravelsAndOldFormHasNone) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->job_id, "train-3");
   EXPECT_EQ(back->metrics.count("job"), 0u);
+  // The service's run ids travel too ("<job>@<cluster>").
+  r.job_id = "train-3@00c0ffee00c0ffee";
+  EXPECT_EQ(DecodeProgress(EncodeProgress(r))->job_id, "train-3@00c0ffee00c0ffee");
+  r.job_id = "train-3";
   EXPECT_EQ(back->metrics.count("loss"), 1u);
   // A job that cannot travel is left out rather than garbling the report.
   r.job_id = "a b";

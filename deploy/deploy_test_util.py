@@ -123,6 +123,18 @@ def flags_of_help(bin_dir, *command):
     return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*", out))
 
 
+def check_listen_security(conf, where):
+    """elastrun-rendezvous refuses a non-loopback listen without TLS unless
+    the config says insecure (rendezvous/server.cc CheckListenSecurity): a
+    shipped config must say one or the other, or the service never starts."""
+    host = conf.get("listen", "127.0.0.1:29400").rsplit(":", 1)[0].strip("[]")
+    if host in ("127.0.0.1", "::1", "localhost"):
+        return
+    if not conf.get("tls-cert") and conf.get("insecure", "false") not in ("true", "1"):
+        fail(f"{where}: listen = {conf['listen']} is off loopback with neither tls-cert nor "
+             "insecure = true: elastrun-rendezvous would refuse to start")
+
+
 def read_conf(path):
     """A config file's `name = value` lines as a dict (as common/flags.cc
     reads them)."""

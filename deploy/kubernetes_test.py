@@ -280,6 +280,7 @@ def check_rendezvous(files, bin_dir):
     conf_path = c["args"][c["args"].index("--config") + 1]
     check_config_mount(sts, conf_path, "elastrun-rendezvous", "rendezvous.conf")
     conf = conf_dict(conf_of(files, "elastrun-rendezvous", "rendezvous.conf"))
+    util.check_listen_security(conf, "kubernetes/rendezvous.yaml: rendezvous.conf")
     # State and token on the PersistentVolume.
     for key in ["state-dir", "token-file"]:
         volume, _ = mount_source(sts, conf[key])

@@ -110,6 +110,7 @@ def check_service_unit():
     # Under ProtectSystem=strict only the StateDirectory is writable: the
     # state and the token file the service makes must be in it.
     conf = util.read_conf(os.path.join(HERE, "rendezvous.conf"))
+    util.check_listen_security(conf, "systemd/rendezvous.conf")
     state = "/var/lib/" + one(unit, s, "StateDirectory")
     for key in ["state-dir", "token-file"]:
         if not (conf.get(key, "") + "/").startswith(state + "/"):

@@ -165,6 +165,7 @@ absl::Status Coordinator::AttachWatch(const v1::WatchRequest& r,
         ToProto(options_.lease.heartbeat_interval);
     *welcome.mutable_welcome()->mutable_lease_timeout() =
         ToProto(options_.lease.lease_timeout);
+    welcome.mutable_welcome()->set_cluster_id(store_->cluster_id());
     streams_.Send(out, r.node_id(), std::move(welcome));
     rounds_.Resync(out, r.node_id());
   }

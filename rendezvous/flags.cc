@@ -40,8 +40,8 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "address to serve on (default 127.0.0.1:29400).\n"
                   "Port 0 picks a free port. The chosen address is\n"
                   "printed on stdout as \"listening on HOST:PORT\".\n"
-                  "Off loopback give --tls-cert too: without TLS the\n"
-                  "token travels in clear.")
+                  "Off loopback it needs the token and --tls-cert, or\n"
+                  "--insecure: without TLS the token travels in clear.")
       ->type_name("HOST:PORT");
   app->add_option("--state-dir", flags->state_dir,
                   "keep state in DIR/state.db (SQLite) and logs in\n"
@@ -100,6 +100,11 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "mutual TLS: every client (daemon, CLI) must present\n"
                   "a certificate signed by this PEM CA; needs --tls-cert.")
       ->type_name("FILE");
+  app->add_flag("--insecure", flags->insecure,
+                "serve plaintext on a non-loopback --listen. Without\n"
+                "it such a listener needs --tls-cert: in plaintext the\n"
+                "token, root on every root daemon, travels in clear\n"
+                "(for a network only the cluster's machines reach).");
   if (std::optional<int> exit = flags::Parse(*app, args, out, err)) return exit;
 
   // An error about a value from the config file names its file and line.

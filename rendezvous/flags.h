@@ -31,6 +31,8 @@ struct ServiceFlags {
   std::string token;
   // --tls-cert / --tls-key (TLS), --tls-ca (mutual TLS); empty: plaintext.
   tls::TlsFiles tls;
+  // --insecure: serve plaintext off loopback (the token travels in clear).
+  bool insecure = false;
   // --token-file; empty: the default (auth::DefaultTokenFile). Read, or
   // created when missing, by main.cc.
   std::string token_file;

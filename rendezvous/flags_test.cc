@@ -141,6 +141,7 @@ TEST(ServiceFlagsTest, ConfigFileSetsFlagsAndTheCommandLineWins) {
       "; durations as on the command line\n"
       "lease-timeout = 500ms\n"
       "max-nodes = 7\n"
+      "insecure = true\n"
       "token = \" spaced \"\n");
   Result r = Parse({"--config", conf.path(), "--listen", "127.0.0.1:0"});
   ASSERT_EQ(r.code, std::nullopt) << r.err;
@@ -150,6 +151,9 @@ TEST(ServiceFlagsTest, ConfigFileSetsFlagsAndTheCommandLineWins) {
   EXPECT_EQ(r.flags.heartbeat_interval, absl::Seconds(1));  // not in the file
   EXPECT_EQ(r.flags.max_nodes, 7);
   EXPECT_EQ(r.flags.token, " spaced ");
+  EXPECT_TRUE(r.flags.insecure);
+  EXPECT_FALSE(Parse({"--listen", "127.0.0.1:0"}).flags.insecure);
+  EXPECT_THAT(Parse({"--help"}).out, HasSubstr("--insecure"));
   // The order of --config among the flags does not matter.
   r = Parse({"--lease-timeout", "2s", "--config=" + conf.path()});
   ASSERT_EQ(r.code, std::nullopt) << r.err;

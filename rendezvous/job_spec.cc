@@ -131,6 +131,16 @@ absl::Status CheckCommand(const v1::JobSpec& spec) {
     return Bad("working_dir", "too long");
   }
   if (spec.working_dir().find('\0') != std::string::npos) return Bad("working_dir", kNul);
+  if (spec.run_id().size() > 256) {
+    return Bad("run_id",
+               absl::StrFormat("%d characters; at most 256", spec.run_id().size()));
+  }
+  for (unsigned char c : spec.run_id()) {
+    if (c < 0x20 || c == 0x7f) {
+      return Bad("run_id", absl::StrFormat("\"%s\" has a control character",
+                                           absl::CHexEscape(spec.run_id())));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -117,6 +117,18 @@ TEST(JobSpecTest, WhatExecCannotTakeIsRefused) {
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
 }
 
+TEST(JobSpecTest, RunIdIsPrintableAndBounded) {
+  v1::JobSpec s = Good();
+  s.set_run_id("resnet run/2 @lab");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.set_run_id(std::string("a\0b", 3));
+  ExpectBad(s, "run_id", "control character");
+  s.set_run_id("a\nb");
+  ExpectBad(s, "run_id", "control character");
+  s.set_run_id(std::string(257, 'r'));
+  ExpectBad(s, "run_id", "257 characters; at most 256");
+}
+
 TEST(JobSpecTest, HangTimeoutNegativeIsOffAndZeroDerived) {
   v1::JobSpec s = Good();
   for (absl::Duration d : {absl::Seconds(-1), absl::ZeroDuration(), absl::Seconds(90)}) {

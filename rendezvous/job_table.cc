@@ -77,6 +77,10 @@ absl::StatusOr<JobRecord*> JobTable::Submit(const v1::JobSpec& spec, absl::Time 
   job->spec = spec;
   job->request_id = request_id;
   job->id = absl::StrFormat("%s-%d", spec.name(), job->seq);
+  // Ids start at 1 again in another state: the run id is unique anyway.
+  if (job->spec.run_id().empty()) {
+    job->spec.set_run_id(absl::StrCat(job->id, "@", store_->cluster_id()));
+  }
   job->submit_time = now;
   RecordEvent(*job, now, kEventSubmitted, 0, "", -1,
               absl::StrFormat("nnodes %d:%d x %d", spec.min_nodes(), spec.max_nodes(),

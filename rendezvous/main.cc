@@ -55,6 +55,7 @@ elastrun::rendezvous::ServerOptions MakeServerOptions(
   options.listen = flags.listen;
   options.token = token;
   options.tls = flags.tls;
+  options.insecure = flags.insecure;
   options.metrics_listen = flags.metrics_listen;
   options.coordinator.lease.heartbeat_interval = flags.heartbeat_interval;
   options.coordinator.lease.lease_timeout = flags.lease_timeout;

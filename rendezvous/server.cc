@@ -297,15 +297,24 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
   const AuthPolicy policy_;
 };
 
-absl::Status CheckListenSecurity(absl::string_view listen, absl::string_view token) {
+absl::Status CheckListenSecurity(const ServerOptions& options) {
   std::string host;
   int port = 0;
-  RETURN_IF_ERROR(SplitHostPort(listen, "--listen", &host, &port));
-  if (!IsLoopbackHost(host) && token.empty()) {
+  RETURN_IF_ERROR(SplitHostPort(options.listen, "--listen", &host, &port));
+  if (IsLoopbackHost(host)) return absl::OkStatus();
+  if (options.token.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--listen %s is not a loopback address: give --token or --token-file so that "
         "only holders of the token can drive the cluster",
-        listen));
+        options.listen));
+  }
+  if (options.tls.cert.empty() && !options.insecure) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--listen %s is not a loopback address and the service has no TLS: the token "
+        "(root on every root daemon) would travel in clear. Give --tls-cert and "
+        "--tls-key (README, \"TLS\"), or --insecure to serve plaintext anyway (a network "
+        "only the cluster's machines reach)",
+        options.listen));
   }
   return absl::OkStatus();
 }
@@ -325,7 +334,7 @@ RendezvousServer::RendezvousServer(ServerOptions options)
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
     ServerOptions options) {
-  RETURN_IF_ERROR(CheckListenSecurity(options.listen, options.token));
+  RETURN_IF_ERROR(CheckListenSecurity(options));
   std::string host;
   int port = 0;
   RETURN_IF_ERROR(SplitHostPort(options.listen, "--listen", &host, &port));

@@ -40,6 +40,9 @@ struct ServerOptions {
   // TLS (cert+key) or mutual TLS (and ca); all empty: plaintext. TLS does
   // not lift the token rule above.
   tls::TlsFiles tls;
+  // Serve plaintext on a non-loopback `listen` (--insecure): the token
+  // then travels in clear. Refused without it (CheckListenSecurity).
+  bool insecure = false;
   CoordinatorOptions coordinator;
   // SQLite file keeping the worker-log tail (LogStore) so `elastrun logs`
   // works after a restart; empty: logs in memory only.
@@ -52,8 +55,10 @@ struct ServerOptions {
   bool timer_thread = true;
 };
 
-// OK, or InvalidArgument: a non-loopback `listen` needs a token.
-absl::Status CheckListenSecurity(absl::string_view listen, absl::string_view token);
+// OK, or InvalidArgument naming the fix: a non-loopback `listen` needs a
+// token, and TLS (`tls.cert`) unless `insecure`: in plaintext the token,
+// which is root on every root daemon, travels in clear.
+absl::Status CheckListenSecurity(const ServerOptions& options);
 
 // Thread-safe. Destruction shuts down (Shutdown()).
 class RendezvousServer {

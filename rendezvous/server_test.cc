@@ -484,16 +484,30 @@ TEST_F(ServerTest, RestartKeepsJobsHistoryAndRunningAttempts) {
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
-TEST(ServerSecurityTest, TokenRequiredOffLoopback) {
-  EXPECT_TRUE(CheckListenSecurity("127.0.0.1:0", "").ok());
-  EXPECT_TRUE(CheckListenSecurity("[::1]:0", "").ok());
-  absl::Status st = CheckListenSecurity("0.0.0.0:0", "");
+TEST(ServerSecurityTest, TokenAndTlsOrInsecureRequiredOffLoopback) {
+  ServerOptions o;
+  for (const char* loopback : {"127.0.0.1:0", "[::1]:0"}) {
+    o.listen = loopback;
+    EXPECT_TRUE(CheckListenSecurity(o).ok()) << loopback;
+  }
+  o.listen = "0.0.0.0:0";
+  absl::Status st = CheckListenSecurity(o);
   EXPECT_TRUE(absl::IsInvalidArgument(st));
   EXPECT_THAT(std::string(st.message()), HasSubstr("--token"));
-  ServerOptions o;
-  o.listen = "0.0.0.0:0";
   EXPECT_FALSE(RendezvousServer::Create(o).ok());
+  // A token alone: it would travel in clear.
   o.token = "s3cret";
+  st = CheckListenSecurity(o);
+  EXPECT_TRUE(absl::IsInvalidArgument(st));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("no TLS"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("--tls-cert"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("--insecure"));
+  EXPECT_FALSE(RendezvousServer::Create(o).ok());
+  o.tls.cert = "server.crt";  // TLS (checked when the files are read)
+  EXPECT_TRUE(CheckListenSecurity(o).ok());
+  o.tls.cert.clear();
+  o.insecure = true;  // said out loud
+  EXPECT_TRUE(CheckListenSecurity(o).ok());
   o.timer_thread = false;
   absl::StatusOr<std::unique_ptr<RendezvousServer>> s = RendezvousServer::Create(o);
   ASSERT_TRUE(s.ok()) << s.status();

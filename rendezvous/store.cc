@@ -84,6 +84,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
         "version %d",
         path, version, kSchemaVersion));
   }
+  // Drawn once, with the state (a state made before it gets one now).
+  RETURN_IF_ERROR(store->Exec(
+      "INSERT OR IGNORE INTO meta (key, value) VALUES ('cluster_id', random());"));
+  ASSIGN_OR_RETURN(const int64_t cluster,
+                   store->PragmaInt("SELECT value FROM meta WHERE key='cluster_id'"));
+  store->cluster_id_ = absl::StrFormat("%016x", static_cast<uint64_t>(cluster));
   // A file made before auto-vacuum (perhaps grown by a flood of node ids):
   // the mode takes effect only through one full rewrite.
   if (vacuum) RETURN_IF_ERROR(store->Exec("VACUUM"));

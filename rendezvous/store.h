@@ -78,6 +78,9 @@ class Store {
   absl::StatusOr<Contents> Load();
 
   const std::string& path() const { return path_; }
+  // The cluster this state is: 16 hex digits drawn when the state was made
+  // (for ":memory:", at every Open), kept with it ever after.
+  const std::string& cluster_id() const { return cluster_id_; }
 
  private:
   Store(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
@@ -96,6 +99,7 @@ class Store {
 
   std::string path_;
   sqlite3* db_;  // owned
+  std::string cluster_id_;
   Writes writes_;
 };
 

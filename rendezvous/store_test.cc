@@ -61,6 +61,30 @@ TEST(StoreTest, RoundTripAndReopen) {
   EXPECT_EQ(c->jobs[1].job_id(), "train-2");
 }
 
+// Job ids restart at 1 with a new state: the cluster id is what tells the
+// jobs of two states apart, so it stays with its state and no other has it.
+TEST(StoreTest, ClusterIdStaysWithItsStateAndNoOtherHasIt) {
+  const std::string path = TempDir() + "/state.db";
+  std::string first;
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    first = (*store)->cluster_id();
+  }
+  EXPECT_THAT(first, ::testing::MatchesRegex("[0-9a-f]{16}"));
+  absl::StatusOr<std::unique_ptr<Store>> again = Store::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->cluster_id(), first);
+  absl::StatusOr<std::unique_ptr<Store>> other = Store::Open(TempDir() + "/other.db");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE((*other)->cluster_id(), first);
+  absl::StatusOr<std::unique_ptr<Store>> m1 = Store::Open(":memory:");
+  absl::StatusOr<std::unique_ptr<Store>> m2 = Store::Open(":memory:");
+  ASSERT_TRUE(m1.ok() && m2.ok());
+  EXPECT_NE((*m1)->cluster_id(), (*m2)->cluster_id());
+  EXPECT_NE((*m1)->cluster_id(), first);
+}
+
 TEST(StoreTest, SecondOpenerIsRefused) {
   const std::string path = TempDir() + "/state.db";
   absl::StatusOr<std::unique_ptr<Store>> first = Store::Open(path);

@@ -88,10 +88,10 @@ class MultiHostTest : public ::testing::Test {
   std::string Addr(int h) const { return absl::StrCat(subnet_, ".", 10 + h); }
 
   void StartService() {
-    auto s = Subprocess::Start({BinDir() + "/elastrun-rendezvous", "--listen",
-                                subnet_ + ".1:0", "--token-file", token_file_,
-                                "--state-dir", dir_ + "/state"},
-                               {marker_});
+    auto s = Subprocess::Start(
+        {BinDir() + "/elastrun-rendezvous", "--listen", subnet_ + ".1:0", "--insecure",
+         "--token-file", token_file_, "--state-dir", dir_ + "/state"},
+        {marker_});
     ASSERT_TRUE(s.ok()) << s.status();
     service_ = *std::move(s);
     // The service prints "listening on HOST:PORT" once it serves.

@@ -236,14 +236,16 @@ void Agent::Drop(absl::string_view what) {
 
 void Agent::ReadProgress() {
   if (progress_ == nullptr) return;
-  // Only a live worker's datagrams pass, with the rank its secret was made
-  // for: a process that is not a worker (or a worker posing as another
-  // rank) can neither post progress nor release a barrier.
+  // Only a live worker's datagrams pass, as the job, rank and node its
+  // secret was made for: a process that is not a worker (or a worker posing
+  // as another rank, or another job's) can neither post progress nor
+  // release a barrier.
   auto on_progress = [this](const ProgressReport& report) {
     size_t i = 0;
     AttemptRun* run = FindWorker(report.secret, &i);
     if (run == nullptr) return Drop("progress report");
     ProgressReport checked = report;
+    checked.job_id = run->job_id();
     checked.rank = run->rank_of(i);
     run->OnProgress(i, checked);
     // A beat says only that the worker is alive: the step and metrics
@@ -256,7 +258,9 @@ void Agent::ReadProgress() {
     AttemptRun* run = FindWorker(arrival.secret, &i);
     if (run == nullptr) return Drop("barrier arrival");
     BarrierArrival checked = arrival;
+    checked.job_id = run->job_id();
     checked.rank = run->rank_of(i);
+    checked.local_world_size = run->local_world_size();
     if (!options_.on_barrier) {
       return reply(absl::UnimplementedError("this launcher relays no barriers"));
     }

@@ -192,6 +192,43 @@ TEST_F(AgentLivenessTest, DatagramsWithoutALiveWorkersSecretAreDropped) {
   EXPECT_EQ(agent_->dropped_datagrams(), 5u);
 }
 
+// A worker's secret binds its job and its node's worker count too: a worker
+// of job b that names job a (another user's, on a root daemon) posts as b
+// and arrives at b's barrier, counted among b's one worker.
+TEST_F(AgentLivenessTest, ASecretBindsTheJobAndLocalWorldSizeWhateverTheDatagramSays) {
+  AttemptSpec a = testing::AttemptOf({{"w"}, {"w"}});
+  a.job_id = "a-1";
+  AttemptSpec b = testing::AttemptOf({{"w"}});
+  b.job_id = "b-2";
+  Start(std::move(a));
+  Start(std::move(b));
+  ASSERT_EQ(fake_->spawned().size(), 3u);
+  const std::string of_b = SecretOf(2);
+  ASSERT_TRUE(ValidSecret(of_b));
+
+  ProgressReport forged;
+  forged.job_id = "a-1";
+  forged.secret = of_b;
+  forged.rank = 0;
+  forged.step = 999003;
+  Send(EncodeProgress(forged));
+  BarrierArrival arrival;
+  arrival.job_id = "a-1";
+  arrival.secret = of_b;
+  arrival.rank = 1;
+  arrival.local_world_size = 2;
+  arrival.name = "gate";
+  Send(EncodeBarrier(arrival));
+  Poll();
+  ASSERT_EQ(reports_.size(), 1u);
+  EXPECT_EQ(reports_[0].job_id, "b-2");
+  EXPECT_EQ(reports_[0].step, 999003);
+  ASSERT_EQ(arrivals_.size(), 1u);
+  EXPECT_EQ(arrivals_[0].job_id, "b-2");
+  EXPECT_EQ(arrivals_[0].local_world_size, 1);
+  EXPECT_EQ(arrivals_[0].rank, 0);
+}
+
 TEST_F(AgentLivenessTest, StoppedWorkerIsDeclaredHungDumpedAndFailsTheAttempt) {
   AttemptSpec spec = testing::AttemptOf({{"w"}, {"w"}});
   spec.hang_timeout = absl::Seconds(10);

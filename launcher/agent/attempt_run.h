@@ -103,6 +103,9 @@ class AttemptRun {
   void OnProgress(size_t i, const ProgressReport& report);
   // The global rank of worker `i`.
   int rank_of(size_t i) const { return ranks_[i].second; }
+  // The attempt's job (AttemptSpec::job_id) and how many workers it has.
+  const std::string& job_id() const { return spec_.job_id; }
+  int local_world_size() const { return static_cast<int>(n_); }
 
   // Whether `pid` is a worker of this attempt not reaped yet.
   bool Owns(pid_t pid) const { return processes_.Owns(pid); }

@@ -33,6 +33,11 @@ struct WorkerOutput {
 };
 
 struct AttemptSpec {
+  // The job this attempt is of (elastrund's job id). A worker's datagrams
+  // are taken as this job's, from a node of workers.size() workers,
+  // whatever they say: the worker's secret binds them to its attempt.
+  // Empty: the launcher runs one job (its datagrams name none).
+  std::string job_id;
   std::vector<WorkerSpec> workers;
   std::vector<WorkerOutput> outputs;  // one per worker, same order
   // What a standby for the next attempt runs: the program and the part of

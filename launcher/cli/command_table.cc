@@ -80,6 +80,10 @@ constexpr FlagInfo kSubmitFlags[] = {
     {"--working-dir", "DIR",
      "workers' working folder on their nodes (default: the\n"
      "job file's working_dir, else the current folder)"},
+    {"--run-id", "ID",
+     "the workers' TORCHELASTIC_RUN_ID, what a training resumes\n"
+     "by (default: JOB_ID@CLUSTER, unique to the job); an\n"
+     "earlier job's continues its run"},
     {"--export", "ALL|NONE|VAR[=VALUE],...",
      "workers' environment, as Slurm's --export: ALL (default)\n"
      "this shell's whole environment, but elastrun's tokens\n"

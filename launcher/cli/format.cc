@@ -276,6 +276,8 @@ std::string FormatJobStatus(const v1::JobStatus& s) {
       {"command:", absl::StrJoin(s.spec().argv(), " ")},
       {"submitted:", TimeText(s.submit_time())},
   };
+  if (!s.spec().run_id().empty())
+    rows.insert(rows.begin() + 1, {"run id:", s.spec().run_id()});
   if (IsSet(s.finish_time())) rows.push_back({"finished:", TimeText(s.finish_time())});
   if (!s.finish_reason().empty()) rows.push_back({"reason:", s.finish_reason()});
   if (s.has_root_cause()) rows.push_back({"root cause:", FormatFailure(s.root_cause())});

@@ -142,6 +142,9 @@ TEST(CliFormatTest, PendingJobTextSaysWhy) {
   EXPECT_THAT(text, HasSubstr("PENDING (queued: waiting for nodes with free slots)"));
   EXPECT_THAT(text, HasSubstr("2023-11-14 22:13:20 UTC"));
   EXPECT_THAT(text, HasSubstr("progress:    -"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("run id:")));
+  s.mutable_spec()->set_run_id("job-1@00c0ffee00c0ffee");
+  EXPECT_THAT(FormatJobStatus(s), HasSubstr("run id:      job-1@00c0ffee00c0ffee\n"));
   // The service's own reason, when it gives one, also on the one-line form.
   s.set_pending_reason("waiting for nodes: job needs 1 node(s) with 2 slots each");
   EXPECT_THAT(FormatJobStatus(s),

@@ -52,6 +52,9 @@ rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& o,
     so.listen = absl::StrCat(absl::StrContains(host, ':') ? "[::]:" : "0.0.0.0:", port);
   }
   so.token = token;
+  // Plaintext off loopback, as torchrun's c10d store: the token of a run
+  // (derived from its run id unless given) drives this run only.
+  so.insecure = true;
   rendezvous::LeaseOptions& lease = so.coordinator.lease;
   lease.heartbeat_interval = o.rdzv_conf.keep_alive_interval;
   lease.lease_timeout =
@@ -72,6 +75,8 @@ v1::JobSpec MultinodeJobSpec(const RunOptions& o, int nproc,
     name_ok = name_ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
   }
   spec.set_name(name_ok ? o.run_id : "run");
+  // The workers' TORCHELASTIC_RUN_ID is the run's id, as under torchrun.
+  spec.set_run_id(o.run_id);
   spec.set_min_nodes(o.nnodes.min);
   spec.set_max_nodes(o.nnodes.max);
   spec.set_nproc_per_node(nproc);

@@ -68,6 +68,7 @@ TEST(RunHostTest, JobSpecAndServerOptionsFollowTheFlags) {
   EXPECT_EQ(o.run_id, "j+1");
   const v1::JobSpec spec = MultinodeJobSpec(o, 4, {"python3", "-u", "t.py"});
   EXPECT_EQ(spec.name(), "run");
+  EXPECT_EQ(spec.run_id(), "j+1");  // the workers' TORCHELASTIC_RUN_ID, as torchrun's
   EXPECT_EQ(spec.min_nodes(), 2);
   EXPECT_EQ(spec.max_nodes(), 5);
   EXPECT_EQ(spec.nproc_per_node(), 4);
@@ -87,6 +88,8 @@ TEST(RunHostTest, JobSpecAndServerOptionsFollowTheFlags) {
   EXPECT_TRUE(so.coordinator.state_path.empty());  // in memory
   o.endpoint_is_this_host = false;  // is_host=1 on a node the endpoint does not name
   EXPECT_EQ(EmbeddedServerOptions(o, "tok").listen, "0.0.0.0:29999");
+  // Plaintext, as torchrun's c10d store: no --insecure for `elastrun run`.
+  EXPECT_TRUE(EmbeddedServerOptions(o, "tok").insecure);
   // This node's name or address: every address (its name may resolve to a
   // loopback address here while the others reach it by another).
   o.rdzv_endpoint = "node1:29999";

@@ -179,6 +179,7 @@ absl::StatusOr<v1::JobSpec> SpecFromNode(const Node& raw) {
   }
 
   spec.set_working_dir(n.Find("working_dir")->ScalarText());
+  spec.set_run_id(n.Find("run_id")->ScalarText());
   spec.set_wait_for_nodes(n.Find("wait_for_nodes")->as_bool());
 
   for (const char* field : {"last_call_timeout", "join_timeout"}) {
@@ -220,6 +221,10 @@ const Schema& JobSpecSchema() {
                     "Extra environment for every worker.")
           .Optional("working_dir", Type::String(), "''",
                     "Worker's working directory on the node; empty: the daemon's.")
+          .Optional("run_id", Type::String(), "''",
+                    "The workers' TORCHELASTIC_RUN_ID, what a training resumes by; "
+                    "empty: JOB_ID@CLUSTER, unique to the job. Give an earlier job's "
+                    "to continue its run.")
           .Optional("last_call_timeout", Type::String().OrNull(), "null",
                     "After MIN nodes joined a round, wait this long for more (1s).")
           .Optional("join_timeout", Type::String().OrNull(), "null",
@@ -317,6 +322,7 @@ absl::StatusOr<v1::JobSpec> ApplySpecFlags(const SpecFlags& flags, v1::JobSpec s
     (*spec.mutable_env())[key] = kv.substr(eq + 1);
   }
   if (!flags.working_dir.empty()) spec.set_working_dir(flags.working_dir.back());
+  if (!flags.run_id.empty()) spec.set_run_id(flags.run_id.back());
   if (!flags.last_call_timeout.empty()) {
     absl::StatusOr<google::protobuf::Duration> d =
         CheckTimeout(flags.last_call_timeout.back(), "--last-call-timeout", false);

@@ -13,6 +13,7 @@
 //   command: [elastrun-train, --config, configs/fashion_mnist_mlp.yaml]
 //   env: {OMP_NUM_THREADS: "4"} # extra worker environment
 //   working_dir: /data/run      # worker's cwd on the node
+//   run_id: mlp-a               # TORCHELASTIC_RUN_ID (default: unique to the job)
 //   last_call_timeout: 1s       # wait for more than MIN nodes (default 1s)
 //   join_timeout: 10m           # a round below MIN fails the job (default 600s)
 //   wait_for_nodes: true        # queue it even if no registered node is big
@@ -58,6 +59,7 @@ struct SpecFlags {
   std::vector<std::string> max_restarts;       // --max-restarts
   std::vector<std::string> env;                // --env K=V, in order
   std::vector<std::string> working_dir;        // --working-dir
+  std::vector<std::string> run_id;             // --run-id
   std::vector<std::string> last_call_timeout;  // --last-call-timeout
   std::vector<std::string> join_timeout;       // --join-timeout
   std::vector<std::string> hang_timeout;       // --hang-timeout (DUR, 0, or off)

@@ -51,6 +51,7 @@ TEST(CliSpecTest, AllFieldsAndDefaults) {
       "command: [python, train.py]\n"
       "env: {SEED: 7, MODE: fast}\n"
       "working_dir: /data\n"
+      "run_id: mlp-a\n"
       "last_call_timeout: 250ms\n"
       "join_timeout: 2\n"
       "wait_for_nodes: true\n");
@@ -62,6 +63,7 @@ TEST(CliSpecTest, AllFieldsAndDefaults) {
   EXPECT_EQ(s->max_restarts(), 0);
   EXPECT_THAT(s->env(), UnorderedElementsAre(Pair("SEED", "7"), Pair("MODE", "fast")));
   EXPECT_EQ(s->working_dir(), "/data");
+  EXPECT_EQ(s->run_id(), "mlp-a");
   EXPECT_EQ(s->last_call_timeout().nanos(), 250000000);
   EXPECT_EQ(s->join_timeout().seconds(), 2);
   EXPECT_TRUE(s->wait_for_nodes());
@@ -177,6 +179,7 @@ TEST(CliSpecTest, FlagsBuildSpec) {
   f.max_restarts = {"2"};
   f.env = {"A=1", "B=x=y"};
   f.working_dir = {"/w"};
+  f.run_id = {"mlp-a"};
   f.join_timeout = {"30s"};
   f.hang_timeout = {"90s"};
   f.program = {"python", "train.py", "--epochs", "3"};
@@ -189,6 +192,7 @@ TEST(CliSpecTest, FlagsBuildSpec) {
   EXPECT_EQ(s->max_restarts(), 2);
   EXPECT_THAT(s->env(), UnorderedElementsAre(Pair("A", "1"), Pair("B", "x=y")));
   EXPECT_EQ(s->working_dir(), "/w");
+  EXPECT_EQ(s->run_id(), "mlp-a");
   EXPECT_EQ(s->join_timeout().seconds(), 30);
   EXPECT_EQ(s->hang_timeout().seconds(), 90);
   EXPECT_FALSE(s->wait_for_nodes());

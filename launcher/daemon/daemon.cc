@@ -81,7 +81,17 @@ void Daemon::OnCommand(const v1::Command& command) {
       MaybeRemoveSnapshotsLocked(command.end_job().job_id());
       break;
     }
-    case v1::Command::kWelcome:
+    case v1::Command::kWelcome: {
+      absl::MutexLock lock(&mu_);
+      const std::string& cluster = command.welcome().cluster_id();
+      if (!cluster_id_.empty() && cluster != cluster_id_) {
+        LOG(WARNING) << "the rendezvous service is another cluster now (" << cluster_id_
+                     << " before, " << (cluster.empty() ? "none" : cluster)
+                     << " now): its job ids are new jobs here, whatever ran under them";
+      }
+      cluster_id_ = cluster;
+      break;
+    }
     case v1::Command::KIND_NOT_SET:
       break;
   }
@@ -170,7 +180,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
-    if (RanLocked(job, round)) return;  // already ran: never twice
+    if (RanLocked(JobKeyLocked(job), round)) return;  // already ran: never twice
     JobState& j = jobs_[job];
     if (j.current && j.current->round >= round) return;  // it runs, or a newer one
     if (j.next && j.next->assignment().round() >= round) return;
@@ -180,7 +190,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
       LOG(ERROR) << "cannot start job " << job << " round " << round << " with " << nproc
                  << " workers: " << others << " of this node's " << options_.slots
                  << " slots are taken by " << HoldersLocked(job);
-      MarkRanLocked(job, round);
+      MarkRanLocked(JobKeyLocked(job), round);
       reports_.push_back(FailureReport(
           options_.node_id, job, round,
           NotStartedFailure(options_.node_id, round,
@@ -217,6 +227,10 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
   StartOnRunner(std::move(launches));
 }
 
+std::string Daemon::JobKeyLocked(const std::string& job) const {
+  return cluster_id_.empty() ? job : absl::StrCat(job, "@", cluster_id_);
+}
+
 bool Daemon::RanLocked(const std::string& job, int64_t round) const {
   auto it = ran_.find(job);
   return it != ran_.end() && round <= it->second;
@@ -247,9 +261,8 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
   for (const v1::NodeAssignment& n : a.nodes()) {
     if (n.node_id() == options_.node_id) me = &n;
   }
-  MarkRanLocked(start.job_id(), a.round());
-  const std::string attempt_dir =
-      absl::StrCat(options_.log_dir, "/", start.job_id(), "/attempt_", a.round());
+  const std::string job_key = JobKeyLocked(start.job_id());
+  MarkRanLocked(job_key, a.round());
   if (me == nullptr) {
     LOG(ERROR) << "StartAttempt for job " << start.job_id() << " round " << a.round()
                << " does not name this node; ignored";
@@ -264,16 +277,17 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
   group.hang_timeout = rendezvous::FromProto(start.spec().hang_timeout());
   group.python_path = FindPythonHelperDir();
   ending_.erase(start.job_id());  // the job is (back) here
-  const rendezvous::RoundAssignment round = rendezvous::FromProto(a);
-  const AttemptContext ctx =
-      ContextFor(start.job_id(), round, *round.Find(options_.node_id), attempt_dir);
   const std::string cwd = start.spec().working_dir().empty() ? options_.working_dir
                                                              : start.spec().working_dir();
   absl::Status made = user.status();
   if (made.ok()) made = CheckWorkingDir(cwd, start.job_id(), options_.node_id);
+  std::string attempt_dir;
   if (made.ok()) {
-    made = MakeAttemptFolders(options_.log_dir, start.job_id(), attempt_dir,
-                              group.nproc_per_node, *user);
+    absl::StatusOr<std::string> folder =
+        MakeAttemptFolders(options_.log_dir, start.job_id(), job_key, a.round(),
+                           group.nproc_per_node, *user);
+    made = folder.status();
+    if (folder.ok()) attempt_dir = *std::move(folder);
   }
   if (!made.ok()) {
     reports_.push_back(FailureReport(
@@ -283,6 +297,13 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
                           /*cannot_start=*/true)));
     return std::nullopt;
   }
+  const rendezvous::RoundAssignment round = rendezvous::FromProto(a);
+  // The job's run id (the service sets one unique to the job; an older
+  // service none: the job id).
+  const std::string& run_id =
+      start.spec().run_id().empty() ? start.job_id() : start.spec().run_id();
+  const AttemptContext ctx =
+      ContextFor(run_id, round, *round.Find(options_.node_id), attempt_dir);
   group.snapshot_dir = snapshots_.FolderFor(start.job_id(), user->uid, user->gid);
   AttemptSpec spec =
       BuildAttempt(group, ctx, WorkerBaseEnv(options_.base_env, start.spec(), *user));
@@ -292,6 +313,7 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
   }
   spec.standby_cwd = cwd;
   spec.standby_run_as = user->run_as;
+  spec.job_id = start.job_id();
   spec.new_log_files = true;  // in folders made just now: nothing may be there
   if (options_.on_output_line) {
     // Tagged here, per attempt: lines of several jobs interleave.

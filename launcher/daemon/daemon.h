@@ -262,11 +262,18 @@ class Daemon {
   std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Attempts that ran: a re-sent StartAttempt never runs one twice. The
-  // newest round that ran per job (rounds only grow), the jobs in the
-  // order they first ran, at most options_.ran_jobs_kept.
+  // newest round that ran per job (by JobKeyLocked; rounds only grow), the
+  // jobs in the order they first ran, at most options_.ran_jobs_kept.
   std::map<std::string, int64_t> ran_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> ran_order_ ABSL_GUARDED_BY(mu_);
-  bool RanLocked(const std::string& job, int64_t round) const
+  // The service's cluster (Welcome): job ids are unique within it only.
+  std::string cluster_id_ ABSL_GUARDED_BY(mu_);
+  // "<job>@<cluster>": the job among every cluster's (the job id alone when
+  // the service names no cluster).
+  std::string JobKeyLocked(const std::string& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether round `round` of the job keyed `key` ran here.
+  bool RanLocked(const std::string& key, int64_t round) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkRanLocked(const std::string& job, int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // MASTER_PORTs offered lately: their sockets may linger, so skip them.

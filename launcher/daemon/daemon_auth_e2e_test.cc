@@ -354,6 +354,67 @@ TEST_F(DaemonAuthE2eTest, DatagramsForgedByNobodyAreDropped) {
   EXPECT_THAT(status, ::testing::Not(HasSubstr("forged")));
 }
 
+// One worker: reports step 1 (metric real=1) over the agent socket, then
+// waits for FOLDER/go.
+constexpr char kStepOneWorker[] = R"(import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.sendto(("job=%s secret=%s rank=0 step=1 real=1" % (os.environ["TORCHELASTIC_RUN_ID"],
+          os.environ["ELASTRUN_AGENT_SECRET"])).encode(), os.environ["ELASTRUN_AGENT_SOCKET"])
+print("reported step 1", flush=True)
+while not os.path.exists(sys.argv[1] + "/go"):
+    time.sleep(0.02)
+)";
+
+// A worker of nobody's job, with its own (valid) secret, names root's job
+// JOB in a report of step 999003 and a barrier arrival of rank 1 of 2.
+constexpr char kOtherJobsForger[] = R"(import os, socket, sys
+job = sys.argv[1]
+secret = os.environ["ELASTRUN_AGENT_SECRET"]
+agent = os.environ["ELASTRUN_AGENT_SOCKET"]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("")
+s.sendto(("job=%s secret=%s rank=0 step=999003 forged=1" % (job, secret)).encode(), agent)
+s.sendto(("barrier job=%s secret=%s rank=1 local_world_size=2 name=gate" % (job, secret))
+         .encode(), agent)
+print("answer: " + s.recv(1024).decode(), flush=True)
+)";
+
+// A worker's secret is good for its own job only: nobody's worker naming
+// root's job posts progress and arrives at barriers as nobody's job.
+TEST_F(DaemonAuthE2eTest, AWorkerOfNobodysJobCannotPostAsRootsJob) {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    GTEST_SKIP() << "needs /usr/bin/python3 (Debian's python3) for the workers";
+  }
+  const std::string worker = dir_ + "/step_one.py", forger = dir_ + "/other_job.py";
+  std::ofstream(worker) << kStepOneWorker;
+  std::ofstream(forger) << kOtherJobsForger;
+  ASSERT_EQ(chmod(forger.c_str(), 0644), 0);  // nobody's worker reads it
+  v1::JobSpec spec = daemon_testing::Spec("roots", 1, 1, 1, 0);
+  for (const std::string& a : {std::string("/usr/bin/python3"), worker, dir_})
+    spec.add_argv(a);
+  const std::string job = cluster_->SubmitSpec(spec);
+  ASSERT_TRUE(PollUntil([&] {
+    return absl::StrContains(AsRoot({"status", job}).output, "real=1");
+  })) << cluster_->DaemonOutput();
+
+  testing::RunResult submit =
+      AsNobody({"submit", "--wait", "--name", "forger", "--working-dir", "/", "--",
+                "/usr/bin/python3", forger, job});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output << cluster_->DaemonOutput();
+  const std::string forger_job = submit.output.substr(0, submit.output.find('\n'));
+  // Its arrival counted for its own job of one worker: let through at once.
+  EXPECT_THAT(AsNobody({"logs", forger_job}).output, HasSubstr("answer: ok"));
+  const std::string status = AsRoot({"status", job}).output;
+  EXPECT_THAT(status, ::testing::ContainsRegex("progress: +step 1 \\(rank 0 on node0"));
+  EXPECT_THAT(status, ::testing::Not(HasSubstr("forged")));
+  EXPECT_THAT(status, ::testing::Not(HasSubstr("999003")));
+  // The report is nobody's job's own.
+  EXPECT_THAT(AsNobody({"status", forger_job}).output, HasSubstr("999003"));
+
+  std::ofstream(dir_ + "/go") << "go\n";
+  EXPECT_EQ(cluster_->WaitFinished(job).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
 TEST(ServiceTokenFileE2eTest, TokenFileOpenToOthersStopsTheService) {
   const std::string dir = testing::MakeTempDir("token_file");
   const std::string file = dir + "/token";

@@ -133,6 +133,60 @@ TEST_F(DaemonReconcileE2eTest, ServiceRestartedOnAnEmptyStateDirStopsTheOrphanWo
   EXPECT_EQ(cluster_->AliveNodes(), 1);
 }
 
+// A fresh service (an empty state dir, as an in-memory one or a second
+// cluster has) numbers its jobs from 1 again: its dup-1 is another job than
+// the dup-1 the daemon ran for the service before, whether the daemon stayed
+// up (it must not take it as "already ran") or restarted (its old folders
+// are there). Each runs, under its own run id, and the old logs stay.
+TEST_F(DaemonReconcileE2eTest, AFreshServicesJobIdsAreNewJobsToTheDaemons) {
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_));
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }));
+  const std::string script = "echo run=$TORCHELASTIC_RUN_ID";
+  std::vector<std::string> run_ids;
+  auto run_dup = [&](const std::string& when) {
+    const std::string job = Submit("dup", script);
+    ASSERT_EQ(job, "dup-1") << when;
+    v1::JobStatus st = cluster_->WaitFinished(job);
+    ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED)
+        << when << ": " << st.DebugString() << cluster_->DaemonOutput();
+    std::string logs;
+    ASSERT_TRUE(PollUntil([&] {
+      logs = cluster_->ServiceLogs(job);
+      return absl::StrContains(logs, "run=");
+    })) << when
+        << ": " << logs;
+    const std::string line = logs.substr(logs.find("run=") + 4);
+    run_ids.push_back(line.substr(0, line.find('\n')));
+  };
+  ASSERT_NO_FATAL_FAILURE(run_dup("first service"));
+  // The daemon stays up; the service comes back with nothing.
+  ASSERT_NO_FATAL_FAILURE(RestartService(/*empty_state=*/true));
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(run_dup("second service, same daemon"));
+  // Both come back: the daemon's folders hold two dup-1 already.
+  cluster_->daemon(0).Signal(SIGTERM);
+  ASSERT_TRUE(cluster_->daemon(0).Wait(kDeadline).ok());
+  ASSERT_NO_FATAL_FAILURE(RestartService(/*empty_state=*/true));
+  ASSERT_NO_FATAL_FAILURE(cluster_->RestartDaemon(0));
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(run_dup("third service, restarted daemon"));
+
+  ASSERT_EQ(run_ids.size(), 3u);
+  EXPECT_NE(run_ids[0], run_ids[1]);
+  EXPECT_NE(run_ids[1], run_ids[2]);
+  EXPECT_NE(run_ids[0], run_ids[2]);
+  // Every run's rank-0 log is still on the node, each in its own folder.
+  const std::vector<std::string> folders = testing::ListFiles(dir_ + "/node0", "dup-1");
+  int logs_kept = 0;
+  for (const std::string& f : folders) {
+    logs_kept += absl::StrContains(
+        testing::ReadFile(absl::StrCat(dir_, "/node0/", f, "/attempt_0/0/stdout.log")),
+        "run=");
+  }
+  EXPECT_EQ(logs_kept, 3) << ::testing::PrintToString(folders);
+}
+
 TEST_F(DaemonReconcileE2eTest, LogsSurviveAServiceRestart) {
   ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_));
   ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());

@@ -192,8 +192,9 @@ TEST_F(DaemonRunAsE2eTest, StateFoldersPlantedByNobodyAreRefused) {
 
 TEST_F(DaemonRunAsE2eTest, LinkPlantedWhereALogGoesIsNotFollowed) {
   ASSERT_NO_FATAL_FAILURE(StartDaemonAndWait());
-  // The first job of this service will be plant-1: its rank 0's log folder
-  // holds a link to a file that must stay as it is.
+  // The first job of this service will be plant-1: a plant-1 folder that is
+  // not its own (no .job naming it) holds, in rank 0's log folder, a link to
+  // a file that must stay as it is.
   const std::string victim = dir_ + "/victim";
   ASSERT_NO_FATAL_FAILURE(WriteFile(victim, "precious\n"));
   const std::string rank_dir = state_ + "/logs/plant-1/attempt_0/0";
@@ -203,11 +204,13 @@ TEST_F(DaemonRunAsE2eTest, LinkPlantedWhereALogGoesIsNotFollowed) {
   const std::string job = cluster_->SubmitSpec(ShellJob("plant", "echo overwritten"));
   ASSERT_EQ(job, "plant-1");
   v1::JobStatus st = cluster_->WaitFinished(job);
-  EXPECT_EQ(st.state(), v1::JOB_STATE_FAILED) << st.DebugString();
-  EXPECT_THAT(st.DebugString(),
-              HasSubstr(state_ + "/logs/plant-1/attempt_0 exists already"))
-      << daemon_->Output();
+  // Its logs went beside, into a folder of its own.
+  EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << daemon_->Output();
   EXPECT_EQ(testing::ReadFile(victim), "precious\n");
+  const std::vector<std::string> own = testing::ListFiles(state_ + "/logs", "plant-1@");
+  ASSERT_EQ(own.size(), 1u) << daemon_->Output();
+  EXPECT_EQ(testing::ReadFile(state_ + "/logs/" + own[0] + "/attempt_0/0/stdout.log"),
+            "overwritten\n");
 }
 
 TEST_F(DaemonRunAsE2eTest, RootDaemonRunsWorkersAsTheJobsOwner) {

@@ -1,6 +1,7 @@
 #include "launcher/daemon/worker_user.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
+#include "launcher/agent/output.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -121,15 +123,73 @@ std::vector<std::string> WorkerBaseEnv(const std::vector<std::string>& base_env,
   return env;
 }
 
-absl::Status MakeAttemptFolders(const std::string& log_dir, const std::string& job_id,
-                                const std::string& attempt_dir, int nproc,
-                                const WorkerUser& user) {
+namespace {
+
+constexpr char kJobMarker[] = ".job";
+
+// The job whose folder `job_dir` is: its .job file's text ("" when there is
+// none, as in folders made before it was written).
+std::string JobOfFolder(const std::string& job_dir) {
+  const int fd =
+      open((job_dir + "/" + kJobMarker).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[512];
+  const ssize_t n = read(fd, buf, sizeof(buf));
+  close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// Makes (or keeps) the private folder `job_dir` of job `job_key`; false in
+// *ours when it exists and is another job's.
+absl::Status MakeJobFolder(const std::string& job_dir, const std::string& job_key,
+                           mode_t mode, bool* ours) {
+  struct stat st;
+  const bool existed = lstat(job_dir.c_str(), &st) == 0;
+  if (existed && !job_key.empty() && JobOfFolder(job_dir) != job_key) {
+    *ours = false;
+    return absl::OkStatus();
+  }
+  *ours = true;
+  if (absl::Status made = MakePrivateDir(job_dir, mode, /*must_be_new=*/false);
+      !made.ok()) {
+    return made;
+  }
+  if (existed || job_key.empty()) return absl::OkStatus();
+  absl::StatusOr<int> fd = CreateNewFile(job_dir + "/" + kJobMarker, 0644);
+  if (!fd.ok()) return fd.status();
+  const bool written = WriteAll(*fd, job_key);
+  close(*fd);
+  if (!written) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", job_dir, "/", kJobMarker, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> MakeAttemptFolders(const std::string& log_dir,
+                                               const std::string& job_id,
+                                               const std::string& job_key, int64_t round,
+                                               int nproc, const WorkerUser& user) {
   const mode_t mode = geteuid() == 0 ? 0711 : 0700;
   if (absl::Status st = MakeDirs(log_dir); !st.ok()) return st;
-  const std::string job_dir = absl::StrCat(log_dir, "/", job_id);
-  if (absl::Status st = MakePrivateDir(job_dir, mode, /*must_be_new=*/false); !st.ok()) {
-    return st;
+  std::string job_dir = absl::StrCat(log_dir, "/", job_id);
+  bool ours = false;
+  if (absl::Status st = MakeJobFolder(job_dir, job_key, mode, &ours); !st.ok()) return st;
+  if (!ours) {
+    // Another job of the same id (another cluster's, or a fresh service's
+    // whose ids began at 1 again): its logs stay; this job's go beside.
+    job_dir = absl::StrCat(log_dir, "/", job_key);
+    if (absl::Status st = MakeJobFolder(job_dir, job_key, mode, &ours); !st.ok())
+      return st;
+    if (!ours) {
+      return absl::FailedPreconditionError(absl::StrCat("folder ", job_dir,
+                                                        " belongs to another job (its ",
+                                                        kJobMarker, " says otherwise)"));
+    }
   }
+  const std::string attempt_dir = absl::StrCat(job_dir, "/attempt_", round);
   if (absl::Status st = MakePrivateDir(attempt_dir, mode, /*must_be_new=*/true);
       !st.ok()) {
     return st;
@@ -144,7 +204,7 @@ absl::Status MakeAttemptFolders(const std::string& log_dir, const std::string& j
           "cannot give folder ", dir, " to uid ", user.uid, ": ", strerror(errno)));
     }
   }
-  return absl::OkStatus();
+  return attempt_dir;
 }
 
 absl::Status CheckWorkingDir(const std::string& dir, const std::string& job_id,

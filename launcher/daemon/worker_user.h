@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -63,15 +64,21 @@ std::vector<std::string> WorkerBaseEnv(const std::vector<std::string>& base_env,
 // (`submit --export`).
 bool IsPassedToOtherUsers(std::string_view name);
 
-// Makes the log folders of one attempt: <log_dir>/<job> (kept across
-// rounds), <log_dir>/<job>/attempt_<round> and its <local_rank> folders
-// (new: one that exists is an error, never reused), private to the daemon
-// (0711 for root, whose workers of other users pass through; else 0700),
-// each rank's folder given to the workers' user (they write their error
-// file there). Errors name the folder.
-absl::Status MakeAttemptFolders(const std::string& log_dir, const std::string& job_id,
-                                const std::string& attempt_dir, int nproc,
-                                const WorkerUser& user);
+// Makes the log folders of one attempt and returns the attempt's:
+// <log_dir>/<job_id> (kept across rounds, its ".job" file naming `job_key`,
+// the job's unique name, "<job id>@<cluster>"), in it attempt_<round> and
+// its <local_rank> folders (new: one that exists is an error, never reused),
+// private to the daemon (0711 for root, whose workers of other users pass
+// through; else 0700), each rank's folder given to the workers' user (they
+// write their error file there). When <log_dir>/<job_id> is another job's
+// (another cluster's job of the same id: a fresh service numbers from 1
+// again), <log_dir>/<job_key> instead; its logs stay as they are. An empty
+// `job_key` (a service that names no cluster) takes <log_dir>/<job_id> as
+// it is. Errors name the folder.
+absl::StatusOr<std::string> MakeAttemptFolders(const std::string& log_dir,
+                                               const std::string& job_id,
+                                               const std::string& job_key, int64_t round,
+                                               int nproc, const WorkerUser& user);
 
 // OK when `dir` is empty (the daemon's own folder) or a folder on this
 // node; else FailedPrecondition naming the folder, the job and the node.

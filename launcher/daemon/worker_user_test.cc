@@ -119,16 +119,30 @@ TEST(WorkerUserTest, AttemptFoldersAreNewAndTheRanksAreTheWorkers) {
     user.run_as = ProcessCredentials{65534, 65534, {}};
     user.uid = user.gid = 65534;
   }
-  ASSERT_TRUE(MakeAttemptFolders(logs, "j-1", attempt, 2, user).ok());
+  absl::StatusOr<std::string> made =
+      MakeAttemptFolders(logs, "j-1", "j-1@c1", 0, 2, user);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(*made, attempt);
   struct stat st;
   ASSERT_EQ(stat((attempt + "/1").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, user.uid);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   // Never reused: an attempt folder that exists is an error naming it.
-  absl::Status again = MakeAttemptFolders(logs, "j-1", attempt, 2, user);
-  EXPECT_THAT(again.message(), HasSubstr("folder " + attempt + " exists already"));
+  absl::StatusOr<std::string> again =
+      MakeAttemptFolders(logs, "j-1", "j-1@c1", 0, 2, user);
+  EXPECT_THAT(again.status().message(),
+              HasSubstr("folder " + attempt + " exists already"));
   // A later round of the job goes into the same job folder.
-  EXPECT_TRUE(MakeAttemptFolders(logs, "j-1", logs + "/j-1/attempt_1", 1, user).ok());
+  EXPECT_EQ(MakeAttemptFolders(logs, "j-1", "j-1@c1", 1, 1, user).value_or(""),
+            logs + "/j-1/attempt_1");
+  // j-1 of another cluster (a fresh service numbers from 1 again) is another
+  // job: beside, the first one's logs as they were.
+  EXPECT_EQ(MakeAttemptFolders(logs, "j-1", "j-1@c2", 0, 1, user).value_or(""),
+            logs + "/j-1@c2/attempt_0");
+  EXPECT_EQ(MakeAttemptFolders(logs, "j-1", "j-1@c2", 1, 1, user).value_or(""),
+            logs + "/j-1@c2/attempt_1");
+  EXPECT_EQ(stat((logs + "/j-1/attempt_1/0").c_str(), &st), 0);
+  EXPECT_NE(stat((logs + "/j-1/attempt_2").c_str(), &st), 0);
   EXPECT_EQ(std::system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 

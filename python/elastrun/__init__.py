@@ -24,7 +24,7 @@ __all__ = ["report"]
 # step=S name=value ...", at most 4096 bytes and 32 metrics.
 _MAX_BYTES = 4096
 _MAX_METRICS = 32
-_NAME_OK = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+_JOB_OK = re.compile(r"^[A-Za-z0-9_.@-]{1,256}$")
 _SECRET_OK = re.compile(r"^[0-9a-f]{1,64}$")
 _BAD_CHAR = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -43,7 +43,7 @@ def _clean(name):
 def _encode(step, metrics):
     items = []
     job = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    if _NAME_OK.match(job):
+    if _JOB_OK.match(job):
         items.append("job=" + job)
     secret = os.environ.get("ELASTRUN_AGENT_SECRET", "")
     if _SECRET_OK.match(secret):
