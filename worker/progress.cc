@@ -121,14 +121,17 @@ absl::Status AgentBarrier(const std::string& name, absl::Duration timeout) {
   arrival.name = name;
   const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError("barrier: socket() failed");
-  // An address of our own (autobind) for the answer.
+  // An address of our own (autobind) for the answer, connected to the
+  // agent's: the kernel then refuses datagrams from any other socket
+  // (EPERM to the sender), and the address, which any local user can read
+  // in /proc/net/unix, releases this barrier for no one but the agent.
   sockaddr_un self{};
   self.sun_family = AF_UNIX;
   const std::string wire = EncodeBarrier(arrival);
   absl::Status result;
   if (bind(fd, reinterpret_cast<sockaddr*>(&self), sizeof(sa_family_t)) != 0 ||
-      sendto(fd, wire.data(), wire.size(), 0, reinterpret_cast<sockaddr*>(&agent),
-             sizeof agent) < 0) {
+      connect(fd, reinterpret_cast<sockaddr*>(&agent), sizeof agent) != 0 ||
+      send(fd, wire.data(), wire.size(), 0) < 0) {
     result = absl::UnavailableError(absl::StrCat("barrier '", name, "': cannot reach the ",
                                                  "node daemon at ", path, ": ",
                                                  strerror(errno)));
