@@ -321,6 +321,12 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const v1::GetJobRequest& r) {
   return JobStatusOf(*job, /*with_history=*/true);
 }
 
+bool Coordinator::JobLive(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<JobRecord*> job = jobs_.Find(job_id);
+  return job.ok() && ((*job)->core == nullptr || !(*job)->core->finished());
+}
+
 absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const v1::ListJobsRequest& r) {
   absl::MutexLock lock(&mu_);
   return jobs_.List(r);

@@ -36,6 +36,9 @@ absl::StatusOr<std::unique_ptr<LogDb>> LogDb::Open(const std::string& path) {
       "CREATE TABLE IF NOT EXISTS senders (job TEXT NOT NULL, node TEXT NOT NULL, "
       "  incarnation TEXT NOT NULL, chunk INTEGER NOT NULL, PRIMARY KEY (job, node)) "
       "  WITHOUT ROWID"));
+  RETURN_IF_ERROR(out->Exec(
+      "CREATE TABLE IF NOT EXISTS trims (job TEXT PRIMARY KEY, below INTEGER NOT NULL) "
+      "  WITHOUT ROWID"));
   return out;
 }
 
@@ -106,6 +109,7 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
   if (!batch.dropped_jobs.empty()) {
     RETURN_IF_ERROR(drop("DELETE FROM chunks WHERE job = ?1"));
     RETURN_IF_ERROR(drop("DELETE FROM senders WHERE job = ?1"));
+    RETURN_IF_ERROR(drop("DELETE FROM trims WHERE job = ?1"));
   }
   RETURN_IF_ERROR(
       run("INSERT OR REPLACE INTO chunks (job, seq, data) VALUES (?1, ?2, ?3)",
@@ -143,14 +147,35 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
         }));
   }
   if (batch.trim_below.empty()) return absl::OkStatus();
-  return run("DELETE FROM chunks WHERE job = ?1 AND seq < ?2", [&](sqlite3_stmt* stmt) {
-    for (const auto& [job, below] : batch.trim_below) {
-      sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()), SQLITE_STATIC);
-      sqlite3_bind_int64(stmt, 2, below);
-      RETURN_IF_ERROR(step(stmt, job));
-    }
-    return absl::OkStatus();
-  });
+  auto trim = [&](const char* sql) {
+    return run(sql, [&](sqlite3_stmt* stmt) {
+      for (const auto& [job, below] : batch.trim_below) {
+        sqlite3_bind_text(stmt, 1, job.data(), static_cast<int>(job.size()),
+                          SQLITE_STATIC);
+        sqlite3_bind_int64(stmt, 2, below);
+        RETURN_IF_ERROR(step(stmt, job));
+      }
+      return absl::OkStatus();
+    });
+  };
+  RETURN_IF_ERROR(trim("DELETE FROM chunks WHERE job = ?1 AND seq < ?2"));
+  return trim(
+      "INSERT INTO trims (job, below) VALUES (?1, ?2) "
+      "ON CONFLICT (job) DO UPDATE SET below = max(below, ?2)");
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> LogDb::LoadTrims() {
+  std::map<std::string, int64_t> out;
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, "SELECT job, below FROM trims", -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, "reading the log trims");
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    const char* job = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    out[job != nullptr ? job : ""] = sqlite3_column_int64(stmt, 1);
+  }
+  if (rc != SQLITE_DONE) return Error(rc, "reading the log trims");
+  return out;
 }
 
 absl::Status LogDb::LimitGrowthForTest(int64_t more_pages) {

@@ -66,6 +66,9 @@ class LogDb {
   absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> Load();
   // Every stored sender row, per job and node.
   absl::StatusOr<Senders> LoadSenders();
+  // Per job, the seq below which its chunks were trimmed (Batch::trim_below
+  // kept with them): a reader behind it missed output.
+  absl::StatusOr<std::map<std::string, int64_t>> LoadTrims();
 
   const std::string& path() const { return path_; }
 

@@ -10,6 +10,9 @@
 namespace elastrun::rendezvous {
 namespace {
 
+// Evicted jobs remembered, so that reading one's log says it was evicted.
+constexpr size_t kEvictedKept = 4096;
+
 // Appends the deletions of `next` to `carry` (which holds no chunks: a
 // failed write's chunks are dropped), keeping the order the LogDb applies:
 // jobs dropped, chunks added, trims.
@@ -34,6 +37,7 @@ void LogStore::TrimLocked(const std::string& job_id, JobLog& log) {
   bool trimmed = false;
   while (log.bytes > options_.max_bytes_per_job && !log.chunks.empty()) {
     log.bytes -= log.chunks.front().data().size();
+    log.dropped_through = log.chunks.front().seq();
     log.chunks.pop_front();
     trimmed = true;
   }
@@ -44,9 +48,21 @@ void LogStore::TrimLocked(const std::string& job_id, JobLog& log) {
 }
 
 void LogStore::EvictOldestLocked() {
-  auto oldest = std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
-    return a.second.created < b.second.created;
-  });
+  auto oldest = jobs_.end();
+  for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+    if (oldest != jobs_.end() && it->second.created >= oldest->second.created) continue;
+    if (options_.keep && options_.keep(it->first)) continue;
+    oldest = it;
+  }
+  if (oldest == jobs_.end()) {
+    LOG_EVERY_N(WARNING, 100) << "worker logs: every one of the " << jobs_.size()
+                              << " jobs kept is live; keeping more than "
+                              << options_.max_jobs
+                              << " rather than evicting a live job's log";
+    return;
+  }
+  evicted_.push_back(oldest->first);
+  while (evicted_.size() > kEvictedKept) evicted_.pop_front();
   if (persisting_) {
     const std::string gone = oldest->first;
     auto& p = pending_.batch.chunks;
@@ -165,9 +181,12 @@ LogStore::ReadResult LogStore::Read(const std::string& job_id, int64_t after_seq
   ReadResult r;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return r;
+  if (it == jobs_.end()) {
+    r.evicted = std::find(evicted_.begin(), evicted_.end(), job_id) != evicted_.end();
+    return r;
+  }
   const JobLog& log = it->second;
-  if (!log.chunks.empty() && log.chunks.front().seq() > after_seq + 1) r.dropped = true;
+  r.dropped = log.dropped_through > after_seq;
   // Chunks are in seq order: skip to the first one after the reader.
   auto first =
       std::upper_bound(log.chunks.begin(), log.chunks.end(), after_seq,
@@ -188,6 +207,8 @@ absl::Status LogStore::Persist(std::unique_ptr<LogDb> db) {
   if (!stored.ok()) return stored.status();
   absl::StatusOr<LogDb::Senders> senders = db->LoadSenders();
   if (!senders.ok()) return senders.status();
+  absl::StatusOr<std::map<std::string, int64_t>> trims = db->LoadTrims();
+  if (!trims.ok()) return trims.status();
   size_t loaded = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -203,6 +224,9 @@ absl::Status LogStore::Persist(std::unique_ptr<LogDb> db) {
         log.bytes += c.data().size();
         log.chunks.push_back(std::move(c));
         ++loaded;
+      }
+      if (auto t = trims->find(job); t != trims->end()) {
+        log.dropped_through = std::max(log.dropped_through, t->second - 1);
       }
       TrimLocked(job, log);
     }

@@ -46,8 +46,11 @@ class LogStore {
   struct Options {
     // Bytes of output kept per job; older chunks are dropped.
     size_t max_bytes_per_job = 8 << 20;
-    // Jobs whose logs are kept; the oldest job's logs go first.
+    // Jobs whose logs are kept; beyond it the oldest job's log goes, but
+    // never one that `keep` holds (a live job's: its log may exceed the
+    // bound rather).
     size_t max_jobs = 256;
+    std::function<bool(const std::string& job_id)> keep;
     // Every job's first chunk's seq. The service starts it at its start
     // time in microseconds, so a restarted service (whose store starts
     // empty) numbers above what a follower (`logs -f`) saw from the one
@@ -120,8 +123,11 @@ class LogStore {
 
   struct ReadResult {
     std::vector<v1::LogChunk> chunks;
-    // Chunks after the reader's position were dropped before it read them.
+    // Chunks after the reader's position were dropped before it read them
+    // (the byte bound). Not known for what was dropped before a restart.
     bool dropped = false;
+    // The job's log was evicted (the jobs bound): nothing of it is kept.
+    bool evicted = false;
   };
   // Chunks of `job_id` with seq > `after_seq`, of `rank` (-1: all), at most
   // `max_bytes` of data (at least one chunk when any is there).
@@ -136,6 +142,7 @@ class LogStore {
     // Readers see chunks up to this seq: those committed (all, without a db).
     int64_t visible_seq = 0;
     int64_t created = 0;  // tells a job's log from a later one of the same id
+    int64_t dropped_through = 0;  // the newest seq the byte bound dropped
     // Per node id: its newest incarnation's highest chunk number committed
     // (`stored`) and taken (`taken`: stored, or in a write under way).
     struct Mark {
@@ -184,6 +191,8 @@ class LogStore {
   const Options options_;
   mutable absl::Mutex mu_;
   std::map<std::string, JobLog> jobs_ ABSL_GUARDED_BY(mu_);
+  // Jobs whose logs were evicted, the newest kEvictedKept, oldest first.
+  std::deque<std::string> evicted_ ABSL_GUARDED_BY(mu_);
   int64_t jobs_created_ ABSL_GUARDED_BY(mu_) = 0;
   // Persistence (after Persist): what changed since the last batch.
   bool persisting_ ABSL_GUARDED_BY(mu_) = false;

@@ -62,6 +62,53 @@ TEST(LogStoreTest, BoundedPerJobOldestDroppedAndReported) {
   EXPECT_EQ(store.Read("l", 0, -1, 1 << 20).chunks.size(), 1u);
 }
 
+// A gap is what a reader missed: chunks dropped after its position, not
+// the numbering's start (a service numbers from its start time).
+TEST(LogStoreTest, DroppedMeansChunksAfterTheReadersPositionWereLost) {
+  LogStore::Options o;
+  o.max_bytes_per_job = 9;
+  o.first_seq = 1000;
+  LogStore store(o);
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "1234\n")}).ok());  // seq 1000
+  EXPECT_FALSE(store.Read("j", 0, -1, 1 << 20).dropped);
+  const int64_t seen = store.Read("j", 0, -1, 1 << 20).chunks.back().seq();
+  ASSERT_TRUE(store.Append("j", {Chunk(0, "abcd\n"), Chunk(0, "wxyz\n")}).ok());
+  // 1000 and 1001 went; the reader had seen 1000 only: 1001 is its gap.
+  auto r = store.Read("j", seen, -1, 1 << 20);
+  ASSERT_EQ(r.chunks.size(), 1u);
+  EXPECT_EQ(r.chunks[0].data(), "wxyz\n");
+  EXPECT_TRUE(r.dropped);
+  EXPECT_FALSE(store.Read("j", seen + 1, -1, 1 << 20).dropped);
+}
+
+// The jobs bound evicts finished jobs' logs, oldest first, never a live
+// job's (its follower would skip lines, and its first lines would be gone);
+// a read of an evicted log says so.
+TEST(LogStoreTest, ALiveJobsLogIsNeverEvictedAndAnEvictedOneSaysSo) {
+  LogStore::Options o;
+  o.max_jobs = 2;
+  o.keep = [](const std::string& job) { return job == "live"; };
+  LogStore store(o);
+  for (const char* job : {"live", "a", "b", "c"}) {
+    ASSERT_TRUE(store.Append(job, {Chunk(0, std::string(job) + "\n")}).ok()) << job;
+  }
+  EXPECT_EQ(store.Read("live", 0, -1, 1 << 20).chunks.size(), 1u);
+  EXPECT_FALSE(store.Read("live", 0, -1, 1 << 20).evicted);
+  EXPECT_TRUE(store.Read("a", 0, -1, 1 << 20).evicted);
+  EXPECT_TRUE(store.Read("a", 0, -1, 1 << 20).chunks.empty());
+  EXPECT_EQ(store.Read("c", 0, -1, 1 << 20).chunks.size(), 1u);
+  EXPECT_FALSE(store.Read("never-printed", 0, -1, 1 << 20).evicted);
+  // Every log live: the bound gives way rather than a live job's log.
+  o.keep = [](const std::string&) { return true; };
+  LogStore all_live(o);
+  for (const char* job : {"x", "y", "z"}) {
+    ASSERT_TRUE(all_live.Append(job, {Chunk(0, "l\n")}).ok());
+  }
+  for (const char* job : {"x", "y", "z"}) {
+    EXPECT_EQ(all_live.Read(job, 0, -1, 1 << 20).chunks.size(), 1u) << job;
+  }
+}
+
 TEST(LogStoreTest, ReadHonoursByteBudgetButReturnsAtLeastOneChunk) {
   LogStore store;
   ASSERT_TRUE(store.Append("j", {Chunk(0, std::string(100, 'x')), Chunk(0, "y\n")}).ok());

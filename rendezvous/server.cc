@@ -321,16 +321,25 @@ absl::Status CheckListenSecurity(const ServerOptions& options) {
 
 namespace {
 
-LogStore::Options LogOptions(Clock& clock) {
+LogStore::Options LogOptions(const ServerOptions& options) {
   LogStore::Options o;
-  o.first_seq = std::max<int64_t>(1, absl::ToUnixMicros(clock.Now()));
+  o.first_seq =
+      std::max<int64_t>(1, absl::ToUnixMicros(options.coordinator.clock->Now()));
+  o.max_jobs = options.logs_max_jobs;
   return o;
 }
 
 }  // namespace
 
 RendezvousServer::RendezvousServer(ServerOptions options)
-    : options_(std::move(options)), logs_(LogOptions(*options_.coordinator.clock)) {}
+    : options_(std::move(options)), logs_([this] {
+        LogStore::Options o = LogOptions(options_);
+        // Runs under the store's lock; the coordinator never calls the store.
+        o.keep = [this](const std::string& job) {
+          return coordinator_ != nullptr && coordinator_->JobLive(job);
+        };
+        return o;
+      }()) {}
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
     ServerOptions options) {

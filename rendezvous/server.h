@@ -47,6 +47,9 @@ struct ServerOptions {
   // SQLite file keeping the worker-log tail (LogStore) so `elastrun logs`
   // works after a restart; empty: logs in memory only.
   std::string logs_path;
+  // Jobs whose logs the service keeps (LogStore::Options::max_jobs); live
+  // jobs' logs are kept beyond it.
+  size_t logs_max_jobs = 256;
   // "HOST:PORT" of the Prometheus endpoint (GET /metrics); empty: none.
   // Port 0 picks a free port (see metrics_address()).
   std::string metrics_listen;

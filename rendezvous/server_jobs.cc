@@ -156,6 +156,15 @@ grpc::ServerWriteReactor<v1::LogChunk>* RendezvousServer::JobsService::StreamLog
   }
   if (st.ok()) {
     read = logs_->Read(req->job_id(), req->after_seq(), req->rank(), kMaxStreamLogsBytes);
+    if (read.evicted) {
+      st = absl::FailedPreconditionError(absl::StrCat(
+          "the service no longer keeps the logs of job ", req->job_id(),
+          " (it keeps those of its newest finished jobs and of every live one); each "
+          "node of the job has its ranks' logs under its daemon's --log-dir, in ",
+          req->job_id(), "/attempt_<round>/<local rank>/"));
+    } else if (read.dropped && !read.chunks.empty()) {
+      read.chunks.front().set_gap_before(true);
+    }
   }
   return new LogsReactor(ToGrpcStatus(st), std::move(read.chunks));
 }

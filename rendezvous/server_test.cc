@@ -169,12 +169,15 @@ class TestDaemon {
 
 class ServerTest : public ::testing::Test {
  protected:
+  // ServerOptions::logs_max_jobs of the next StartServer.
+  size_t logs_max_jobs_ = 256;
   void StartServer(const std::string& state_path = "") {
     ServerOptions o;
     o.listen = "127.0.0.1:0";
     o.timer_thread = false;
     o.coordinator.clock = &clock_;
     o.coordinator.state_path = state_path;
+    o.logs_max_jobs = logs_max_jobs_;
     absl::StatusOr<std::unique_ptr<RendezvousServer>> s = RendezvousServer::Create(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
@@ -630,6 +633,56 @@ TEST_F(ServerTest, PushedLogsAreStreamedBackByCursorAndRank) {
   grpc::ClientContext ctx;
   v1::PushLogsResponse resp;
   EXPECT_EQ(rdzv->PushLogs(&ctx, push, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// The service keeps the logs of logs_max_jobs jobs: a finished job's go
+// first, never a live one's (its follower would skip lines); reading an
+// evicted one says so and where the logs still are.
+TEST_F(ServerTest, LiveJobsLogsAreNeverEvictedAndAnEvictedLogSaysSo) {
+  logs_max_jobs_ = 2;
+  StartServer();
+  TestDaemon n0(Dial(*server_), "n0");
+  ASSERT_TRUE(n0.Register(8).ok());
+  auto rdzv = v1::Rendezvous::NewStub(Dial(*server_));
+  auto push = [&](const std::string& job, const std::string& line) {
+    v1::PushLogsRequest p;
+    p.set_node_id("n0");
+    p.set_job_id(job);
+    v1::LogChunk* c = p.add_chunks();
+    c->set_stream("stdout");
+    c->set_data(line);
+    grpc::ClientContext ctx;
+    v1::PushLogsResponse resp;
+    grpc::Status st = rdzv->PushLogs(&ctx, p, &resp);
+    EXPECT_TRUE(st.ok()) << job << ": " << st.error_message();
+  };
+  auto cancel = [&](const std::string& job) {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest r;
+    r.set_job_id(job);
+    v1::JobStatus resp;
+    ASSERT_TRUE(jobs_->Cancel(&ctx, r, &resp).ok());
+  };
+  const std::string live = Submit(1, 1, 1, /*wait_for_nodes=*/true);
+  push(live, "first line of the live job\n");
+  std::vector<std::string> done;
+  for (int i = 0; i < 3; ++i) {
+    done.push_back(Submit(1, 1, 1, /*wait_for_nodes=*/true));
+    push(done.back(), "finished\n");
+    cancel(done.back());
+  }
+  grpc::Status st;
+  const std::vector<v1::LogChunk> kept = ReadLogs(*jobs_, live, -1, 0, &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].data(), "first line of the live job\n");
+  EXPECT_EQ(ReadLogs(*jobs_, done[2], -1, 0, &st).size(), 1u);
+  // done[0] and done[1] went (the two oldest finished ones).
+  EXPECT_TRUE(ReadLogs(*jobs_, done[0], -1, 0, &st).empty());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("no longer keeps the logs of job " + done[0]));
+  EXPECT_THAT(st.error_message(), HasSubstr("--log-dir"));
 }
 
 }  // namespace

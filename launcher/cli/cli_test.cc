@@ -493,6 +493,20 @@ TEST_F(CliTest, LogsPrintsForwardedLinesWithRanks) {
   EXPECT_EQ(Run("logs", {"j-1", "--rank", "x"}), kExitUsage);
 }
 
+// Output the service dropped before the reader got it (its bound per job)
+// is said where it was, on stderr, not silently skipped.
+TEST_F(CliTest, LogsSayWhereTheServiceDroppedOutput) {
+  service_.gets = {Job(v1::JOB_STATE_RUNNING)};
+  v1::LogChunk after_gap = Line(9, 0, "later");
+  after_gap.set_gap_before(true);
+  service_.logs = {after_gap, Line(10, 0, "last")};
+  EXPECT_EQ(Run("logs", {"j-1"}), kExitOk);
+  EXPECT_EQ(out_.str(), "[rank0]:later\n[rank0]:last\n");
+  EXPECT_THAT(err_.str(), HasSubstr("elastrun logs: output of job j-1 was dropped before "
+                                    "this point"));
+  EXPECT_THAT(err_.str(), HasSubstr("--log-dir"));
+}
+
 TEST_F(CliTest, LogsFollowReadsUntilTheJobHasEnded) {
   // RUNNING on the first two looks, then SUCCEEDED; every line once.
   service_.gets = {Job(v1::JOB_STATE_RUNNING), Job(v1::JOB_STATE_RUNNING),

@@ -463,6 +463,14 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
         retry.Call([&] { return client->ReadLogs(*job, rank, after); });
     if (!chunks.ok()) return Fail(a, ctx, chunks.status());
     for (const v1::LogChunk& c : *chunks) {
+      if (c.gap_before()) {
+        ctx.out->flush();
+        *ctx.err
+            << "elastrun logs: output of job " << *job
+            << " was dropped before this point (the service keeps the newest 8 MiB of "
+               "a job's output); its nodes have all of it under their daemon's "
+               "--log-dir\n";
+      }
       // With every rank, each line says whose it is, as on `elastrun run`'s
       // console; with --rank R the lines are as the worker wrote them.
       if (rank < 0) {
