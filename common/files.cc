@@ -2,14 +2,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <string.h>
-#include <sys/stat.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace elastrun {
 
@@ -87,6 +88,21 @@ absl::Status CheckParentsSafe(const std::string& dir) {
   const size_t slash = dir.find_last_of('/');
   const std::string parent =
       slash == std::string::npos ? "." : (slash == 0 ? "/" : dir.substr(0, slash));
+  // The links on the way as written: whoever owns one may re-point it
+  // later, wherever it points now (the walk below checks only where).
+  std::string walked;
+  for (absl::string_view part : absl::StrSplit(parent, '/', absl::SkipEmpty())) {
+    walked = walked.empty() && parent[0] != '/' ? std::string(part)
+                                                : absl::StrCat(walked, "/", part);
+    struct stat st;
+    if (lstat(walked.c_str(), &st) != 0) break;  // said below, once resolved
+    if (S_ISLNK(st.st_mode) && st.st_uid != 0 && st.st_uid != geteuid()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "folder %s is reached through the link %s, which belongs to uid %d: that user "
+          "could re-point it; refusing to use it (give the folder's real path)",
+          dir, walked, st.st_uid));
+    }
+  }
   char resolved[PATH_MAX];
   if (realpath(parent.c_str(), resolved) == nullptr) {
     return absl::FailedPreconditionError(

@@ -107,6 +107,24 @@ TEST_F(FilesTest, FoldersOthersCouldReplaceAreRefused) {
               HasSubstr("cannot resolve folder " + dir_ + "/missing"));
 }
 
+// A link on the way that another user owns (planted in /tmp, say) could be
+// re-pointed while the folder is in use: refused, though where it points
+// now is safe.
+TEST_F(FilesTest, ALinkAnotherUserOwnsOnTheWayIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to give a link to another user)";
+  const std::string planted = dir_ + "/planted";
+  ASSERT_EQ(symlink(dir_.c_str(), planted.c_str()), 0);
+  ASSERT_EQ(lchown(planted.c_str(), 65534, 65534), 0);
+  absl::Status st = CheckParentsSafe(planted + "/state");
+  EXPECT_THAT(st.message(), HasSubstr("is reached through the link " + planted +
+                                      ", which belongs to uid 65534"));
+  st = CheckParentsSafe(planted + "/deeper/state");
+  EXPECT_THAT(st.message(), HasSubstr("the link " + planted));
+  // One of root's (or this user's) is fine: only its owner may re-point it.
+  ASSERT_EQ(lchown(planted.c_str(), 0, 0), 0);
+  EXPECT_TRUE(CheckParentsSafe(planted + "/state").ok());
+}
+
 TEST_F(FilesTest, NewFileNeverOpensWhatIsThere) {
   const std::string victim = dir_ + "/victim";
   FILE* f = std::fopen(victim.c_str(), "w");

@@ -377,10 +377,26 @@ absl::StatusOr<bool> LockSnapshotDirAt(int dir_fd, const std::string& name,
 
 absl::Status RemoveSnapshotDir(const std::string& path) {
   const auto [parent, leaf] = SplitLast(path);
-  const int parent_fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (parent_fd < 0) {
+  // The folder above is the user's (elastrun-<uid>): opened without
+  // following a link they may have put in its place, from the base above.
+  const auto [base, user_root] = SplitLast(parent);
+  const int base_fd = open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (base_fd < 0) {
     if (errno == ENOENT) return absl::OkStatus();
-    return Errno(errno, absl::StrCat("cannot open ", parent));
+    return Errno(errno, absl::StrCat("cannot open ", base));
+  }
+  const int parent_fd =
+      openat(base_fd, user_root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int open_errno = errno;
+  close(base_fd);
+  if (parent_fd < 0) {
+    if (open_errno == ENOENT) return absl::OkStatus();
+    if (open_errno == ELOOP || open_errno == ENOTDIR) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot remove ", path, ": ", parent,
+                       " is not a folder (a symlink?); refusing to follow it"));
+    }
+    return Errno(open_errno, absl::StrCat("cannot open ", parent));
   }
   uint64_t bytes = 0;
   absl::Status st = RemoveAt(parent_fd, leaf, path, &bytes);

@@ -339,6 +339,23 @@ TEST_F(SnapshotDirTest, RemoveDeletesFilesAndFoldersButNotLinkTargets) {
   EXPECT_TRUE(RemoveSnapshotDir(*dir).ok());  // already gone: fine
 }
 
+// The user's folder (elastrun-<uid>, theirs) swapped for a link to another
+// folder holding a folder of the job's name: a root daemon removing the
+// job's folder must not remove that one.
+TEST_F(SnapshotDirTest, RemoveDoesNotFollowAUserFolderSwappedForALink) {
+  absl::StatusOr<std::string> dir = MakeFolder(base_, "job");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string elsewhere = TempDir();
+  ASSERT_EQ(mkdir((elsewhere + "/job").c_str(), 0700), 0);
+  WriteFile(elsewhere + "/job/precious", "x");
+  ASSERT_EQ(rename(root_.c_str(), (root_ + ".moved").c_str()), 0);
+  ASSERT_EQ(symlink(elsewhere.c_str(), root_.c_str()), 0);
+  absl::Status st = RemoveSnapshotDir(*dir);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr(root_));
+  EXPECT_TRUE(Exists(elsewhere + "/job/precious"));
+}
+
 TEST_F(SnapshotDirTest, OneHolderAtATimeAndAFreedFolderIsAdoptedWithItsFiles) {
   absl::StatusOr<std::unique_ptr<HeldSnapshotDir>> first =
       HeldSnapshotDir::Create(base_, "job");

@@ -90,6 +90,12 @@ absl::StatusOr<std::unique_ptr<CredSocket>> CredSocket::Create(
   if (!addr.ok()) return addr.status();
   const std::string dir = Dirname(options.path);
   if (absl::Status st = MakeDirs(dir); !st.ok()) return st;
+  // Its folder and those above: no other user may swap the socket for one
+  // of theirs (answering the node's CLIs).
+  if (absl::Status st = CheckParentsSafe(options.path); !st.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("credential socket ", options.path, ": ", st.message()));
+  }
   if (absl::Status st = ClearPath(options.path, *addr); !st.ok()) return st;
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));

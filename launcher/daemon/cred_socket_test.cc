@@ -154,6 +154,22 @@ TEST_F(CredSocketTest, SecondDaemonOnTheSamePathIsRefusedAndStaleSocketReplaced)
   EXPECT_TRUE(FetchCredential(path_, kWait).ok());
 }
 
+// A folder other users may write to (or a link another user owns on the
+// way) could have the socket replaced by theirs, answering the CLIs of the
+// node: refused, naming it.
+TEST_F(CredSocketTest, AFolderOthersCouldReplaceTheSocketInIsRefused) {
+  ASSERT_EQ(mkdir((dir_ + "/run").c_str(), 0755), 0);
+  ASSERT_EQ(chmod((dir_ + "/run").c_str(), 0777), 0);
+  CredSocketOptions o;
+  o.path = path_;
+  o.token = kToken;
+  absl::StatusOr<std::unique_ptr<CredSocket>> s = CredSocket::Create(o);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr(dir_ + "/run, which has mode 0777"));
+  ASSERT_EQ(chmod((dir_ + "/run").c_str(), 0755), 0);
+  EXPECT_NE(Start(), nullptr);
+}
+
 TEST_F(CredSocketTest, NoDaemonIsUnavailableNamingThePath) {
   absl::StatusOr<std::string> cred = FetchCredential(path_, kWait);
   EXPECT_TRUE(absl::IsUnavailable(cred.status()));
