@@ -229,6 +229,29 @@ TEST_F(AgentLivenessTest, ASecretBindsTheJobAndLocalWorldSizeWhateverTheDatagram
   EXPECT_EQ(arrivals_[0].rank, 0);
 }
 
+// A worker that no signal ends (D state) does not hold its attempt for
+// ever: it ends once SIGKILL's reap limit passed, naming the worker.
+TEST_F(AgentLivenessTest, AWorkerSigkillCannotEndIsGivenUpOnAndTheAttemptEnds) {
+  Start(testing::AttemptOf({{"w"}, {"w"}}));
+  const pid_t stuck = fake_->spawned()[1];
+  fake_->unkillable = {stuck};
+  fake_->Exit(fake_->spawned()[0], ExitedWith(1));
+  Poll();
+  for (int s = 0; s < 120 && !outcome_.has_value(); ++s) {
+    clock_.Advance(absl::Seconds(1));
+    Poll();
+  }
+  ASSERT_TRUE(outcome_.has_value()) << "the attempt never ended";
+  ASSERT_TRUE(outcome_->ok()) << outcome_->status();
+  const AttemptOutcome& o = **outcome_;
+  EXPECT_EQ(o.kind, AttemptOutcome::Kind::kFailed);
+  ASSERT_TRUE(o.first_failure.has_value());
+  EXPECT_EQ(o.first_failure->rank, 0);
+  ASSERT_EQ(o.unreaped.size(), 1u);
+  EXPECT_EQ(o.unreaped[0].pid, stuck);
+  EXPECT_EQ(o.unreaped[0].rank, 1);
+}
+
 TEST_F(AgentLivenessTest, StoppedWorkerIsDeclaredHungDumpedAndFailsTheAttempt) {
   AttemptSpec spec = testing::AttemptOf({{"w"}, {"w"}});
   spec.hang_timeout = absl::Seconds(10);

@@ -95,6 +95,9 @@ struct AttemptOutcome {
   bool from_standby = false;
   // Processes of the group outlived SIGKILL and could not be reaped.
   bool leftovers = false;
+  // Workers SIGKILL did not end within the reap limit (D state): the
+  // attempt ended without them (Supervisor::unreaped).
+  std::vector<WorkerExit> unreaped;
 };
 
 }  // namespace elastrun::launcher

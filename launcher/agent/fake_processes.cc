@@ -61,7 +61,7 @@ absl::Status FakeProcesses::SignalGroup(pid_t pgid, int sig) {
   if (obeyed.count(sig) == 0 && sig != SIGKILL) return absl::OkStatus();
   std::vector<pid_t> dying;
   for (const auto& [pid, p] : procs_) {
-    if (p.pgid == pgid && !p.exited) dying.push_back(pid);
+    if (p.pgid == pgid && !p.exited && unkillable.count(pid) == 0) dying.push_back(pid);
   }
   for (pid_t pid : dying) Exit(pid, KilledBy(sig));
   return absl::OkStatus();

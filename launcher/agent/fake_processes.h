@@ -65,8 +65,10 @@ class FakeProcesses : public ProcessControl {
     return process_signals_;
   }
 
-  // Signals every process dies of (SIGKILL always does).
+  // Signals every process dies of (SIGKILL always does, but for `unkillable`).
   std::set<int> obeyed = {SIGKILL};
+  // Processes no signal ends (uninterruptible sleep: D state).
+  std::set<pid_t> unkillable;
 
  private:
   pid_t next_pid_ = 1000;

@@ -7,6 +7,7 @@ AttemptOutcome ClassifyOutcome(const Supervisor& supervisor, const absl::Status&
   outcome.exits = supervisor.exits();
   outcome.first_failure = supervisor.first_failure();
   outcome.leftovers = supervisor.leftovers();
+  outcome.unreaped = supervisor.unreaped();
   outcome.spawn_error = spawn_error;
   if (!spawn_error.ok() || supervisor.first_failure()) {
     outcome.kind = AttemptOutcome::Kind::kFailed;

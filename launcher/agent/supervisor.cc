@@ -21,6 +21,20 @@ std::string DescribeExit(const WorkerExit& exit) {
   return absl::StrCat("exit code ", exit.exit_code);
 }
 
+std::string DescribeUnreaped(const std::vector<WorkerExit>& unreaped) {
+  if (unreaped.empty()) return "";
+  std::string who;
+  for (const WorkerExit& w : unreaped) {
+    absl::StrAppend(&who, who.empty() ? "" : ", ", "rank ", w.rank, " (pid ", w.pid, ")");
+  }
+  return absl::StrCat(
+      who, " did not end within ", absl::FormatDuration(kReapLimit),
+      " of SIGKILL (uninterruptible sleep, D state: a hung file system or device?); the "
+      "attempt ended without ",
+      unreaped.size() == 1 ? "it" : "them",
+      ": its slots are free again, but the process may still hold memory or devices");
+}
+
 Supervisor::Supervisor(ProcessControl* processes, Options options)
     : processes_(processes), options_(options) {}
 
@@ -146,8 +160,21 @@ void Supervisor::OnTick(absl::Time now) {
     give_up_at_ = now + kReapLimit;
     (void)processes_->SignalGroup(pgid_, SIGKILL);
   }
-  if (give_up_at_ && now >= *give_up_at_ && running_ == 0) {
-    leftovers_ = processes_->GroupExists(pgid_);
+  if (give_up_at_ && now >= *give_up_at_) {
+    // Workers still there past SIGKILL's reap limit cannot die now
+    // (uninterruptible sleep): the attempt ends without them.
+    for (size_t i = 0; i < pids_.size(); ++i) {
+      if (pids_[i] < 0) continue;
+      WorkerExit& w = unreaped_.emplace_back();
+      w.local_rank = workers_[i].local_rank;
+      w.rank = workers_[i].rank;
+      w.pid = pids_[i];
+      w.signal = SIGKILL;
+      w.time = now;
+      pids_[i] = -1;
+    }
+    running_ = 0;
+    leftovers_ = !unreaped_.empty() || processes_->GroupExists(pgid_);
     state_ = State::kDone;
     give_up_at_.reset();
     return;

@@ -49,6 +49,10 @@ struct WorkerExit {
 // Renders "exit code 3" or "signal 9 (SIGKILL)".
 std::string DescribeExit(const WorkerExit& exit);
 
+// Says which workers (Supervisor::unreaped) the attempt ended without, and
+// what that means; "" for none.
+std::string DescribeUnreaped(const std::vector<WorkerExit>& unreaped);
+
 class Supervisor {
  public:
   struct Options {
@@ -112,6 +116,9 @@ class Supervisor {
   pid_t pid(size_t index) const { return index < pids_.size() ? pids_[index] : -1; }
   // The group still had members when the supervisor gave up waiting.
   bool leftovers() const { return leftovers_; }
+  // Workers SIGKILL did not end within the reap limit (uninterruptible
+  // sleep): given up on, their exit never counted. Their pid and rank.
+  const std::vector<WorkerExit>& unreaped() const { return unreaped_; }
 
  private:
   // `cleanup`: stopping leftovers of a finished group, not the attempt.
@@ -134,6 +141,7 @@ class Supervisor {
   // on processes that cannot be reaped here (for example re-parented away).
   std::optional<absl::Time> give_up_at_;
   bool leftovers_ = false;
+  std::vector<WorkerExit> unreaped_;
 };
 
 }  // namespace elastrun::launcher

@@ -196,5 +196,37 @@ TEST_F(SupervisorTest, GivesUpOnUnreapableGroupAfterKill) {
   EXPECT_TRUE(sup.leftovers());
 }
 
+// A worker SIGKILL does not end (uninterruptible sleep: D state, on a hung
+// file system or device) cannot hold its attempt, and the node's slots,
+// for ever: given up once the reap limit after SIGKILL passed, and named.
+TEST_F(SupervisorTest, GivesUpOnAWorkerThatOutlivesSigkillAndNamesIt) {
+  ASSERT_TRUE(sup.Start(Workers(2), now).ok());
+  Exit(100, Exited(1));
+  EXPECT_THAT(fake.signals, ElementsAre(Pair(100, SIGTERM)));
+  now += absl::Seconds(5);  // the grace
+  sup.OnTick(now);
+  EXPECT_THAT(fake.signals, ElementsAre(Pair(100, SIGTERM), Pair(100, SIGKILL)));
+  // 101 never exits.
+  ASSERT_TRUE(sup.NextDeadline().has_value());
+  EXPECT_EQ(sup.state(), Supervisor::State::kStopping);
+  now = *sup.NextDeadline();
+  sup.OnTick(now);
+  EXPECT_EQ(sup.state(), Supervisor::State::kDone);
+  ASSERT_EQ(sup.unreaped().size(), 1u);
+  EXPECT_EQ(sup.unreaped()[0].pid, 101);
+  EXPECT_EQ(sup.unreaped()[0].rank, 11);
+  EXPECT_TRUE(sup.leftovers());
+  EXPECT_EQ(
+      DescribeUnreaped(sup.unreaped()),
+      "rank 11 (pid 101) did not end within 10s of SIGKILL (uninterruptible sleep, D "
+      "state: a hung file system or device?); the attempt ended without it: its slots "
+      "are free again, but the process may still hold memory or devices");
+  EXPECT_EQ(sup.first_failure()->rank, 10);  // the root cause stays
+  // Should it end after all, nothing changes.
+  sup.OnExit(101, Killed(SIGKILL), now);
+  EXPECT_EQ(sup.state(), Supervisor::State::kDone);
+  EXPECT_EQ(sup.exits().size(), 1u);
+}
+
 }  // namespace
 }  // namespace elastrun::launcher

@@ -232,7 +232,9 @@ class StandaloneRun {
       return absl::InternalError(
           absl::StrCat("internal error: ", outcome.status().message()));
     }
-    if (outcome->leftovers) {
+    if (!outcome->unreaped.empty()) {
+      Say(absl::StrCat("warning: ", DescribeUnreaped(outcome->unreaped)));
+    } else if (outcome->leftovers) {
       Say("warning: some processes of the attempt could not be reaped after SIGKILL");
     }
     return outcome;

@@ -17,7 +17,10 @@ using internal::FailureReport;
 using internal::Retriable;
 
 void Daemon::QueueEndReport(const Attempt& a, const AttemptOutcome& outcome) {
-  if (outcome.leftovers) {
+  if (!outcome.unreaped.empty()) {
+    LOG(WARNING) << "job " << a.job_id << " round " << a.round << ": "
+                 << DescribeUnreaped(outcome.unreaped);
+  } else if (outcome.leftovers) {
     LOG(WARNING) << "job " << a.job_id << " round " << a.round
                  << ": some processes could not be reaped after SIGKILL";
   }
