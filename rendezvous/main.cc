@@ -15,17 +15,14 @@
 #include "common/auth.h"
 #include "common/files.h"
 #include "common/flags.h"
+#include "common/host.h"
 #include "glog/logging.h"
 #include "rendezvous/flags.h"
 #include "rendezvous/server.h"
 
-namespace {
+using elastrun::GetEnv;
 
-std::optional<std::string> GetEnv(const std::string& name) {
-  const char* v = std::getenv(name.c_str());
-  if (v == nullptr) return std::nullopt;
-  return std::string(v);
-}
+namespace {
 
 // The cluster token: --token, else the token file, created with a new
 // random token on the first start. Errors name the file and the fix.

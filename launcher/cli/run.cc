@@ -1,3 +1,4 @@
+#include "common/host.h"
 #include "launcher/cli/run.h"
 
 #include <dirent.h>
@@ -97,12 +98,6 @@ absl::StatusOr<int> ResolveNproc(const RunOptions& o) {
 }
 
 namespace {
-
-std::string Hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
 
 // What every attempt of a run shares, prepared once before the first.
 struct RunSetup {

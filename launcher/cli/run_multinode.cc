@@ -1,3 +1,4 @@
+#include "common/host.h"
 #include "launcher/cli/run_multinode.h"
 
 #include <signal.h>
@@ -47,18 +48,6 @@ extern char** environ;
 
 namespace elastrun::launcher {
 namespace {
-
-std::optional<std::string> GetEnv(const std::string& name) {
-  const char* v = getenv(name.c_str());
-  if (v == nullptr) return std::nullopt;
-  return std::string(v);
-}
-
-std::string Hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
 
 // The service's and the daemon's pieces log through glog, and gRPC through
 // its own log: none of it reaches the console unless $ELASTRUN_VERBOSE is

@@ -29,6 +29,7 @@
 #include "common/auth.h"
 #include "common/files.h"
 #include "common/flags.h"
+#include "common/host.h"
 #include "common/metrics_server.h"
 #include "common/strings.h"
 #include "common/tls.h"
@@ -54,12 +55,8 @@ extern char** environ;
 namespace {
 
 using namespace elastrun::launcher;  // NOLINT: a main file
-
-std::string Hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
+using elastrun::GetEnv;
+using elastrun::Hostname;
 
 int DefaultSlots() {
   int gpus = 0;
@@ -74,12 +71,6 @@ int DefaultSlots() {
 std::string RandomIncarnation() {
   std::random_device rd;
   return absl::StrFormat("%08x%08x", rd(), rd());
-}
-
-std::optional<std::string> GetEnv(const std::string& name) {
-  const char* v = std::getenv(name.c_str());
-  if (v == nullptr) return std::nullopt;
-  return std::string(v);
 }
 
 // The address the service hands other nodes as this node's (MASTER_ADDR
