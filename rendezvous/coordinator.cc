@@ -318,7 +318,29 @@ absl::StatusOr<v1::SubmitResponse> Coordinator::Submit(const v1::SubmitRequest& 
 absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const v1::GetJobRequest& r) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
-  return JobStatusOf(*job, /*with_history=*/true);
+  v1::JobStatus s = JobStatusOf(*job, /*with_history=*/true);
+  // Finished, and every node that ran it sent its last lines or is gone
+  // (or a while passed: a node may never say so).
+  constexpr absl::Duration kLogsGrace = absl::Seconds(30);
+  bool complete = s.state() == v1::JOB_STATE_SUCCEEDED ||
+                  s.state() == v1::JOB_STATE_FAILED ||
+                  s.state() == v1::JOB_STATE_CANCELLED;
+  if (complete && clock_.Now() - FromProto(s.finish_time()) < kLogsGrace) {
+    for (const v1::JobNode& n : s.nodes()) {
+      const NodeRecord* node = registry_.Find(n.node_id());
+      if (node != nullptr && node->alive() && job->logs_done.count(n.node_id()) == 0) {
+        complete = false;
+      }
+    }
+  }
+  s.set_logs_complete(complete);
+  return s;
+}
+
+void Coordinator::LogsDone(const std::string& job_id, const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<JobRecord*> job = jobs_.Find(job_id);
+  if (job.ok()) (*job)->logs_done.insert(node_id);
 }
 
 bool Coordinator::JobLive(const std::string& job_id) {

@@ -112,6 +112,8 @@ class Coordinator {
   absl::StatusOr<v1::JobStatus> GetJob(const v1::GetJobRequest& r);
   // Whether job `job_id` is known and not finished (queued or running).
   bool JobLive(const std::string& job_id);
+  // Node `node_id` sent job `job_id`'s last lines (PushLogsRequest.last).
+  void LogsDone(const std::string& job_id, const std::string& node_id);
   // One page of jobs, oldest first (paging.h). InvalidArgument for a
   // negative page size or a page token this service did not make.
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& r);

@@ -47,6 +47,8 @@ struct JobRecord {
   // Not persisted: which round each node was last asked to join, so a
   // reconcile does not repeat the command (repeats are harmless anyway).
   absl::flat_hash_map<std::string, int64_t> asked;
+  // Not persisted: nodes that sent the job's last lines (PushLogs last).
+  std::set<std::string> logs_done;
   // last_progress is newer than anything written; when it was last tried.
   bool progress_dirty = false;
   absl::Time progress_written = absl::InfinitePast();

@@ -1,8 +1,8 @@
 // Durable storage of the service's worker-log tail (LogStore): one SQLite
 // file beside the state database, so that `elastrun logs` still shows a
 // job's output after a service restart. A file of its own, written by the
-// LogStore's writer thread: log traffic never takes the coordinator's lock
-// and never delays a state write.
+// LogStore's writer thread: log traffic never delays a state write (only
+// the checks of a push and of an eviction read the coordinator).
 #ifndef ELASTRUN_RENDEZVOUS_LOG_DB_H_
 #define ELASTRUN_RENDEZVOUS_LOG_DB_H_
 

@@ -239,6 +239,11 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
       reactor->Finish(ToGrpcStatus(st));
       return reactor;
     }
+    if (req->last()) c_->LogsDone(req->job_id(), req->node_id());
+    if (req->chunks().empty()) {
+      reactor->Finish(grpc::Status::OK);
+      return reactor;
+    }
     // Answered once the chunks are stored (committed, with --state-dir): an
     // OK lets the daemon forget them; Unavailable (not saved) makes it send
     // them again. No gRPC thread waits meanwhile. The sender's numbers let

@@ -685,5 +685,34 @@ TEST_F(ServerTest, LiveJobsLogsAreNeverEvictedAndAnEvictedLogSaysSo) {
   EXPECT_THAT(st.error_message(), HasSubstr("--log-dir"));
 }
 
+// `logs -f` knows it has a finished job's last lines once every node of
+// it sent its last-lines mark, or is gone, or 30 s passed.
+TEST_F(ServerTest, LogsAreCompleteOnceEveryNodeSentItsLastLines) {
+  StartServer();
+  auto n0 = Daemon("n0");
+  auto n1 = Daemon("n1");
+  const std::string job = Submit(2, 2, 0);
+  ExpectConsistent(JoinAll({n0.get(), n1.get()}, job, 0), 0, 4);
+  auto get = [&] { return Get(job); };
+  EXPECT_FALSE(get().logs_complete());  // running
+  ASSERT_TRUE(n0->Exit(job, 0, /*ok=*/false).ok());
+  ASSERT_EQ(get().state(), v1::JOB_STATE_FAILED);
+  EXPECT_FALSE(get().logs_complete());
+  auto rdzv = v1::Rendezvous::NewStub(Dial(*server_));
+  auto last = [&](const std::string& node) {
+    v1::PushLogsRequest p;
+    p.set_node_id(node);
+    p.set_job_id(job);
+    p.set_last(true);
+    grpc::ClientContext ctx;
+    v1::PushLogsResponse resp;
+    EXPECT_TRUE(rdzv->PushLogs(&ctx, p, &resp).ok());
+  };
+  last("n0");
+  EXPECT_FALSE(get().logs_complete());  // n1 is still to send its own
+  last("n1");
+  EXPECT_TRUE(get().logs_complete());
+}
+
 }  // namespace
 }  // namespace elastrun::rendezvous

@@ -34,6 +34,10 @@ struct FakeService {
   std::deque<absl::StatusOr<v1::JobStatus>> gets;
   int get_calls = 0;
   std::vector<v1::LogChunk> logs;  // what ReadLogs serves, by seq
+  // Served too from the late_from_call-th ReadLogs call on (a node's last
+  // lines, pushed after the job ended).
+  std::vector<v1::LogChunk> late_logs;
+  int late_from_call = 0;
   absl::Status error;  // when set, every call fails with it
   // The next this many ReadLogs calls fail Unavailable (a restart).
   int read_logs_failures = 0;
@@ -102,7 +106,11 @@ class FakeJobsClient : public JobsClient {
       return absl::UnavailableError("restarting");
     }
     std::vector<v1::LogChunk> out;
-    for (const v1::LogChunk& c : s_->logs) {
+    std::vector<v1::LogChunk> all = s_->logs;
+    if (s_->read_logs_calls >= s_->late_from_call) {
+      all.insert(all.end(), s_->late_logs.begin(), s_->late_logs.end());
+    }
+    for (const v1::LogChunk& c : all) {
       if (c.seq() > after_seq && (rank < 0 || c.rank() == rank)) out.push_back(c);
     }
     return out;
@@ -116,6 +124,9 @@ v1::JobStatus Job(v1::JobState state) {
   v1::JobStatus s;
   s.set_job_id("j-1");
   s.set_state(state);
+  // A finished job's nodes all sent their last lines.
+  s.set_logs_complete(state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+                      state == v1::JOB_STATE_CANCELLED);
   return s;
 }
 
@@ -515,6 +526,20 @@ TEST_F(CliTest, LogsFollowReadsUntilTheJobHasEnded) {
   EXPECT_EQ(Run("logs", {"j-1", "-f"}), kExitOk);
   EXPECT_EQ(out_.str(), "[rank0]:a\n[rank0]:b\n");
   EXPECT_GE(service_.get_calls, 3);
+}
+
+// A job that ended while another node's last lines are still on their way
+// (its workers print as they are stopped): `logs -f` reads on until the
+// service says every node sent its last lines.
+TEST_F(CliTest, LogsFollowWaitsForEveryNodesLastLines) {
+  v1::JobStatus failed = Job(v1::JOB_STATE_FAILED);
+  failed.set_logs_complete(false);
+  service_.gets = {Job(v1::JOB_STATE_RUNNING), failed, failed, Job(v1::JOB_STATE_FAILED)};
+  service_.logs = {Line(1, 0, "rank 0 fails")};
+  service_.late_logs = {Line(2, 1, "last line of rank 1")};
+  service_.late_from_call = 3;
+  EXPECT_EQ(Run("logs", {"j-1", "-f"}), kExitFailed);
+  EXPECT_EQ(out_.str(), "[rank0]:rank 0 fails\n[rank1]:last line of rank 1\n");
 }
 
 // `logs -f` ends as `wait` does: non-zero for a job that failed or was

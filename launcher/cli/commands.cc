@@ -450,6 +450,10 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
   if (!s.ok()) return Fail(a, ctx, s.status());
   int64_t after = 0;
   RankPrefixer prefixer;
+  // Polls since the job was seen finished without every node's last lines
+  // (the service says so after 30 s anyway; this bounds an older one).
+  int finished_polls = 0;
+  constexpr int kMaxFinishedPolls = 160;  // 40 s of 250 ms
   for (;;) {
     // Read the job's state before the logs: once it is seen finished, one
     // more read gets everything its nodes sent before the end.
@@ -482,7 +486,11 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
     }
     ctx.out->flush();
     if (!follow) return kExitOk;
-    if (finished && chunks->empty()) break;
+    // Finished, and every node's last lines are in: nothing more will come.
+    if (finished && chunks->empty() &&
+        (s->logs_complete() || ++finished_polls > kMaxFinishedPolls)) {
+      break;
+    }
     if (chunks->empty()) ctx.sleep(absl::Milliseconds(250));
     absl::StatusOr<v1::JobStatus> next = retry.Call(get);
     if (!next.ok()) return Fail(a, ctx, next.status());

@@ -77,8 +77,11 @@ void Daemon::OnCommand(const v1::Command& command) {
         failed_at_.erase(job);  // no restart will follow here
       }
       HandleStop(command.end_job().job_id(), std::nullopt);
-      absl::MutexLock lock(&mu_);
-      MaybeRemoveSnapshotsLocked(command.end_job().job_id());
+      {
+        absl::MutexLock lock(&mu_);
+        MaybeFinishEndingLocked(command.end_job().job_id());
+      }
+      CallJobsDone();
       break;
     }
     case v1::Command::kWelcome: {
@@ -427,10 +430,11 @@ void Daemon::OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome) {
     }
     QueueEndReport(a, outcome);
     MaybeForgetLocked(a.job_id);
-    MaybeRemoveSnapshotsLocked(a.job_id);
+    MaybeFinishEndingLocked(a.job_id);
     // Its slots are free: queued attempts of any job may fit now.
     launches = LaunchQueuedLocked();
   }
+  CallJobsDone();
   StartOnRunner(std::move(launches));
 }
 
@@ -461,9 +465,10 @@ void Daemon::Shutdown(int sig) {
     // The node leaves every job: folders go as their attempts end.
     for (const std::string& job : snapshots_.Jobs()) {
       ending_.insert(job);
-      MaybeRemoveSnapshotsLocked(job);
+      MaybeFinishEndingLocked(job);
     }
   }
+  CallJobsDone();
   for (uint64_t id : stop_ids) runner_->Stop(id, sig);
 }
 
@@ -508,7 +513,7 @@ std::string Daemon::HoldersLocked(const std::string& except) const {
   return out.empty() ? "nothing" : out;
 }
 
-void Daemon::MaybeRemoveSnapshotsLocked(const std::string& job_id) {
+void Daemon::MaybeFinishEndingLocked(const std::string& job_id) {
   if (!ending_.count(job_id)) return;
   if (auto it = jobs_.find(job_id);
       it != jobs_.end() && (it->second.current || it->second.next)) {
@@ -516,6 +521,17 @@ void Daemon::MaybeRemoveSnapshotsLocked(const std::string& job_id) {
   }
   ending_.erase(job_id);
   snapshots_.Remove(job_id);
+  jobs_done_.push_back(job_id);
+}
+
+void Daemon::CallJobsDone() {
+  std::vector<std::string> done;
+  {
+    absl::MutexLock lock(&mu_);
+    done.swap(jobs_done_);
+  }
+  if (!options_.on_job_done) return;
+  for (const std::string& job : done) options_.on_job_done(job);
 }
 
 void Daemon::MaybeForgetLocked(const std::string& job_id) {

@@ -108,6 +108,9 @@ struct DaemonOptions {
   // Called (outside any lock) just before an attempt is handed to the
   // runner, e.g. to abort barriers of the job's older rounds. May be empty.
   std::function<void(const std::string& job_id, int64_t round)> on_attempt_start;
+  // Called once a job ended here and its last attempt ended, its output
+  // delivered to on_output_line. May be empty.
+  std::function<void(const std::string& job_id)> on_job_done;
   // Called on the agent's thread with every output line of an attempt,
   // tagged with the attempt's job and round (e.g. to forward it); must not
   // block for long. May be empty.
@@ -249,9 +252,9 @@ class Daemon {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the job's entry once nothing of it is left.
   void MaybeForgetLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the job's snapshot folder if the job ended here and nothing of
-  // it runs or waits to start.
-  void MaybeRemoveSnapshotsLocked(const std::string& job_id)
+  // Once the job ended here and nothing of it runs or waits to start:
+  // removes its snapshot folder and queues it for on_job_done.
+  void MaybeFinishEndingLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DaemonOptions options_;
@@ -284,6 +287,9 @@ class Daemon {
   JobSnapshots snapshots_ ABSL_GUARDED_BY(mu_);
   // Jobs that ended here, whose folder goes when their attempt has ended.
   std::set<std::string> ending_ ABSL_GUARDED_BY(mu_);
+  // Jobs done here, for on_job_done (CallJobsDone, outside mu_).
+  std::vector<std::string> jobs_done_ ABSL_GUARDED_BY(mu_);
+  void CallJobsDone();
   // When each job's workers last failed here, until its next attempt
   // starts (the restart latency metric).
   std::map<std::string, absl::Time> failed_at_ ABSL_GUARDED_BY(mu_);

@@ -31,10 +31,11 @@ class DaemonE2eTest : public ::testing::Test {
     dir_ = testing::MakeTempDir("daemon_e2e");
     // The daemons inherit it: snapshot folders stay off the real /dev/shm.
     setenv("ELASTRUN_SNAPSHOT_BASE", dir_.c_str(), 1);
-    cluster_ = std::make_unique<Cluster>(
-        dir_, absl::StrCat("ELASTRUN_TEST_MARKER=daemon-",
-                           ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-                           "-", getpid(), "-", dir_));
+    marker_ =
+        absl::StrCat("ELASTRUN_TEST_MARKER=daemon-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name(), "-",
+                     getpid(), "-", dir_);
+    cluster_ = std::make_unique<Cluster>(dir_, marker_);
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
     for (int i = 0; i < 2; ++i) ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
     ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 2; }))
@@ -57,9 +58,51 @@ class DaemonE2eTest : public ::testing::Test {
     return cluster_->Logs(job, round);
   }
 
-  std::string dir_;
+  std::string dir_, marker_;
   std::unique_ptr<Cluster> cluster_;
 };
+
+// `logs -f` of a 2-node job whose rank 0 fails: the other ranks print a
+// last line as they are stopped (SIGTERM), on both nodes; every one of
+// them is shown before `logs -f` ends, and it ends non-zero as `wait` does.
+TEST_F(DaemonE2eTest, LogsFollowOfAFailedTwoNodeJobShowsEveryNodesLastLines) {
+  const std::string go = dir_ + "/go";
+  v1::JobSpec spec = Spec("last", 2, 2, 2, /*max_restarts=*/0);
+  for (const std::string& a :
+       {std::string("/bin/sh"), std::string("-c"),
+        absl::StrCat("trap 'echo \"last line of rank $RANK\"; exit 3' TERM; ",
+                     "echo \"started $RANK\"; ",
+                     "if [ \"$RANK\" = 0 ]; then while [ ! -e ", go,
+                     " ]; do sleep 0.02; done; echo 'rank 0 fails'; exit 1; fi; ",
+                     "while :; do sleep 0.02; done")}) {
+    spec.add_argv(a);
+  }
+  const std::string job = cluster_->SubmitSpec(spec);
+  ASSERT_FALSE(job.empty());
+  auto follow = testing::Subprocess::Start(
+      {testing::BinDir() + "/elastrun", "logs", "-f", "--rendezvous", cluster_->address(),
+       job},
+      {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
+  ASSERT_TRUE(follow.ok()) << follow.status();
+  ASSERT_TRUE(PollUntil([&] {
+    const std::string out = (*follow)->Output();
+    for (int rank = 0; rank < 4; ++rank) {
+      if (!absl::StrContains(out, absl::StrCat("started ", rank))) return false;
+    }
+    return true;
+  })) << (*follow)->Output()
+      << DaemonOutput();
+  ASSERT_FALSE(testing::WriteFile(go, "go\n").empty());
+  ASSERT_TRUE((*follow)->Wait(kDeadline).ok());
+  const std::string out = (*follow)->Output();
+  EXPECT_EQ((*follow)->exit_code(), 1) << out;
+  EXPECT_THAT(out, HasSubstr("[rank0]:rank 0 fails"));
+  for (int rank = 1; rank < 4; ++rank) {
+    EXPECT_THAT(out, HasSubstr(absl::StrCat("[rank", rank, "]:last line of rank ", rank)))
+        << DaemonOutput();
+  }
+  EXPECT_THAT(out, HasSubstr("FAILED"));
+}
 
 TEST_F(DaemonE2eTest, ThreeByTwoJobSucceeds) {
   // The case: three daemons (distinct node ids), a 3x2 job.

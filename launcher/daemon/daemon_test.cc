@@ -333,6 +333,34 @@ TEST(LogForwarderTest, LinesAreBatchedPerRankAndStream) {
   EXPECT_EQ(client.pushes.size(), 1u);
 }
 
+// A job that ended here: its last-lines mark follows its lines, after they
+// were taken, and is sent again while the service is away.
+TEST(LogForwarderTest, AJobsLastMarkFollowsItsLines) {
+  FakeClient client;
+  LogForwarderOptions o;
+  o.node_id = "b";
+  o.incarnation = "inc";
+  o.thread = false;
+  LogForwarder f(o, &client);
+  f.OnLine("j-1", 0, Line(2, false, "bye"));
+  f.JobDone("j-1");
+  f.OnLine("k-2", 0, Line(2, false, "other job"));
+  client.push_status = absl::UnavailableError("away");
+  f.Flush();
+  client.push_status = absl::OkStatus();
+  f.Flush();
+  ASSERT_EQ(client.pushes.size(), 3u);
+  EXPECT_EQ(client.pushes[0].job_id(), "j-1");
+  EXPECT_EQ(client.pushes[0].chunks(0).data(), "bye\n");
+  EXPECT_FALSE(client.pushes[0].last());
+  EXPECT_EQ(client.pushes[1].job_id(), "j-1");
+  EXPECT_TRUE(client.pushes[1].last());
+  EXPECT_EQ(client.pushes[1].chunks_size(), 0);
+  EXPECT_EQ(client.pushes[2].job_id(), "k-2");
+  EXPECT_FALSE(client.pushes[2].last());
+  EXPECT_EQ(client.pushes[2].chunks(0).data(), "other job\n");
+}
+
 // A flush (the one before an exit report) while another push is in flight
 // waits for it, then sends what came meanwhile: the service has every line
 // before the report that ends the job (`logs -f` of a failed job missed the

@@ -25,8 +25,10 @@ void LogForwarder::OnLine(const std::string& job_id, int64_t round, const Output
   const char* stream = line.is_stderr ? "stderr" : "stdout";
   // Consecutive lines of one stream of one rank share a chunk.
   if (pending_.empty() || pending_.back().job_id != job_id ||
-      pending_.back().chunk.round() != round || pending_.back().chunk.rank() != line.rank ||
-      pending_.back().chunk.stream() != stream || pending_.back().sealed) {
+      pending_.back().chunk.round() != round ||
+      pending_.back().chunk.rank() != line.rank ||
+      pending_.back().chunk.stream() != stream || pending_.back().sealed ||
+      pending_.back().last) {
     Pending p;
     p.job_id = job_id;
     p.number = next_number_++;
@@ -46,6 +48,14 @@ void LogForwarder::OnLine(const std::string& job_id, int64_t round, const Output
     buffered_bytes_ -= old.size();
     pending_.pop_front();
   }
+}
+
+void LogForwarder::JobDone(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Pending p;
+  p.job_id = job_id;
+  p.last = true;
+  pending_.push_back(std::move(p));
 }
 
 void LogForwarder::OnProgress(const std::string& job_id, int64_t round,
@@ -121,12 +131,23 @@ void LogForwarder::SendLines() {
     v1::PushLogsRequest r;
     r.set_node_id(options_.node_id);
     r.set_job_id(batch[sent].job_id);
+    if (batch[sent].last) {
+      // Sent once the lines before it were taken (a failure stops here).
+      r.set_last(true);
+      failed = client_->PushLogs(r);
+      if (failed.ok() ||
+          !(absl::IsUnavailable(failed) || absl::IsDeadlineExceeded(failed))) {
+        failed = absl::OkStatus();
+        ++sent;
+      }
+      continue;
+    }
     if (!options_.incarnation.empty()) {
       r.set_incarnation(options_.incarnation);
       r.set_first_chunk(batch[sent].number);
     }
     size_t end = sent;
-    while (end < batch.size() && batch[end].job_id == r.job_id() &&
+    while (end < batch.size() && !batch[end].last && batch[end].job_id == r.job_id() &&
            batch[end].number == batch[sent].number + static_cast<int64_t>(end - sent)) {
       *r.add_chunks() = batch[end].chunk;
       ++end;

@@ -69,6 +69,11 @@ class LogForwarder {
   // service could not take stays buffered (bounded) for the next call.
   void Flush() { Send(/*progress_now=*/true); }
 
+  // The job ended here and its attempts' output is all buffered: once the
+  // lines before it are sent, tells the service (PushLogsRequest.last),
+  // so that `logs -f` knows it has this node's last lines.
+  void JobDone(const std::string& job_id);
+
   // Lines dropped because the buffer was full (for logs and tests).
   int64_t dropped_lines() const;
 
@@ -81,6 +86,8 @@ class LogForwarder {
     // Taken by a push: the service may have stored it as it is, so a resend
     // must carry the same lines, and new lines go into a new chunk.
     bool sealed = false;
+    // No lines: the job's last-lines mark (JobDone).
+    bool last = false;
   };
   void Loop();
   // `progress_now`: send a new progress report even within the interval.

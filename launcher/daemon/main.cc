@@ -176,6 +176,7 @@ DaemonOptions MakeDaemonOptions(const DaemonFlags& flags, const std::string& age
   };
   daemon_options.snapshot_base = flags.no_snapshots ? "" : DefaultSnapshotBase();
   daemon_options.before_reports = [logs] { logs->Flush(); };
+  daemon_options.on_job_done = [logs](const std::string& job) { logs->JobDone(job); };
   return daemon_options;
 }
 
