@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/auth.h"
@@ -413,6 +414,70 @@ TEST_F(DaemonAuthE2eTest, AWorkerOfNobodysJobCannotPostAsRootsJob) {
 
   std::ofstream(dir_ + "/go") << "go\n";
   EXPECT_EQ(cluster_->WaitFinished(job).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+// Run as nobody: answers "ok" to every autobound unix datagram socket
+// listed in /proc/net/unix (a worker waiting at a barrier has one), then
+// prints the time it was done, CLOCK_REALTIME in nanoseconds.
+constexpr char kBarrierAnswerForger[] = R"(import socket, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+sent = refused = 0
+for line in open("/proc/net/unix").read().splitlines()[1:]:
+    f = line.split()
+    if len(f) < 8 or f[4] != "0002" or not f[7].startswith("@") or len(f[7]) != 6:
+        continue
+    try:
+        s.sendto(b"ok", "\0" + f[7][1:])
+        sent += 1
+    except OSError:
+        refused += 1
+print("sent %d refused %d done at %d" % (sent, refused, time.time_ns()), flush=True)
+)";
+
+// A worker waiting at a barrier takes its answer from the agent only: a
+// plain process of nobody's, in no job, answering "ok" to its address (any
+// local user reads it in /proc/net/unix) does not release root's worker.
+TEST_F(DaemonAuthE2eTest, NobodyCannotAnswerABarrierForRootsWorker) {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    GTEST_SKIP() << "needs /usr/bin/python3 (Debian's python3) for the forger";
+  }
+  const std::string ready = dir_ + "/ready", forger = dir_ + "/answer_forger.py";
+  ASSERT_EQ(mkdir(ready.c_str(), 0755), 0);
+  std::ofstream(forger) << kBarrierAnswerForger;
+  ASSERT_EQ(chmod(forger.c_str(), 0644), 0);
+  // Rank 1 arrives 5 s after rank 0: rank 0 waits meanwhile.
+  const std::string job =
+      cluster_->Submit(daemon_testing::Spec("gate", 1, 1, 2, 0),
+                       {"--agent-barrier", "gate", "--delay-rank", "1", "--delay-ms",
+                        "5000", "--ready-dir", ready});
+  ASSERT_TRUE(
+      testing::WaitForFiles(ready, "arrive.0.0", 1, daemon_testing::kDeadline).ok())
+      << cluster_->DaemonOutput();
+  absl::StatusOr<testing::RunResult> forged =
+      testing::Run({"runuser", "-u", "nobody", "--", "/usr/bin/python3", forger},
+                   {marker_}, daemon_testing::kDeadline);
+  ASSERT_TRUE(forged.ok()) << forged.status();
+  ASSERT_EQ(forged->exit_code, 0) << forged->output;
+  EXPECT_EQ(cluster_->WaitFinished(job).state(), v1::JOB_STATE_SUCCEEDED)
+      << cluster_->DaemonOutput();
+  auto nanos = [&](const std::string& name) {
+    int64_t t = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(
+        absl::StripAsciiWhitespace(testing::ReadFile(ready + "/" + name)), &t))
+        << name;
+    return t;
+  };
+  int64_t forged_at = 0;
+  const size_t at = forged->output.find("done at ");
+  ASSERT_NE(at, std::string::npos) << forged->output;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(forged->output.substr(at + 8)),
+                               &forged_at))
+      << forged->output;
+  // The forgery came while rank 0 waited (else this test shows nothing),
+  // and rank 0 passed only once rank 1 arrived.
+  ASSERT_LT(forged_at, nanos("arrive.0.1"))
+      << "the forger ran too late: " << forged->output;
+  EXPECT_GE(nanos("passed.0.0"), nanos("arrive.0.1")) << forged->output;
 }
 
 TEST(ServiceTokenFileE2eTest, TokenFileOpenToOthersStopsTheService) {
