@@ -422,6 +422,7 @@ void Daemon::OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome) {
     }
     const Attempt a = *it->second.current;
     it->second.current.reset();
+    ++ending_calls_;  // until this call is done with the Daemon (WaitIdle)
     if (options_.metrics != nullptr) {
       options_.metrics->AttemptEnded(a.nproc, outcome);
       if (outcome.kind == AttemptOutcome::Kind::kFailed && !a.stop_requested) {
@@ -436,6 +437,8 @@ void Daemon::OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome) {
   }
   CallJobsDone();
   StartOnRunner(std::move(launches));
+  absl::MutexLock lock(&mu_);
+  --ending_calls_;
 }
 
 void Daemon::ForgetJoins() {
@@ -478,7 +481,7 @@ bool Daemon::WaitIdle(absl::Duration timeout) {
     for (const auto& [job, j] : jobs_) {
       if (j.current || j.next) return false;
     }
-    return true;
+    return ending_calls_ == 0;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }

@@ -181,8 +181,9 @@ class Daemon {
   // Watch stream. Returns at once; see WaitIdle.
   void Shutdown(int sig);
 
-  // Waits until no attempt of any job runs or waits to start, at most
-  // `timeout`; returns whether idle.
+  // Waits until no attempt of any job runs or waits to start, and no
+  // attempt's end is still being handled, at most `timeout`; returns
+  // whether idle.
   bool WaitIdle(absl::Duration timeout);
 
   // How many reports wait to be sent (for tests and logs).
@@ -287,6 +288,9 @@ class Daemon {
   JobSnapshots snapshots_ ABSL_GUARDED_BY(mu_);
   // Jobs that ended here, whose folder goes when their attempt has ended.
   std::set<std::string> ending_ ABSL_GUARDED_BY(mu_);
+  // OnAttemptEnded calls still working after their attempt was dropped
+  // (hooks, starts): the Daemon is not idle until they are done.
+  int ending_calls_ ABSL_GUARDED_BY(mu_) = 0;
   // Jobs done here, for on_job_done (CallJobsDone, outside mu_).
   std::vector<std::string> jobs_done_ ABSL_GUARDED_BY(mu_);
   void CallJobsDone();

@@ -143,6 +143,35 @@ TEST_F(DaemonTest, StopAttemptStopsWithoutReportThenNextRoundRuns) {
               Contains("TORCHELASTIC_RESTART_COUNT=1"));
 }
 
+// A job's end runs hooks (its logs are complete) after the attempt left
+// the Daemon's books: the Daemon is not idle, and may not be destroyed,
+// until they are done (a daemon stopped by SIGTERM crashed in its exit).
+TEST(DaemonIdleTest, NotIdleUntilAnAttemptsEndIsHandled) {
+  FakeClient client;
+  FakeRunner runner;
+  absl::Notification in_hook, release;
+  std::vector<std::string> done_jobs;
+  DaemonOptions o;
+  o.node_id = "b";
+  o.log_dir = testing::MakeTempDir("daemon_idle_test");
+  o.slots = 2;
+  o.on_job_done = [&](const std::string& job) {
+    done_jobs.push_back(job);
+    in_hook.Notify();
+    release.WaitForNotification();
+  };
+  Daemon daemon(o, &client, &runner);
+  daemon.OnCommand(Start("j-1", 0));
+  daemon.OnCommand(End("j-1"));  // stops the attempt; it ends below
+  std::thread ending([&] { runner.Finish(Stopped()); });
+  in_hook.WaitForNotification();
+  EXPECT_FALSE(daemon.WaitIdle(absl::Milliseconds(50)));
+  release.Notify();
+  EXPECT_TRUE(daemon.WaitIdle(absl::Seconds(60)));
+  ending.join();
+  EXPECT_THAT(done_jobs, ElementsAre("j-1"));
+}
+
 TEST_F(DaemonTest, NewRoundWhileOldStillRunsStopsItThenStarts) {
   daemon_->OnCommand(Start("j-1", 0));
   // The StopAttempt was lost (service restart): the join of round 1 stops
