@@ -41,19 +41,6 @@ void RecordEvent(JobRecord& job, absl::Time time, const std::string& kind, int64
 // the message alone (the daemon's "rank R hung at step S ...").
 void RecordFailure(JobRecord& job, const Failure& failure, bool hung, absl::Time now);
 
-// Whether a reported failure says the worker hung: WorkerFailure.hung
-// (field 11) when the contract has it, else false. Detected at compile time
-// so that the field, added by the hang detector's change, is mapped without
-// another edit here.
-template <typename W>
-auto ReportedHung(const W& w, int) -> decltype(static_cast<bool>(w.hung())) {
-  return w.hung();
-}
-template <typename W>
-bool ReportedHung(const W&, long) {
-  return false;
-}
-
 }  // namespace elastrun::rendezvous
 
 #endif  // ELASTRUN_RENDEZVOUS_JOB_EVENTS_H_

@@ -117,7 +117,7 @@ absl::Status Rounds::ReportExit(Outbox& out, const v1::ReportExitRequest& r) {
       // The core alone decides whether this costs a restart (cannot_start
       // fails the job at once).
       const int64_t current = job->core->round();
-      const bool hung = ReportedHung(r.failure(), 0);
+      const bool hung = r.failure().hung();
       ASSIGN_OR_RETURN(events, job->core->ReportFailure(f, now));
       if (f.round >= current) {  // older rounds' reports are stale and ignored
         if (hung) job->hung_round = f.round;
