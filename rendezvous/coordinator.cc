@@ -62,6 +62,14 @@ absl::Status Coordinator::Load() {
   rounds_.Restored(out);
   LOG(INFO) << "state " << store_->path() << ": " << contents.nodes.size() << " nodes, "
             << contents.jobs.size() << " jobs";
+  if (absl::IsUnavailable(out.store_status)) {
+    // A full disk: serve what is stored (reads work, each write fails
+    // UNAVAILABLE with the reason), and write the restored changes once
+    // there is space (they are retried as every failed write is).
+    LOG(WARNING) << "serving read-only until the state can be written: "
+                 << out.store_status;
+    return absl::OkStatus();
+  }
   return out.store_status;
 }
 

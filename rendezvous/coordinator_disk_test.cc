@@ -30,20 +30,6 @@ namespace {
 
 using coordinator_testing::RegisterRequest;
 
-// A private mount namespace, so a tmpfs mounted in this child is seen by
-// nobody else and goes with it.
-bool EnterPrivateMountNamespace() {
-  const uid_t uid = geteuid();
-  const gid_t gid = getegid();
-  if (unshare(CLONE_NEWNS) != 0) {
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return false;
-    std::ofstream("/proc/self/setgroups") << "deny";
-    std::ofstream("/proc/self/uid_map") << uid << " " << uid << " 1";
-    std::ofstream("/proc/self/gid_map") << gid << " " << gid << " 1";
-  }
-  return mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
-}
-
 // Runs `body` in a child; its exit status.
 int RunChild(const std::function<int()>& body) {
   const pid_t pid = fork();
@@ -51,21 +37,6 @@ int RunChild(const std::function<int()>& body) {
   int status = 0;
   waitpid(pid, &status, 0);
   return status;
-}
-
-// Writes `path` until the file system is full. False if it never fills.
-bool Fill(const std::string& path) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) return false;
-  static const char block[4096] = {};
-  for (int i = 0; i < 1 << 20; ++i) {
-    if (write(fd, block, sizeof block) < 0) {
-      close(fd);
-      return errno == ENOSPC;
-    }
-  }
-  close(fd);
-  return false;
 }
 
 #define CHILD_CHECK(cond, code)                                                     \
@@ -98,7 +69,7 @@ int JobEndsOnFullDisk(const std::string& dir, bool retry_from_timer) {
   CHILD_CHECK((*c)->JoinRound(coordinator_testing::JoinRequest("n1", job->job_id(), 0)).ok(), 34);
 
   const std::string filler = dir + "/filler";
-  CHILD_CHECK(Fill(filler), 35);
+  CHILD_CHECK(testing::FillFileSystem(filler), 35);
   const v1::ReportExitRequest done =
       coordinator_testing::ExitRequest("n1", job->job_id(), 0, /*succeeded=*/true);
   absl::Status st = (*c)->ReportExit(done);
@@ -147,7 +118,7 @@ TEST_P(CoordinatorDiskTest, JobEndOnAFullDiskIsRetriedAndSurvivesARestart) {
   const bool from_timer = GetParam();
   const int status = RunChild([&] {
     const bool mounted =
-        EnterPrivateMountNamespace() &&
+        testing::EnterPrivateMountNamespace() &&
         mount("none", small.c_str(), "tmpfs", 0, "size=256k,mode=0700") == 0;
     return mounted ? JobEndsOnFullDisk(small, from_timer) : 20;
   });

@@ -1,6 +1,9 @@
 #include "rendezvous/log_db.h"
 
 #include <sqlite3.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -9,21 +12,60 @@
 #include "rendezvous/store.h"
 
 namespace elastrun::rendezvous {
+namespace {
+
+// The folder of file `path`.
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
 
 absl::Status LogDb::Error(int rc, absl::string_view what) const {
   return SqliteStatus(db_, rc, absl::StrCat("log database ", path_), what);
 }
 
-absl::StatusOr<std::unique_ptr<LogDb>> LogDb::Open(const std::string& path) {
+absl::Status LogDb::CheckFreeSpace(int64_t adding) const {
+  if (keep_free_ <= 0) return absl::OkStatus();
+  struct statvfs fs;
+  if (statvfs(Dirname(path_).c_str(), &fs) != 0) return absl::OkStatus();
+  const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free_bytes - adding >= keep_free_) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat(
+      "disk full: log database %s: %d KiB free, %d KiB of worker logs to write, %d KiB "
+      "kept for the jobs' state; the logs wait on their nodes until there is space",
+      path_, free_bytes >> 10, adding >> 10, keep_free_ >> 10));
+}
+
+absl::StatusOr<std::unique_ptr<LogDb>> LogDb::Open(const std::string& path,
+                                                   int64_t keep_free) {
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
       nullptr);
   std::unique_ptr<LogDb> out(new LogDb(path, db));
   if (rc != SQLITE_OK) return out->Error(rc, "cannot open");
+  if (path != ":memory:") {
+    out->keep_free_ = keep_free;
+    struct statvfs fs;
+    if (keep_free == kAutoKeepFree) {
+      out->keep_free_ = 0;
+      if (statvfs(Dirname(path).c_str(), &fs) == 0) {
+        const int64_t size = static_cast<int64_t>(fs.f_blocks) * fs.f_frsize;
+        out->keep_free_ = std::min<int64_t>(size / 4, int64_t{64} << 20);
+      }
+    }
+  }
   sqlite3_busy_timeout(db, 0);
   RETURN_IF_ERROR(out->Exec("PRAGMA locking_mode=EXCLUSIVE"));
-  if (path != ":memory:") RETURN_IF_ERROR(out->Exec("PRAGMA journal_mode=WAL"));
+  if (path != ":memory:") {
+    RETURN_IF_ERROR(out->Exec("PRAGMA journal_mode=WAL"));
+    // The write-ahead log shrinks back to this at each checkpoint instead
+    // of keeping its largest size.
+    RETURN_IF_ERROR(out->Exec("PRAGMA journal_size_limit=1048576"));
+  }
   // Logs are a convenience copy (the nodes keep the files): no fsync per
   // batch; a committed batch survives a crash of the service, not of the OS.
   RETURN_IF_ERROR(out->Exec("PRAGMA synchronous=NORMAL"));
@@ -73,6 +115,11 @@ absl::Status LogDb::Exec(const char* sql) {
 
 absl::Status LogDb::Write(const Batch& batch) {
   if (batch.empty()) return absl::OkStatus();
+  if (!batch.chunks.empty()) {
+    int64_t adding = 0;
+    for (const auto& [job, chunk] : batch.chunks) adding += chunk.ByteSizeLong();
+    RETURN_IF_ERROR(CheckFreeSpace(adding));
+  }
   RETURN_IF_ERROR(StepOnce("BEGIN"));
   absl::Status st = WriteLocked(batch);
   if (st.ok()) st = StepOnce("COMMIT");

@@ -27,10 +27,17 @@ namespace elastrun::rendezvous {
 // locked for this process, like the state database.
 class LogDb {
  public:
-  // Opens or creates the file. Errors name it: cannot be created or opened
-  // (PermissionDenied), not a database or damaged (DataLoss), in use by
-  // another process (Unavailable).
-  static absl::StatusOr<std::unique_ptr<LogDb>> Open(const std::string& path);
+  // Space kept free on the file's disk for the service's job state: a
+  // write that adds log lines is refused (Unavailable, "disk full") while
+  // less than this is free, so that worker output never takes the room a
+  // job's end needs. Logs are the copy that can wait: the nodes keep them
+  // and send them again.
+  static constexpr int64_t kAutoKeepFree = -1;  // a quarter of the disk, at most 64 MiB
+  // Opens or creates the file, also on a full disk when it exists. Errors
+  // name it: cannot be created or opened (PermissionDenied), not a database
+  // or damaged (DataLoss), in use by another process (Unavailable).
+  static absl::StatusOr<std::unique_ptr<LogDb>> Open(const std::string& path,
+                                                     int64_t keep_free = kAutoKeepFree);
   ~LogDb();
   LogDb(const LogDb&) = delete;
   LogDb& operator=(const LogDb&) = delete;
@@ -57,8 +64,10 @@ class LogDb {
              trim_below.empty();
     }
   };
-  // All or nothing. Unavailable for a full or failing disk (the caller
-  // keeps the batch and tries again), else an error naming the file.
+  // All or nothing. Unavailable for a full or failing disk, or one with
+  // less than the kept space free for a batch that adds chunks (the caller
+  // keeps the batch's deletions and tries again), else an error naming the
+  // file.
   absl::Status Write(const Batch& batch);
 
   // Every stored chunk, per job, in seq order. DataLoss naming the file and
@@ -88,8 +97,13 @@ class LogDb {
   absl::Status WriteLocked(const Batch& batch);
   absl::Status Error(int rc, absl::string_view what) const;
 
+  // Unavailable unless the disk has room for `adding` bytes of chunks and
+  // keep_free_ bytes besides.
+  absl::Status CheckFreeSpace(int64_t adding) const;
+
   std::string path_;
   sqlite3* db_;  // owned
+  int64_t keep_free_ = 0;
   // Prepared statements by their text; finalized before db_ is closed.
   std::map<std::string, sqlite3_stmt*> statements_;
 };

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -29,12 +30,15 @@ absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what_file,
       return absl::UnavailableError(
           absl::StrCat(msg, " (is another elastrun-rendezvous using it?)"));
     case SQLITE_FULL:
+      // The disk may get space again: callers retry the write, and an RPC
+      // that needed it fails UNAVAILABLE so its caller retries too.
+      return absl::UnavailableError(absl::StrFormat(
+          "disk full: %s: %s: %s (free space there; the write is retried)", what_file,
+          what, db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
     case SQLITE_IOERR:
-      // The disk may come back (space freed, a device retried): callers
-      // retry the write, and an RPC that needed it fails UNAVAILABLE so its
-      // caller retries too.
+      // A device may come back: retried as a full disk is.
       return absl::UnavailableError(
-          absl::StrCat(msg, " (disk full or failing? the write is retried)"));
+          absl::StrCat(msg, " (disk failing? the write is retried)"));
     case SQLITE_CANTOPEN:
     case SQLITE_PERM:
     case SQLITE_READONLY:
@@ -73,8 +77,11 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
       "  data BLOB NOT NULL);"
       // Added without a schema bump: an older service ignores the table.
       "CREATE TABLE IF NOT EXISTS progress (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
-      "  data BLOB NOT NULL);"
-      "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 1);"));
+      "  data BLOB NOT NULL);"));
+  // Inserted only where missing: a state that has them opens on a full
+  // disk too (read, and written once there is space), which a write
+  // would not.
+  RETURN_IF_ERROR(store->InsertMissing("schema_version", "1"));
   // A file from a newer elastrun would be misread: refuse it.
   ASSIGN_OR_RETURN(const int64_t version,
                    store->PragmaInt("SELECT value FROM meta WHERE key='schema_version'"));
@@ -85,15 +92,32 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
         path, version, kSchemaVersion));
   }
   // Drawn once, with the state (a state made before it gets one now).
-  RETURN_IF_ERROR(store->Exec(
-      "INSERT OR IGNORE INTO meta (key, value) VALUES ('cluster_id', random());"));
+  RETURN_IF_ERROR(store->InsertMissing("cluster_id", "random()"));
   ASSIGN_OR_RETURN(const int64_t cluster,
                    store->PragmaInt("SELECT value FROM meta WHERE key='cluster_id'"));
   store->cluster_id_ = absl::StrFormat("%016x", static_cast<uint64_t>(cluster));
   // A file made before auto-vacuum (perhaps grown by a flood of node ids):
   // the mode takes effect only through one full rewrite.
-  if (vacuum) RETURN_IF_ERROR(store->Exec("VACUUM"));
+  if (vacuum) {
+    if (absl::Status st = store->Exec("VACUUM"); !st.ok()) {
+      // A full disk has no room for the copy VACUUM makes: the next start
+      // tries again.
+      if (!absl::IsUnavailable(st)) return st;
+      LOG(WARNING) << "not compacted: " << st;
+    }
+  }
   return store;
+}
+
+absl::Status Store::InsertMissing(const char* key, const char* value_sql) {
+  ASSIGN_OR_RETURN(
+      const int64_t present,
+      PragmaInt(
+          absl::StrFormat("SELECT count(*) FROM meta WHERE key='%s'", key).c_str()));
+  if (present > 0) return absl::OkStatus();
+  return Exec(
+      absl::StrFormat("INSERT INTO meta (key, value) VALUES ('%s', %s)", key, value_sql)
+          .c_str());
 }
 
 absl::StatusOr<int64_t> Store::PragmaInt(const char* sql) {
@@ -112,8 +136,15 @@ absl::StatusOr<bool> Store::EnableAutoVacuum() {
   ASSIGN_OR_RETURN(const int64_t tables, PragmaInt("SELECT count(*) FROM sqlite_master"));
   ASSIGN_OR_RETURN(const int64_t mode, PragmaInt("PRAGMA auto_vacuum"));
   constexpr int64_t kIncremental = 2;
-  RETURN_IF_ERROR(Exec("PRAGMA auto_vacuum=INCREMENTAL"));
-  return tables > 0 && mode != kIncremental;
+  // Set only where it is not: setting it writes, and a full disk must not
+  // keep a state that has it from opening.
+  if (mode == kIncremental) return false;
+  if (absl::Status st = Exec("PRAGMA auto_vacuum=INCREMENTAL"); !st.ok()) {
+    if (!absl::IsUnavailable(st) || tables == 0) return st;
+    LOG(WARNING) << "not compacted: " << st;
+    return false;
+  }
+  return tables > 0;
 }
 
 Store::~Store() {

@@ -25,7 +25,8 @@ namespace elastrun::rendezvous {
 
 // The status for SQLite result `rc` on `db` (may be null): `what_file`
 // ("state database PATH") and `what` (the step) named. A full or failing
-// disk is Unavailable (callers retry), a corrupt file DataLoss, a file
+// disk is Unavailable (callers retry; a full one's message starts "disk
+// full"), a corrupt file DataLoss, a file
 // that cannot be opened or written PermissionDenied.
 absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what_file,
                           absl::string_view what);
@@ -40,7 +41,9 @@ namespace elastrun::rendezvous {
 class Store {
  public:
   // Opens or creates the database at `path` (":memory:" for a store that
-  // lives only as long as the object). Errors name the file: it cannot be
+  // lives only as long as the object). A state opens on a full disk too:
+  // it is read, and its writes fail Unavailable until there is space
+  // again. Errors name the file: it cannot be
   // created or opened, it is not an SQLite database or is corrupt
   // (DataLoss), it is in use by another process (Unavailable).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
@@ -92,6 +95,9 @@ class Store {
   // table. Returns whether the file is older and without it: then it takes
   // effect only through one VACUUM, the caller's to run.
   absl::StatusOr<bool> EnableAutoVacuum();
+  // Inserts meta row `key` with the SQL expression `value_sql` unless the
+  // row is there.
+  absl::Status InsertMissing(const char* key, const char* value_sql);
   // The value of a statement (a PRAGMA) that returns one integer.
   absl::StatusOr<int64_t> PragmaInt(const char* sql);
   // An error for the SQLite result `rc` of `what`, naming the file.

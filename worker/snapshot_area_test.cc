@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
 
 namespace elastrun::worker {
 namespace {
@@ -271,27 +272,13 @@ int CheckExhaustion(const std::string& dir) {
   return Keys(**area) == std::vector<int64_t>{1} ? 0 : 13;
 }
 
-// A private mount namespace (as root, or as this uid in a user namespace), so
-// a tmpfs mounted in this child is seen by nobody else and goes with it.
-bool EnterPrivateMountNamespace() {
-  const uid_t uid = geteuid();
-  const gid_t gid = getegid();
-  if (unshare(CLONE_NEWNS) != 0) {
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return false;
-    std::ofstream("/proc/self/setgroups") << "deny";
-    std::ofstream("/proc/self/uid_map") << uid << " " << uid << " 1";
-    std::ofstream("/proc/self/gid_map") << gid << " " << gid << " 1";
-  }
-  return mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
-}
-
 TEST_F(SnapshotAreaTest, FullTmpfsIsResourceExhausted) {
   // A 1 MiB tmpfs in a private mount namespace: posix_fallocate fails ENOSPC.
   const std::string small = dir_ + "/small";
   ASSERT_EQ(mkdir(small.c_str(), 0700), 0);
   const int status = RunChild([&small] {
     const bool mounted =
-        EnterPrivateMountNamespace() &&
+        testing::EnterPrivateMountNamespace() &&
         mount("none", small.c_str(), "tmpfs", 0, "size=1m,mode=0700") == 0;
     return mounted ? CheckExhaustion(small) : 20;
   });

@@ -42,6 +42,9 @@ struct FakeService {
   // The next this many ReadLogs calls fail Unavailable (a restart).
   int read_logs_failures = 0;
   int read_logs_calls = 0;
+  // Chunks one ReadLogs returns at most, as the service's 4 MiB per read
+  // (0: all).
+  size_t read_logs_page = 0;
 };
 
 class FakeJobsClient : public JobsClient {
@@ -112,6 +115,7 @@ class FakeJobsClient : public JobsClient {
     }
     for (const v1::LogChunk& c : all) {
       if (c.seq() > after_seq && (rank < 0 || c.rank() == rank)) out.push_back(c);
+      if (s_->read_logs_page > 0 && out.size() == s_->read_logs_page) break;
     }
     return out;
   }
@@ -502,6 +506,18 @@ TEST_F(CliTest, LogsPrintsForwardedLinesWithRanks) {
   EXPECT_EQ(Run("logs", {"j-1", "--rank", "1"}), kExitOk);
   EXPECT_EQ(out_.str(), "world\n");
   EXPECT_EQ(Run("logs", {"j-1", "--rank", "x"}), kExitUsage);
+}
+
+// One read of the service returns at most 4 MiB: `logs` reads on to the
+// end of what the service keeps (it printed the first 4 MiB of a larger
+// log, and nothing after, exit 0).
+TEST_F(CliTest, LogsReadsOnPastOneReadsWorth) {
+  service_.gets = {Job(v1::JOB_STATE_SUCCEEDED)};
+  service_.logs = {Line(1, 0, "a"), Line(2, 0, "b"), Line(3, 1, "c"), Line(4, 0, "d"),
+                   Line(5, 0, "e")};
+  service_.read_logs_page = 2;
+  EXPECT_EQ(Run("logs", {"j-1"}), kExitOk);
+  EXPECT_EQ(out_.str(), "[rank0]:a\n[rank0]:b\n[rank1]:c\n[rank0]:d\n[rank0]:e\n");
 }
 
 // Output the service dropped before the reader got it (its bound per job)

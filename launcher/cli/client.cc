@@ -53,7 +53,8 @@ class GrpcJobsClient : public JobsClient {
  public:
   explicit GrpcJobsClient(ServiceOptions options)
       : options_(std::move(options)),
-        stub_(v1::Jobs::NewStub(NewChannel(options_))),
+        channel_(NewChannel(options_)),
+        stub_(v1::Jobs::NewStub(channel_)),
         token_(options_.token) {}
 
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec,
@@ -232,6 +233,14 @@ class GrpcJobsClient : public JobsClient {
           tls::CheckHandshake(options_.address, options_.tls, kProbeTimeout);
       if (absl::IsUnauthenticated(handshake)) return handshake;
     }
+    if (code == absl::StatusCode::kUnavailable &&
+        channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+      // Connected: the service answered, and its message says why (a full
+      // disk, a restart under way). Retried all the same.
+      return absl::UnavailableError(
+          absl::StrFormat("the elastrun service at %s cannot do it now: %s",
+                          options_.address, st.error_message()));
+    }
     if (code == absl::StatusCode::kUnavailable) {
       return absl::UnavailableError(absl::StrFormat(
           "cannot reach the elastrun service at %s (%s); is elastrun-rendezvous running "
@@ -253,6 +262,7 @@ class GrpcJobsClient : public JobsClient {
   }
 
   const ServiceOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Jobs::Stub> stub_;
   absl::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);

@@ -485,7 +485,12 @@ int Logs(const ParsedArgs& a, const CliContext& ctx) {
       after = std::max(after, c.seq());
     }
     ctx.out->flush();
-    if (!follow) return kExitOk;
+    if (!follow) {
+      // One read returns at most 4 MiB: read on to the end of what the
+      // service keeps.
+      if (chunks->empty()) return kExitOk;
+      continue;
+    }
     // Finished, and every node's last lines are in: nothing more will come.
     if (finished && chunks->empty() &&
         (s->logs_complete() || ++finished_polls > kMaxFinishedPolls)) {

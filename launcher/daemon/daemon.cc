@@ -66,12 +66,14 @@ void Daemon::OnCommand(const v1::Command& command) {
       {
         absl::MutexLock lock(&mu_);
         const std::string& job = command.end_job().job_id();
-        // Reports for a job this node left would only be refused. The job
-        // is not blacklisted: the service may place this node on it again
-        // (after a network blip made it lose the node), with a new round.
-        for (auto it = reports_.begin(); it != reports_.end();) {
-          it = it->job_id() == job ? reports_.erase(it) : it + 1;
-        }
+        // The job's reports not taken yet stay queued: the service may
+        // have ended the job in memory only (its disk full, the end not
+        // saved), and a restarted one learns from them that this node's
+        // attempt ended (RunningAttempt.ended) rather than take it as
+        // lost. A service that has the end stored answers OK; one that
+        // left the round refuses the report for good: dropped either way.
+        // The job is not blacklisted: the service may place this node on
+        // it again (after a network blip made it lose the node).
         if (auto it = jobs_.find(job); it != jobs_.end()) it->second.joined_nproc = 0;
         ending_.insert(job);
         failed_at_.erase(job);  // no restart will follow here

@@ -7,12 +7,14 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <deque>
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -186,15 +188,28 @@ TEST_F(DaemonTest, NewRoundWhileOldStillRunsStopsItThenStarts) {
   EXPECT_THAT(client_.reports, IsEmpty());
 }
 
-TEST_F(DaemonTest, EndJobStopsTheJobAndDropsItsReports) {
+// A RunningAttempt of `job` round `round` that ended here, its report
+// not taken yet.
+MATCHER_P2(EndedAttempt, job, round, "") {
+  return arg.job_id() == job && arg.round() == round && arg.ended();
+}
+
+// An EndJob may come from a service that could not store the job's end
+// (a full disk): the node keeps the report it could not deliver, lists the
+// round as ended when it registers again, and sends it until it is taken.
+TEST_F(DaemonTest, EndJobStopsTheJobAndKeepsItsUndeliveredReports) {
   daemon_->OnCommand(Start("j-1", 0));
-  client_.report_status = absl::UnavailableError("away");
+  client_.report_status = absl::UnavailableError("disk full");
   runner_.Finish(Killed(2, SIGABRT));
   EXPECT_EQ(daemon_->pending_reports(), 1u);
   daemon_->OnCommand(Start("j-1", 1));
   daemon_->OnCommand(End("j-1"));
-  EXPECT_EQ(daemon_->pending_reports(), 0u);
+  EXPECT_EQ(daemon_->pending_reports(), 1u);
   EXPECT_EQ(runner_.stops.size(), 1u);
+  EXPECT_THAT(daemon_->Running(), ElementsAre(EndedAttempt("j-1", 0)));
+  client_.report_status = absl::OkStatus();
+  daemon_->FlushReports();
+  EXPECT_EQ(daemon_->pending_reports(), 0u);
   runner_.Finish(Stopped());
   // Another job runs on the free node.
   daemon_->OnCommand(Start("j-2", 0));
@@ -238,11 +253,7 @@ TEST_F(DaemonTest, RunningListsAnEndedAttemptWhoseReportIsQueued) {
   EXPECT_FALSE(daemon_->Running()[0].ended());
   client_.report_status = absl::UnavailableError("away");
   runner_.Finish(Succeeded());
-  std::vector<v1::RunningAttempt> held = daemon_->Running();
-  ASSERT_EQ(held.size(), 1u);
-  EXPECT_EQ(held[0].job_id(), "j-1");
-  EXPECT_EQ(held[0].round(), 0);
-  EXPECT_TRUE(held[0].ended());
+  EXPECT_THAT(daemon_->Running(), ElementsAre(EndedAttempt("j-1", 0)));
   client_.report_status = absl::OkStatus();
   daemon_->FlushReports();
   EXPECT_THAT(daemon_->Running(), IsEmpty());
@@ -337,6 +348,16 @@ OutputLine Line(int rank, bool is_stderr, absl::string_view text) {
   return l;
 }
 
+// Options of a forwarder without a thread (the test flushes), numbered as
+// node "b" incarnation "inc".
+LogForwarderOptions ForwarderOptions() {
+  LogForwarderOptions o;
+  o.node_id = "b";
+  o.incarnation = "inc";
+  o.thread = false;
+  return o;
+}
+
 TEST(LogForwarderTest, LinesAreBatchedPerRankAndStream) {
   FakeClient client;
   LogForwarderOptions o;
@@ -366,10 +387,7 @@ TEST(LogForwarderTest, LinesAreBatchedPerRankAndStream) {
 // were taken, and is sent again while the service is away.
 TEST(LogForwarderTest, AJobsLastMarkFollowsItsLines) {
   FakeClient client;
-  LogForwarderOptions o;
-  o.node_id = "b";
-  o.incarnation = "inc";
-  o.thread = false;
+  LogForwarderOptions o = ForwarderOptions();
   LogForwarder f(o, &client);
   f.OnLine("j-1", 0, Line(2, false, "bye"));
   f.JobDone("j-1");
@@ -427,6 +445,66 @@ TEST(LogForwarderTest, AFlushDuringAPushInFlightWaitsAndSendsTheRest) {
     for (const v1::LogChunk& c : r.chunks()) sent += c.data();
   }
   EXPECT_EQ(sent, "first\nlast words\n");
+}
+
+// A service that cannot take lines for a while (its disk full) gets every
+// one of them afterwards, in order and once: what does not fit the buffer
+// waits in the spill file (the buffer dropped all but its last 64 KiB
+// before), then the job's last mark.
+TEST(LogForwarderTest, LinesBeyondTheBufferWaitInTheSpillFileAndAllArrive) {
+  FakeClient client;
+  LogForwarderOptions o = ForwarderOptions();
+  o.max_buffered_bytes = 64 << 10;
+  o.spill_path = testing::MakeTempDir("log_spill") + "/spill";
+  LogForwarder f(o, &client);
+  client.push_status = absl::UnavailableError("disk full");
+  const std::string pad(90, 'x');
+  constexpr int kLines = 30000;  // ~3 MiB, 47 times the buffer
+  for (int i = 0; i < kLines; ++i) {
+    // Two ranks and both streams: chunks change as they would.
+    f.OnLine("j-1", 0, Line(i % 7 == 0 ? 1 : 0, i % 11 == 0, absl::StrCat(i, " ", pad)));
+    if (i % 5000 == 0) f.Flush();  // refused: kept
+  }
+  f.JobDone("j-1");
+  EXPECT_GT(f.spilled_bytes(), 2 << 20);
+  f.Flush();
+  EXPECT_TRUE(client.pushes.empty());
+  client.push_status = absl::OkStatus();
+  for (int i = 0; i < 1000 && (f.spilled_bytes() > 0 || client.pushes.empty() ||
+                               !client.pushes.back().last());
+       ++i) {
+    f.Flush();
+  }
+  EXPECT_EQ(f.dropped_lines(), 0);
+  EXPECT_EQ(f.spilled_bytes(), 0);
+  std::vector<int> seen;
+  int64_t next_number = 1;
+  bool last = false;
+  for (const v1::PushLogsRequest& r : client.pushes) {
+    EXPECT_FALSE(last) << "a push after the last mark";
+    last = r.last();
+    if (last) continue;
+    // Numbered one after another: the service stores each chunk once.
+    EXPECT_EQ(r.first_chunk(), next_number);
+    next_number += r.chunks_size();
+    for (const v1::LogChunk& c : r.chunks()) {
+      for (absl::string_view line : absl::StrSplit(c.data(), '\n', absl::SkipEmpty())) {
+        int n = -1;
+        ASSERT_TRUE(absl::SimpleAtoi(line.substr(0, line.find(' ')), &n)) << line;
+        EXPECT_EQ(c.rank(), n % 7 == 0 ? 1 : 0);
+        EXPECT_EQ(c.stream(), n % 11 == 0 ? "stderr" : "stdout");
+        seen.push_back(n);
+      }
+    }
+  }
+  EXPECT_TRUE(last);
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kLines));
+  for (int i = 0; i < kLines; ++i) ASSERT_EQ(seen[i], i);
+  // The buffer is in use again once the file is through: a new line goes
+  // straight out.
+  f.OnLine("j-2", 0, Line(0, false, "after"));
+  f.Flush();
+  EXPECT_EQ(client.pushes.back().chunks(0).data(), "after\n");
 }
 
 TEST(BarrierRelayTest, LocalWorkersMeetThenTheNodeArrivesOnce) {

@@ -1,14 +1,38 @@
 #include "launcher/daemon/logs.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "glog/logging.h"
+#include "launcher/daemon/reports.h"
 
 namespace elastrun::launcher {
 
+namespace {
+
+// A chunk being spilled is written out once it holds this much.
+constexpr size_t kSpillChunkBytes = 64 << 10;
+
+int64_t Lines(const std::string& data) {
+  return static_cast<int64_t>(std::count(data.begin(), data.end(), '\n'));
+}
+
+}  // namespace
+
 LogForwarder::LogForwarder(LogForwarderOptions options, RendezvousClient* client)
     : options_(std::move(options)), client_(client) {
+  if (!options_.spill_path.empty()) {
+    spill_fd_ = open(options_.spill_path.c_str(),
+                     O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (spill_fd_ < 0) {
+      PLOG(WARNING) << "log spill file " << options_.spill_path
+                    << " (worker lines beyond the buffer are dropped)";
+    }
+  }
   if (options_.thread) thread_ = std::thread([this] { Loop(); });
 }
 
@@ -18,36 +42,136 @@ LogForwarder::~LogForwarder() {
     quit_ = true;
   }
   if (thread_.joinable()) thread_.join();
+  if (spill_fd_ >= 0) close(spill_fd_);
 }
 
 void LogForwarder::OnLine(const std::string& job_id, int64_t round, const OutputLine& line) {
   absl::MutexLock lock(&mu_);
   const char* stream = line.is_stderr ? "stderr" : "stdout";
   // Consecutive lines of one stream of one rank share a chunk.
-  if (pending_.empty() || pending_.back().job_id != job_id ||
-      pending_.back().chunk.round() != round ||
-      pending_.back().chunk.rank() != line.rank ||
-      pending_.back().chunk.stream() != stream || pending_.back().sealed ||
-      pending_.back().last) {
+  auto fits = [&](const Pending& p) {
+    return p.job_id == job_id && p.chunk.round() == round &&
+           p.chunk.rank() == line.rank && p.chunk.stream() == stream && !p.sealed &&
+           !p.last;
+  };
+  auto fresh = [&] {
     Pending p;
     p.job_id = job_id;
     p.number = next_number_++;
     p.chunk.set_round(round);
     p.chunk.set_rank(line.rank);
     p.chunk.set_stream(stream);
-    pending_.push_back(std::move(p));
+    return p;
+  };
+  auto append = [&](Pending& p) {
+    std::string* data = p.chunk.mutable_data();
+    data->append(line.text.data(), line.text.size());
+    data->push_back('\n');
+  };
+  if (spilling_) {
+    // Older lines wait in the file: these go after them.
+    if (spill_tail_ && !fits(*spill_tail_)) {
+      SpillLocked(*spill_tail_);
+      spill_tail_.reset();
+    }
+    if (!spill_tail_) spill_tail_ = fresh();
+    append(*spill_tail_);
+    if (spill_tail_->chunk.data().size() >= kSpillChunkBytes) {
+      SpillLocked(*spill_tail_);
+      spill_tail_.reset();
+    }
+    return;
   }
-  std::string* data = pending_.back().chunk.mutable_data();
-  data->append(line.text.data(), line.text.size());
-  data->push_back('\n');
+  if (pending_.empty() || !fits(pending_.back())) pending_.push_back(fresh());
+  append(pending_.back());
   buffered_bytes_ += line.text.size() + 1;
+  if (buffered_bytes_ <= options_.max_buffered_bytes) return;
+  if (spill_fd_ >= 0) {
+    // The chunk being written goes on in the spill: it and what follows
+    // are sent once the buffer is through.
+    buffered_bytes_ -= pending_.back().chunk.data().size();
+    spill_tail_ = std::move(pending_.back());
+    pending_.pop_back();
+    spilling_ = true;
+    return;
+  }
   // Drop whole chunks from the front; never the one being written.
   while (buffered_bytes_ > options_.max_buffered_bytes && pending_.size() > 1) {
     const std::string& old = pending_.front().chunk.data();
-    for (char c : old) dropped_lines_ += c == '\n';
+    dropped_lines_ += Lines(old);
     buffered_bytes_ -= old.size();
     pending_.pop_front();
   }
+}
+
+void LogForwarder::SpillLocked(const Pending& p) {
+  v1::PushLogsRequest r;
+  r.set_job_id(p.job_id);
+  r.set_first_chunk(p.number);
+  r.set_last(p.last);
+  if (!p.last) *r.add_chunks() = p.chunk;
+  const std::string body = r.SerializeAsString();
+  const uint32_t size = static_cast<uint32_t>(body.size());
+  std::string record(reinterpret_cast<const char*>(&size), sizeof size);
+  record += body;
+  const bool fits = spill_write_ - spill_read_ + static_cast<int64_t>(record.size()) <=
+                    options_.max_spill_bytes;
+  if (!fits || pwrite(spill_fd_, record.data(), record.size(), spill_write_) !=
+                   static_cast<ssize_t>(record.size())) {
+    if (fits) {
+      PLOG_EVERY_N(WARNING, 100) << "log spill file " << options_.spill_path;
+    }
+    dropped_lines_ += Lines(p.chunk.data());
+    return;
+  }
+  spill_write_ += static_cast<int64_t>(record.size());
+}
+
+void LogForwarder::UnspillLocked() {
+  while (spill_read_ < spill_write_ && buffered_bytes_ < options_.max_buffered_bytes) {
+    uint32_t size = 0;
+    std::string body;
+    bool read = pread(spill_fd_, &size, sizeof size, spill_read_) == sizeof size;
+    if (read) {
+      body.resize(size);
+      read = pread(spill_fd_, body.data(), size,
+                   spill_read_ + static_cast<int64_t>(sizeof size)) ==
+             static_cast<ssize_t>(size);
+    }
+    v1::PushLogsRequest r;
+    if (!read || !r.ParseFromString(body)) {
+      LOG(ERROR) << "log spill file " << options_.spill_path << " unreadable at "
+                 << spill_read_ << "; its lines are dropped";
+      spill_read_ = spill_write_;
+      break;
+    }
+    spill_read_ += static_cast<int64_t>(sizeof size + size);
+    Pending p;
+    p.job_id = r.job_id();
+    p.number = r.first_chunk();
+    p.last = r.last();
+    if (!p.last && r.chunks_size() == 1) p.chunk = r.chunks(0);
+    buffered_bytes_ += p.chunk.data().size();
+    pending_.push_back(std::move(p));
+  }
+  if (spill_read_ < spill_write_) return;
+  // Read through: the file starts over, the chunk being written joins the
+  // buffer, and lines go to the buffer again.
+  if (ftruncate(spill_fd_, 0) != 0)
+    PLOG(WARNING) << "log spill file " << options_.spill_path;
+  spill_read_ = spill_write_ = 0;
+  if (spill_tail_) {
+    buffered_bytes_ += spill_tail_->chunk.data().size();
+    pending_.push_back(*std::move(spill_tail_));
+    spill_tail_.reset();
+  }
+  spilling_ = false;
+}
+
+int64_t LogForwarder::spilled_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return spill_write_ - spill_read_ +
+         (spill_tail_ ? static_cast<int64_t>(spill_tail_->chunk.data().size()) : 0);
 }
 
 void LogForwarder::JobDone(const std::string& job_id) {
@@ -55,6 +179,12 @@ void LogForwarder::JobDone(const std::string& job_id) {
   Pending p;
   p.job_id = job_id;
   p.last = true;
+  if (spilling_) {
+    if (spill_tail_) SpillLocked(*spill_tail_);
+    spill_tail_.reset();
+    SpillLocked(p);
+    return;
+  }
   pending_.push_back(std::move(p));
 }
 
@@ -94,7 +224,7 @@ void LogForwarder::Send(bool progress_now) {
   }
   for (v1::ReportProgressRequest& r : due) {
     absl::Status st = client_->ReportProgress(r);
-    if (absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) {
+    if (internal::Retriable(st)) {
       absl::MutexLock lock(&mu_);
       JobProgress& jp = progress_[r.job_id()];
       if (!jp.newest) jp.newest = std::move(r);  // unless a newer one came
@@ -115,6 +245,7 @@ void LogForwarder::SendLines() {
     // before the exit are with the service, then send what came meanwhile.
     mu_.Await(absl::Condition(
         +[](bool* flushing) { return !*flushing; }, &flushing_));
+    if (pending_.empty() && spilling_) UnspillLocked();
     if (pending_.empty()) return;
     flushing_ = true;
     batch.assign(std::make_move_iterator(pending_.begin()),
@@ -135,8 +266,7 @@ void LogForwarder::SendLines() {
       // Sent once the lines before it were taken (a failure stops here).
       r.set_last(true);
       failed = client_->PushLogs(r);
-      if (failed.ok() ||
-          !(absl::IsUnavailable(failed) || absl::IsDeadlineExceeded(failed))) {
+      if (failed.ok() || !internal::Retriable(failed)) {
         failed = absl::OkStatus();
         ++sent;
       }
@@ -158,7 +288,9 @@ void LogForwarder::SendLines() {
       for (const v1::LogChunk& c : r.chunks()) bytes += static_cast<int64_t>(c.data().size());
       options_.forwarded_bytes->Increment(bytes);
     }
-    if (failed.ok() || !(absl::IsUnavailable(failed) || absl::IsDeadlineExceeded(failed))) {
+    // A push cut off by a service that stops (Cancelled) is sent again too:
+    // its numbers let the service skip what it stored.
+    if (failed.ok() || !internal::Retriable(failed)) {
       if (!failed.ok()) {
         LOG_EVERY_N(WARNING, 100) << "PushLogs for job " << r.job_id() << " refused: " << failed;
         failed = absl::OkStatus();  // refused for good: drop, go on

@@ -2,9 +2,11 @@
 // The agent hands every whole line, tagged with its attempt's job and round
 // (the node may run several jobs at once), to OnLine; lines are copied
 // into a bounded buffer and a dedicated thread sends them in batches, so a
-// slow or absent service never stalls the workers' output. When the buffer
-// is full the oldest lines are dropped: the per-rank log files on the node
-// keep everything.
+// slow or absent service never stalls the workers' output. Lines beyond the
+// buffer wait in a spill file on the node (a service whose disk is full
+// takes them once it has space again, in order); beyond the spill's bound
+// the newest lines are dropped, without a spill file the oldest: the
+// per-rank log files on the node keep everything.
 #ifndef ELASTRUN_LAUNCHER_DAEMON_LOGS_H_
 #define ELASTRUN_LAUNCHER_DAEMON_LOGS_H_
 
@@ -33,9 +35,14 @@ struct LogForwarderOptions {
   std::string incarnation;
   // How often buffered lines are sent.
   absl::Duration interval = absl::Milliseconds(250);
-  // Buffered bytes beyond which the oldest lines are dropped; also the most
-  // sent in one PushLogs (the service accepts up to 4 MiB).
+  // Bytes of lines kept in memory; also the most sent in one PushLogs (the
+  // service accepts up to 4 MiB). Lines beyond it go to the spill file.
   size_t max_buffered_bytes = 1 << 20;
+  // The spill file (made afresh, owner-only); empty: none, lines beyond
+  // the buffer are dropped.
+  std::string spill_path;
+  // Bytes the spill file holds at most; lines beyond it are dropped.
+  int64_t max_spill_bytes = int64_t{256} << 20;
   // false: no thread; the owner calls Flush (tests).
   bool thread = true;
   // Least time between two ReportProgress calls of the thread.
@@ -74,8 +81,10 @@ class LogForwarder {
   // so that `logs -f` knows it has this node's last lines.
   void JobDone(const std::string& job_id);
 
-  // Lines dropped because the buffer was full (for logs and tests).
+  // Lines dropped because the buffer (and the spill file) was full.
   int64_t dropped_lines() const;
+  // Bytes of lines waiting in the spill file.
+  int64_t spilled_bytes() const;
 
  private:
   struct Pending {
@@ -90,6 +99,11 @@ class LogForwarder {
     bool last = false;
   };
   void Loop();
+  // Appends `p` to the spill file (dropping it when full or failing).
+  void SpillLocked(const Pending& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves spilled chunks, up to the buffer's bound, into pending_; once the
+  // file is read to its end, the chunk being written (spill_tail_) too.
+  void UnspillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `progress_now`: send a new progress report even within the interval.
   void Send(bool progress_now);
   void SendLines();
@@ -103,6 +117,15 @@ class LogForwarder {
   int64_t dropped_lines_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_number_ ABSL_GUARDED_BY(mu_) = 1;
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
+  // Spilling: lines newer than every spilled chunk go to spill_tail_, which
+  // is written to the file as a new chunk begins (or it grows large). The file holds
+  // chunks [spill_read_, spill_write_), each as a 4-byte length and a PushLogsRequest
+  // (its job, one chunk, its number, or a last mark).
+  int spill_fd_ = -1;
+  bool spilling_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<Pending> spill_tail_ ABSL_GUARDED_BY(mu_);
+  int64_t spill_read_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t spill_write_ ABSL_GUARDED_BY(mu_) = 0;
   // Per job: its newest report not sent yet, and when one was last sent.
   struct JobProgress {
     std::optional<v1::ReportProgressRequest> newest;

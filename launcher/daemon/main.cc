@@ -342,6 +342,9 @@ int RunNode(const DaemonFlags& flags, const SessionOptions& session_options,
   log_options.node_id = flags.node_id;
   log_options.incarnation = session_options.incarnation;
   log_options.forwarded_bytes = &metrics.log_bytes();
+  // Lines the service cannot take yet (away, or its disk full) beyond the
+  // buffer wait here; a restarted daemon starts the file afresh.
+  log_options.spill_path = flags.state_dir + "/log-spill";
   LogForwarder log_forwarder(log_options, client);
   BarrierRelay barrier_relay(client, flags.node_id);
   DaemonOptions daemon_options = MakeDaemonOptions(

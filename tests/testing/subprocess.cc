@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
 #include <sys/inotify.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -278,6 +280,31 @@ int FreeLoopbackPort() {
                   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   if (fd >= 0) close(fd);
   return ok ? ntohs(addr.sin_port) : -1;
+}
+
+bool EnterPrivateMountNamespace() {
+  const uid_t uid = geteuid();
+  const gid_t gid = getegid();
+  if (unshare(CLONE_NEWNS) != 0) {
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return false;
+    std::ofstream("/proc/self/setgroups") << "deny";
+    std::ofstream("/proc/self/uid_map") << uid << " " << uid << " 1";
+    std::ofstream("/proc/self/gid_map") << gid << " " << gid << " 1";
+  }
+  return mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
+}
+
+bool FillFileSystem(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  static const char block[4096] = {};
+  for (;;) {
+    if (write(fd, block, sizeof block) < 0) {
+      const bool full = errno == ENOSPC;
+      close(fd);
+      return full;
+    }
+  }
 }
 
 }  // namespace elastrun::testing

@@ -81,6 +81,15 @@ bool KillGroupsAsLost(const std::vector<pid_t>& pids, absl::Duration timeout);
 
 // A new empty folder under $TMPDIR (or /tmp).
 std::string MakeTempDir(const std::string& tag);
+
+// Moves this process into a mount namespace of its own (as root, or as
+// this uid in a new user namespace), so that a tmpfs it mounts is seen by
+// nobody else and goes with it. False where neither is allowed (skip).
+// Call while the process has one thread.
+bool EnterPrivateMountNamespace();
+// Writes file `path` until its file system is full; false if it never
+// fills (or the file cannot be written).
+bool FillFileSystem(const std::string& path);
 std::string ReadFile(const std::string& path);
 bool FileExists(const std::string& path);
 // Writes `contents` to `path`, created (or truncated) with `mode` (0755 for
