@@ -146,7 +146,14 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     *resp.mutable_lease_timeout() = ToProto(options_.lease.lease_timeout);
   }
   Flush(out);
-  RETURN_IF_ERROR(out.store_status);
+  // A write that failed here (a full disk) is kept and retried, and the
+  // node's record is rebuilt by its next registration: the node is
+  // registered all the same. Failing it would keep the daemon from its
+  // Watch, and so from sending the reports that end its jobs.
+  if (!out.store_status.ok()) {
+    LOG(WARNING) << "node " << r.node_id()
+                 << " registered; its state is saved later: " << out.store_status;
+  }
   return resp;
 }
 

@@ -5,7 +5,8 @@
 //
 // A job whose output is larger than the disk must leave room for the jobs'
 // state (the next submit is taken); a service restarted on a disk that is
-// full must start and serve what it has; a submit on a full disk must say
+// full must start and serve what it has, and a job that ended while the
+// disk was full must not come back FAILED; a submit on a full disk must say
 // "disk full", not "cannot reach"; and once the disk has room again every
 // line of the job reaches `elastrun logs`, once and in order (the daemon
 // kept what the service could not take).
@@ -77,14 +78,31 @@ TEST(DiskFullE2eTest, JobStateBeforeLogsReadOnlyStartAndEveryLineOnceAfter) {
   ASSERT_FALSE(small.empty()) << cluster.service().Output();
   EXPECT_EQ(cluster.WaitFinished(small).state(), v1::JOB_STATE_SUCCEEDED);
 
-  // Something else fills the disk; the service restarts on it (it did not
-  // start at all before) and serves what it has.
+  // A job that runs until told to end.
+  const std::string go = dir + "/go";
+  const std::string ending = cluster.SubmitSpec(
+      ShellJob("ending", absl::StrCat("while [ ! -e ", go, " ]; do sleep 0.05; done")));
+  ASSERT_FALSE(ending.empty());
+  ASSERT_TRUE(
+      PollUntil([&] { return cluster.Get(ending).state() == v1::JOB_STATE_RUNNING; }));
+
+  // Something else fills the disk, and the job ends: its end cannot be
+  // stored yet.
   ASSERT_TRUE(testing::FillFileSystem(state + "/filler"));
+  ASSERT_FALSE(testing::WriteFile(go, "").empty());
+  EXPECT_EQ(cluster.WaitFinished(ending).state(), v1::JOB_STATE_SUCCEEDED);
+
+  // The service restarts on the full disk (it did not start at all before)
+  // and serves what it has; the node still holds the job's end it was not
+  // sure the service kept, so the job is not taken as lost (it came back
+  // FAILED, "no daemon runs job", before).
   cluster.service().Signal(SIGTERM);
   ASSERT_TRUE(cluster.service().Wait(kDeadline).ok());
   ASSERT_NO_FATAL_FAILURE(cluster.StartService(cluster.address()));
   EXPECT_EQ(cluster.Get(big).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(cluster.Get(small).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(cluster.WaitFinished(ending).state(), v1::JOB_STATE_SUCCEEDED)
+      << cluster.service().Output() << cluster.DaemonOutput();
 
   // A submit says why it cannot be taken.
   absl::StatusOr<testing::RunResult> refused =
@@ -131,6 +149,12 @@ TEST(DiskFullE2eTest, JobStateBeforeLogsReadOnlyStartAndEveryLineOnceAfter) {
   const std::string after = cluster.SubmitSpec(ShellJob("after", "exit 0"));
   ASSERT_FALSE(after.empty());
   EXPECT_EQ(cluster.WaitFinished(after).state(), v1::JOB_STATE_SUCCEEDED);
+
+  // The job's end is stored now: a service started again has it.
+  cluster.service().Signal(SIGTERM);
+  ASSERT_TRUE(cluster.service().Wait(kDeadline).ok());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartService(cluster.address()));
+  EXPECT_EQ(cluster.Get(ending).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 }  // namespace
