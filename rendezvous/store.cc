@@ -67,6 +67,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     // Before WAL and the first table: only then does a new file take it.
     ASSIGN_OR_RETURN(vacuum, store->EnableAutoVacuum());
     RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+    // The write-ahead log shrinks back to this at each checkpoint instead
+    // of keeping its largest size.
+    RETURN_IF_ERROR(store->Exec("PRAGMA journal_size_limit=1048576"));
   }
   RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL"));
   RETURN_IF_ERROR(store->Exec(
