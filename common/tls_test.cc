@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/certs.h"
@@ -197,6 +199,18 @@ TEST_F(TlsTest, ClientTrustingTheCaConnectsOverTlsToAnIpSan) {
   EXPECT_TRUE(SpeaksTls(address, absl::Seconds(30)));
   EXPECT_THAT(SpeaksTlsMessage(address),
               HasSubstr("the service at " + address + " speaks TLS: give --tls-ca"));
+  // What a client that could not reach it is told (and not retried).
+  const absl::Status unreachable = absl::UnavailableError("Socket closed");
+  std::optional<absl::Status> plain = rpc::TlsFailure(unreachable, address, {});
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_TRUE(absl::IsUnauthenticated(*plain)) << *plain;
+  EXPECT_THAT(plain->message(), HasSubstr("speaks TLS: give --tls-ca"));
+  std::optional<absl::Status> other =
+      rpc::TlsFailure(unreachable, address, Files("", "", pki_.other_ca_cert));
+  ASSERT_TRUE(other.has_value());
+  EXPECT_TRUE(absl::IsUnauthenticated(*other)) << *other;
+  EXPECT_FALSE(
+      rpc::TlsFailure(unreachable, address, Files("", "", pki_.ca_cert)).has_value());
 }
 
 TEST_F(TlsTest, ServerNameOverridesTheAddressForVerification) {

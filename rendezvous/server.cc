@@ -12,12 +12,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/rpc.h"
 #include "common/status_macros.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
 #include "elastrun/v1/rendezvous.grpc.pb.h"
 #include "glog/logging.h"
 #include "rendezvous/caller.h"
-#include "rendezvous/grpc_status.h"
 #include "rendezvous/server_calls.h"
 #include "rendezvous/server_jobs.h"
 #include "rendezvous/types.h"
@@ -115,7 +115,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::Command>, public NodeSt
       if (close_requested_) {
         finishing_ = true;
         finish = true;
-        status = ToGrpcStatus(close_status_);
+        status = rpc::ToGrpcStatus(close_status_);
       } else if (!queue_.empty()) {
         current_ = std::move(queue_.front());
         queue_.pop_front();
@@ -150,7 +150,7 @@ class BarrierReactor : public grpc::ServerUnaryReactor {
 
   void Start(const v1::BarrierRequest& request) {
     const uint64_t id = coordinator_->Barrier(
-        request, [this](absl::Status st) { Finish(ToGrpcStatus(st)); });
+        request, [this](absl::Status st) { Finish(rpc::ToGrpcStatus(st)); });
     id_.store(id);
     if (id != 0 && cancelled_.load()) coordinator_->AbandonBarrier(id);
     Unref();
@@ -221,7 +221,7 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
                                     v1::BarrierResponse* resp) override {
     if (absl::Status st = CheckCluster(ctx, policy_, "Barrier"); !st.ok()) {
       grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-      r->Finish(ToGrpcStatus(st));
+      r->Finish(rpc::ToGrpcStatus(st));
       return r;
     }
     auto* r = new BarrierReactor(c_);
@@ -236,7 +236,7 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
     absl::Status st = CheckCluster(ctx, policy_, "PushLogs");
     if (st.ok()) st = CheckPush(*req);
     if (!st.ok()) {
-      reactor->Finish(ToGrpcStatus(st));
+      reactor->Finish(rpc::ToGrpcStatus(st));
       return reactor;
     }
     if (req->last()) c_->LogsDone(req->job_id(), req->node_id());
@@ -251,7 +251,7 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
     logs_->Append(
         req->job_id(), {req->chunks().begin(), req->chunks().end()},
         LogStore::Origin{req->node_id(), req->incarnation(), req->first_chunk()},
-        [reactor](absl::Status stored) { reactor->Finish(ToGrpcStatus(stored)); });
+        [reactor](absl::Status stored) { reactor->Finish(rpc::ToGrpcStatus(stored)); });
     return reactor;
   }
 

@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/clock.h"
+#include "common/rpc.h"
 #include "rendezvous/caller.h"
-#include "rendezvous/grpc_status.h"
 
 namespace elastrun::rendezvous::calls {
 
@@ -75,7 +75,7 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx,
       if (st.ok()) *resp = *std::move(result);
     }
   }
-  reactor->Finish(ToGrpcStatus(st));
+  reactor->Finish(rpc::ToGrpcStatus(st));
   return reactor;
 }
 

@@ -3,9 +3,9 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/rpc.h"
 #include "common/status_macros.h"
 #include "rendezvous/caller.h"
-#include "rendezvous/grpc_status.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -166,7 +166,7 @@ grpc::ServerWriteReactor<v1::LogChunk>* RendezvousServer::JobsService::StreamLog
       read.chunks.front().set_gap_before(true);
     }
   }
-  return new LogsReactor(ToGrpcStatus(st), std::move(read.chunks));
+  return new LogsReactor(rpc::ToGrpcStatus(st), std::move(read.chunks));
 }
 
 }  // namespace elastrun::rendezvous

@@ -11,11 +11,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
 #include "elastrun/v1/rendezvous.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "rendezvous/grpc_status.h"
 #include "rendezvous/server.h"
 #include "rendezvous/store.h"
 

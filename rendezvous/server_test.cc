@@ -10,12 +10,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
 #include "elastrun/v1/rendezvous.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rendezvous/codec.h"
-#include "rendezvous/grpc_status.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -55,7 +55,7 @@ class TestDaemon {
     for (auto& a : running) *r.add_running() = a;
     v1::RegisterNodeResponse resp;
     grpc::ClientContext ctx;
-    return FromGrpcStatus(stub_->RegisterNode(&ctx, r, &resp));
+    return rpc::FromGrpcStatus(stub_->RegisterNode(&ctx, r, &resp));
   }
   // Registers, opens the Watch stream and waits for its Welcome.
   void Start(int slots = 2, std::vector<v1::RunningAttempt> running = {}) {
@@ -73,7 +73,7 @@ class TestDaemon {
       grpc::Status st = reader_->Finish();
       absl::MutexLock lock(&mu_);
       ended_ = true;
-      end_status_ = FromGrpcStatus(st);
+      end_status_ = rpc::FromGrpcStatus(st);
     });
     ASSERT_EQ(Next().kind_case(), v1::Command::kWelcome);
   }
@@ -110,7 +110,7 @@ class TestDaemon {
     r.set_incarnation(incarnation_);
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
-    return FromGrpcStatus(stub_->Heartbeat(&ctx, r, &resp));
+    return rpc::FromGrpcStatus(stub_->Heartbeat(&ctx, r, &resp));
   }
   absl::StatusOr<v1::JoinRoundResponse> Join(const std::string& job, int64_t round,
                                              int nproc = 2) {
@@ -122,7 +122,7 @@ class TestDaemon {
     r.set_local_world_size(nproc);
     v1::JoinRoundResponse resp;
     grpc::ClientContext ctx;
-    absl::Status st = FromGrpcStatus(stub_->JoinRound(&ctx, r, &resp));
+    absl::Status st = rpc::FromGrpcStatus(stub_->JoinRound(&ctx, r, &resp));
     if (!st.ok()) return st;
     return resp;
   }
@@ -140,7 +140,7 @@ class TestDaemon {
     }
     v1::ReportExitResponse resp;
     grpc::ClientContext ctx;
-    return FromGrpcStatus(stub_->ReportExit(&ctx, r, &resp));
+    return rpc::FromGrpcStatus(stub_->ReportExit(&ctx, r, &resp));
   }
   absl::Status Barrier(const std::string& job, int64_t round, const std::string& name) {
     v1::BarrierRequest r;
@@ -151,7 +151,7 @@ class TestDaemon {
     v1::BarrierResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    return FromGrpcStatus(stub_->Barrier(&ctx, r, &resp));
+    return rpc::FromGrpcStatus(stub_->Barrier(&ctx, r, &resp));
   }
 
  private:

@@ -2,44 +2,27 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <optional>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/tls.h"
 #include "common/auth.h"
+#include "common/rpc.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
 #include "launcher/daemon/cred_socket.h"
 
 namespace elastrun::launcher {
 namespace {
 
-// How long a client that cannot reach its service waits for a TLS
-// handshake there, to tell why: a plaintext client whether the service
-// speaks TLS, a TLS client why its handshake fails.
-constexpr absl::Duration kProbeTimeout = absl::Seconds(2);
 // A credential is fetched again this long after the last one: well inside
 // its life, so that `logs -f` and `wait` outlive many credentials.
 constexpr absl::Duration kCredentialRefresh = absl::Minutes(4);  // of auth::kCredentialLife
 constexpr absl::Duration kCredentialFetchTimeout = absl::Seconds(5);
-
-// gRPC's reconnect backoff grows to 120 s by default; `wait` polls through a
-// service restart and should see the service within about a second of its
-// return, so the backoff is capped low (a CLI makes few connections).
-std::shared_ptr<grpc::Channel> NewChannel(const ServiceOptions& options) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  tls::AddChannelArgs(options.tls, &args);
-  return grpc::CreateCustomChannel(
-      options.address,
-      options.credentials ? options.credentials : grpc::InsecureChannelCredentials(), args);
-}
 
 }  // namespace
 
@@ -53,7 +36,7 @@ class GrpcJobsClient : public JobsClient {
  public:
   explicit GrpcJobsClient(ServiceOptions options)
       : options_(std::move(options)),
-        channel_(NewChannel(options_)),
+        channel_(rpc::NewChannel({options_.address, options_.tls, options_.credentials})),
         stub_(v1::Jobs::NewStub(channel_)),
         token_(options_.token) {}
 
@@ -219,20 +202,8 @@ class GrpcJobsClient : public JobsClient {
   // plainly.
   absl::Status Convert(const grpc::Status& st) const {
     if (st.ok()) return absl::OkStatus();
-    const auto code = static_cast<absl::StatusCode>(st.error_code());
-    if (code == absl::StatusCode::kUnavailable && !tls::ClientWantsTls(options_.tls) &&
-        tls::SpeaksTls(options_.address, kProbeTimeout)) {
-      // gRPC's text ("Socket closed") names neither TLS nor the fix, and
-      // retrying cannot help.
-      return absl::FailedPreconditionError(tls::SpeaksTlsMessage(options_.address));
-    }
-    if (code == absl::StatusCode::kUnavailable && tls::ClientWantsTls(options_.tls)) {
-      // A refused handshake: say why (gRPC's text may be "Socket closed"),
-      // and do not retry.
-      absl::Status handshake =
-          tls::CheckHandshake(options_.address, options_.tls, kProbeTimeout);
-      if (absl::IsUnauthenticated(handshake)) return handshake;
-    }
+    const absl::Status failed = rpc::FromGrpcStatus(st);
+    const absl::StatusCode code = failed.code();
     if (code == absl::StatusCode::kUnavailable &&
         channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
       // Connected: the service answered, and its message says why (a full
@@ -240,6 +211,11 @@ class GrpcJobsClient : public JobsClient {
       return absl::UnavailableError(
           absl::StrFormat("the elastrun service at %s cannot do it now: %s",
                           options_.address, st.error_message()));
+    }
+    // A TLS mismatch: said plainly, and not retried.
+    if (std::optional<absl::Status> tls =
+            rpc::TlsFailure(failed, options_.address, options_.tls)) {
+      return *tls;
     }
     if (code == absl::StatusCode::kUnavailable) {
       return absl::UnavailableError(absl::StrFormat(
@@ -258,7 +234,7 @@ class GrpcJobsClient : public JobsClient {
           " (give the service's token with --token-file, --token, ELASTRUN_TOKEN or "
           "ELASTRUN_TOKEN_FILE, or run elastrund on this node for a credential)"));
     }
-    return absl::Status(code, st.error_message());
+    return failed;
   }
 
   const ServiceOptions options_;

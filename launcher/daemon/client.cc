@@ -3,26 +3,21 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <optional>
 
-#include "common/tls.h"
+#include "common/rpc.h"
 #include "elastrun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/grpc_status.h"
 
 namespace elastrun::launcher {
 namespace {
 
-using rendezvous::FromGrpcStatus;
-
-// How long a RegisterNode that cannot reach the service waits for a TLS
-// handshake there, to tell why: a plaintext daemon whether the service
-// speaks TLS, a TLS daemon why its handshake fails.
-constexpr absl::Duration kProbeTimeout = absl::Seconds(2);
+using rpc::FromGrpcStatus;
 
 class GrpcWatchStream : public WatchStream {
  public:
   GrpcWatchStream(v1::Rendezvous::Stub* stub, const v1::WatchRequest& request,
                   const std::string& token) {
-    if (!token.empty()) ctx_.AddMetadata("authorization", "Bearer " + token);
+    rpc::AddToken(ctx_, token);
     // No deadline: the stream lives as long as the connection. Keepalive
     // pings and the heartbeat thread notice a dead service instead.
     reader_ = stub->Watch(&ctx_, request);
@@ -39,20 +34,14 @@ class GrpcWatchStream : public WatchStream {
 class GrpcRendezvousClient : public RendezvousClient {
  public:
   explicit GrpcRendezvousClient(const GrpcClientOptions& options) : options_(options) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-    // Reconnect quickly when the service comes back (gRPC's default backoff
-    // grows to 120 s); the session adds its own capped backoff on top.
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    tls::AddChannelArgs(options.tls, &args);
-    channel_ = grpc::CreateCustomChannel(
-        options.target,
-        options.credentials ? options.credentials : grpc::InsecureChannelCredentials(), args);
+    // Keepalive: the Watch stream notices a dead service within seconds;
+    // the session adds its own capped backoff on top of the channel's.
+    rpc::ChannelOptions co;
+    co.target = options.target;
+    co.tls = options.tls;
+    co.credentials = options.credentials;
+    co.keepalive = true;
+    channel_ = rpc::NewChannel(co);
     stub_ = v1::Rendezvous::NewStub(channel_);
   }
 
@@ -66,18 +55,11 @@ class GrpcRendezvousClient : public RendezvousClient {
     ctx.set_wait_for_ready(true);
     v1::RegisterNodeResponse resp;
     absl::Status st = FromGrpcStatus(stub_->RegisterNode(&ctx, request, &resp));
-    if ((absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) &&
-        !tls::ClientWantsTls(options_.tls) &&
-        tls::SpeaksTls(options_.target, kProbeTimeout)) {
-      // gRPC says only that the call timed out; the daemon would retry for
-      // ever.
-      return absl::UnauthenticatedError(tls::SpeaksTlsMessage(options_.target));
-    }
-    if ((absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) &&
-        tls::ClientWantsTls(options_.tls)) {
-      // A refused handshake (Unauthenticated) says why and is not retried.
-      absl::Status handshake = tls::CheckHandshake(options_.target, options_.tls, kProbeTimeout);
-      if (absl::IsUnauthenticated(handshake)) return handshake;
+    // gRPC says only that the call timed out, and the daemon would retry
+    // for ever: TLS as the reason is not retried.
+    if (std::optional<absl::Status> tls =
+            rpc::TlsFailure(st, options_.target, options_.tls)) {
+      return *tls;
     }
     if (!st.ok()) return st;
     return resp;
@@ -129,9 +111,7 @@ class GrpcRendezvousClient : public RendezvousClient {
 
  private:
   void Prepare(grpc::ClientContext& ctx) const {
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     absl::ToChronoMilliseconds(options_.deadline));
-    if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
+    rpc::PrepareCall(ctx, options_.deadline, options_.token);
   }
 
   const GrpcClientOptions options_;

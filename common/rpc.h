@@ -1,0 +1,59 @@
+// The client and server sides of the project's gRPC calls that every
+// binary shares: status conversion, the channel to the rendezvous service
+// (reconnect backoff, keepalive, TLS), a call's deadline and token, and why
+// a call that could not reach the service failed when TLS is the cause.
+// The daemon's client (launcher/daemon/client.cc), the CLI's
+// (launcher/cli/client.cc) and the service (rendezvous/server*.cc) use it.
+#ifndef ELASTRUN_COMMON_RPC_H_
+#define ELASTRUN_COMMON_RPC_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/tls.h"
+
+namespace elastrun::rpc {
+
+// absl::Status and grpc::Status share their codes (google.rpc.Code).
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+struct ChannelOptions {
+  std::string target;  // "HOST:PORT"
+  tls::TlsFiles tls;
+  // From tls::MakeChannelCredentials; null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Pings every second, also without calls, so that a long-lived stream
+  // (a daemon's Watch) notices a dead peer within seconds.
+  bool keepalive = false;
+};
+// A channel that reconnects within about a second of the service's return
+// (gRPC's own backoff grows to 120 s).
+std::shared_ptr<grpc::Channel> NewChannel(const ChannelOptions& options);
+
+// Sends `token` as "authorization: Bearer TOKEN" when not empty.
+void AddToken(grpc::ClientContext& ctx, const std::string& token);
+// Sets `ctx`'s deadline, `timeout` from now, and adds `token`.
+void PrepareCall(grpc::ClientContext& ctx, absl::Duration timeout,
+                 const std::string& token);
+
+// How long the TLS probes below wait for an answer.
+inline constexpr absl::Duration kTlsProbeTimeout = absl::Seconds(2);
+// For a call to `target` that failed Unavailable or DeadlineExceeded: when
+// TLS is the reason, the status that says so, Unauthenticated (retrying
+// cannot help): a plaintext client whose service speaks TLS, or a TLS
+// client whose handshake is refused (the service's certificate, the name,
+// the client's certificate). nullopt otherwise. Blocking (up to about
+// kTlsProbeTimeout): for a failed call, not a hot path.
+std::optional<absl::Status> TlsFailure(const absl::Status& failed,
+                                       const std::string& target,
+                                       const tls::TlsFiles& tls);
+
+}  // namespace elastrun::rpc
+
+#endif  // ELASTRUN_COMMON_RPC_H_
