@@ -114,6 +114,31 @@ std::string DefaultTokenFile(const EnvLookup& env, uid_t euid) {
   return "";
 }
 
+absl::StatusOr<std::string> NamedToken(const EnvLookup& env,
+                                       const std::string& token_flag,
+                                       const std::string& token_file_flag,
+                                       absl::string_view file_flag_name) {
+  auto get = [&](const char* name) -> std::string {
+    std::optional<std::string> v = env ? env(name) : std::nullopt;
+    return v ? std::string(absl::StripAsciiWhitespace(*v)) : "";
+  };
+  std::string file = token_file_flag;
+  std::string from(file_flag_name);
+  if (std::string token(absl::StripAsciiWhitespace(token_flag)); !token.empty())
+    return token;
+  if (file.empty()) {
+    if (std::string token = get("ELASTRUN_TOKEN"); !token.empty()) return token;
+    file = get("ELASTRUN_TOKEN_FILE");
+    from = "$ELASTRUN_TOKEN_FILE";
+  }
+  if (file.empty()) return std::string();
+  absl::StatusOr<std::string> token = ReadTokenFile(file);
+  if (!token.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(from, ": ", token.status().message()));
+  }
+  return token;
+}
+
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   struct stat lst;
   if (lstat(path.c_str(), &lst) != 0) {

@@ -64,6 +64,17 @@ std::string DefaultTokenFile(const EnvLookup& env, uid_t euid);
 // to group/others, empty).
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
+// The cluster token a caller names, by one rule for every binary (the
+// daemon, the CLI, `elastrun run`): the first given of `token_flag`,
+// `token_file_flag` (read with ReadTokenFile), $ELASTRUN_TOKEN and
+// $ELASTRUN_TOKEN_FILE, surrounding whitespace stripped. Empty when none is
+// given (the caller's default applies). InvalidArgument naming the flag
+// (`file_flag_name`) or variable when its file cannot be used.
+absl::StatusOr<std::string> NamedToken(const EnvLookup& env,
+                                       const std::string& token_flag,
+                                       const std::string& token_file_flag,
+                                       absl::string_view file_flag_name = "--token-file");
+
 // The service's token file: ReadTokenFile, or when `path` does not exist,
 // a new one: 32 random bytes as hex, created 0600 (O_CREAT|O_EXCL|
 // O_NOFOLLOW) in a folder created 0700 if missing. *created tells which.

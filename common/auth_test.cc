@@ -162,14 +162,57 @@ TEST_F(TokenFileTest, CreatedOnceOwnerOnlyThenReused) {
   EXPECT_FALSE(LoadOrCreateTokenFile(path, &created).ok());
 }
 
-TEST(DefaultTokenFileTest, RootUserAndFallbacks) {
-  auto env = [](std::map<std::string, std::string> vars) {
-    return [vars](const std::string& name) -> std::optional<std::string> {
-      auto it = vars.find(name);
-      if (it == vars.end()) return std::nullopt;
-      return it->second;
-    };
+EnvLookup Env(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
   };
+}
+
+// One rule for the daemon, the CLI and `elastrun run`: the first given of
+// --token, --token-file, $ELASTRUN_TOKEN, $ELASTRUN_TOKEN_FILE (the daemon
+// and the CLI took the file flag over --token, `elastrun run` the file
+// variable over the token one).
+TEST(NamedTokenTest, TheFirstGivenOfFlagsThenVariables) {
+  char tmpl[] = "/tmp/elastrun-named-token-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    chmod(path.c_str(), 0600);
+    return path;
+  };
+  const std::string flag_file = write("flag", "from-flag-file\n");
+  const std::string env_file = write("env", " from-env-file ");
+  const EnvLookup all =
+      Env({{"ELASTRUN_TOKEN", "from-env\n"}, {"ELASTRUN_TOKEN_FILE", env_file}});
+  EXPECT_EQ(*NamedToken(all, "from-flag", flag_file), "from-flag");
+  EXPECT_EQ(*NamedToken(all, "", flag_file), "from-flag-file");
+  EXPECT_EQ(*NamedToken(all, "", ""), "from-env");
+  EXPECT_EQ(*NamedToken(Env({{"ELASTRUN_TOKEN_FILE", env_file}}), "", ""),
+            "from-env-file");
+  EXPECT_EQ(*NamedToken(Env({}), "", ""), "");
+  EXPECT_EQ(*NamedToken(nullptr, "", ""), "");
+  // A file that cannot be used is named by where it came from.
+  absl::StatusOr<std::string> bad =
+      NamedToken(all, "", dir + "/missing", "--rdzv-conf token_file");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_TRUE(absl::StartsWith(bad.status().message(), "--rdzv-conf token_file: "))
+      << bad.status();
+  chmod(env_file.c_str(), 0644);
+  bad = NamedToken(Env({{"ELASTRUN_TOKEN_FILE", env_file}}), "", "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StartsWith(bad.status().message(), "$ELASTRUN_TOKEN_FILE: "))
+      << bad.status();
+  unlink(flag_file.c_str());
+  unlink(env_file.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST(DefaultTokenFileTest, RootUserAndFallbacks) {
+  auto env = Env;
   EXPECT_EQ(DefaultTokenFile(env({{"HOME", "/root"}}), 0), "/var/lib/elastrun/token");
   EXPECT_EQ(DefaultTokenFile(env({{"HOME", "/h"}, {"XDG_STATE_HOME", "/s"}}), 1000),
             "/s/elastrun/token");

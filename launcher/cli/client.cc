@@ -231,7 +231,7 @@ class GrpcJobsClient : public JobsClient {
     if (code == absl::StatusCode::kUnauthenticated) {
       return absl::UnauthenticatedError(absl::StrCat(
           st.error_message(),
-          " (give the service's token with --token-file, --token, ELASTRUN_TOKEN or "
+          " (give the service's token with --token, --token-file, ELASTRUN_TOKEN or "
           "ELASTRUN_TOKEN_FILE, or run elastrund on this node for a credential)"));
     }
     return failed;

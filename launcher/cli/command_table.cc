@@ -20,9 +20,10 @@ job commands through the elastrun-rendezvous service and the node daemons
 (elastrund).
 )";
 
-const char kServiceNote[] = R"(Job commands find the service from --rendezvous HOST:PORT or
+const char kServiceNote[] =
+    R"(Job commands find the service from --rendezvous HOST:PORT or
 $ELASTRUN_RENDEZVOUS (default 127.0.0.1:29400). They identify you with the
-cluster token from --token-file, --token, $ELASTRUN_TOKEN, $ELASTRUN_TOKEN_FILE
+cluster token from --token, --token-file, $ELASTRUN_TOKEN, $ELASTRUN_TOKEN_FILE
 or the service's default token file (/var/lib/elastrun/token for root, else
 $XDG_STATE_HOME/elastrun/token or ~/.local/state/elastrun/token) when you can
 read it; else with a credential for your own uid from this node's elastrund

@@ -15,27 +15,10 @@ absl::Status ResolveIdentity(const auth::EnvLookup& env,
     std::optional<std::string> v = env ? env(name) : std::nullopt;
     return v ? *v : "";
   };
-  std::string file = token_file_flag;
-  const char* from = "--token-file";
-  if (file.empty()) {
-    if (!token_flag.empty()) {
-      service.token = token_flag;
-      return absl::OkStatus();
-    }
-    if (std::string token = get("ELASTRUN_TOKEN"); !token.empty()) {
-      service.token = token;
-      return absl::OkStatus();
-    }
-    file = get("ELASTRUN_TOKEN_FILE");
-    from = "$ELASTRUN_TOKEN_FILE";
-  }
-  if (!file.empty()) {
-    absl::StatusOr<std::string> token = auth::ReadTokenFile(file);
-    if (!token.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(from, ": ", token.status().message()));
-    }
-    service.token = *token;
+  absl::StatusOr<std::string> named = auth::NamedToken(env, token_flag, token_file_flag);
+  if (!named.ok()) return named.status();
+  if (!named->empty()) {
+    service.token = *std::move(named);
     return absl::OkStatus();
   }
   service.token_file = auth::DefaultTokenFile(env, euid);

@@ -15,8 +15,8 @@
 namespace elastrun::launcher {
 
 // Fills service.token, or service.token_file and service.cred_socket.
-// A token named by --token-file, --token, $ELASTRUN_TOKEN or
-// $ELASTRUN_TOKEN_FILE (in that order) is read now: InvalidArgument naming
+// A token named by --token, --token-file, $ELASTRUN_TOKEN or
+// $ELASTRUN_TOKEN_FILE (auth::NamedToken) is read now: InvalidArgument naming
 // the source when the file cannot be used (missing, a symlink, another
 // user's, open to group or others). Otherwise the default token file
 // (auth::DefaultTokenFile for `euid`) and the credential socket

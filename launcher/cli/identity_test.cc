@@ -41,7 +41,10 @@ TEST_F(IdentityTest, NamedTokensInOrder) {
   ServiceOptions s;
   ASSERT_TRUE(
       ResolveIdentity(Env({{"ELASTRUN_TOKEN", "env"}}), file_, "flag", 1000, s).ok());
-  EXPECT_EQ(s.token, "t0k");  // --token-file first
+  EXPECT_EQ(s.token, "flag");  // --token first, as the service and the daemon take it
+  s = {};
+  ASSERT_TRUE(ResolveIdentity(Env({{"ELASTRUN_TOKEN", "env"}}), file_, "", 1000, s).ok());
+  EXPECT_EQ(s.token, "t0k");
   s = {};
   ASSERT_TRUE(
       ResolveIdentity(Env({{"ELASTRUN_TOKEN", "env"}}), "", "flag", 1000, s).ok());

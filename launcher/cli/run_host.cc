@@ -12,25 +12,9 @@ namespace elastrun::launcher {
 absl::StatusOr<std::string> RendezvousToken(const RunOptions& o, const EnvLookup& env,
                                             bool* derived) {
   *derived = false;
-  std::string file = o.rdzv_conf.token_file;
-  std::string what = "--rdzv-conf token_file";
-  if (file.empty()) {
-    if (std::optional<std::string> f = env("ELASTRUN_TOKEN_FILE"); f && !f->empty()) {
-      file = *f;
-      what = "$ELASTRUN_TOKEN_FILE";
-    }
-  }
-  if (!file.empty()) {
-    absl::StatusOr<std::string> token = auth::ReadTokenFile(file);
-    if (!token.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", token.status().message()));
-    }
-    return token;
-  }
-  if (std::optional<std::string> t = env("ELASTRUN_TOKEN"); t && !t->empty()) {
-    return std::string(absl::StripAsciiWhitespace(*t));
-  }
+  absl::StatusOr<std::string> named =
+      auth::NamedToken(env, "", o.rdzv_conf.token_file, "--rdzv-conf token_file");
+  if (!named.ok() || !named->empty()) return named;
   *derived = true;
   return absl::StrCat("elastrun-run-", o.run_id);
 }

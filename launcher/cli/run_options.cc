@@ -517,8 +517,8 @@ re-form too (up to MAX); a failed worker restarts every node's workers,
 --max-restarts times for the whole run. If the host is lost, the other
 nodes stop their workers and exit 1 naming the endpoint: start the run
 again. The rendezvous token comes from --rdzv-conf token_file=FILE,
-$ELASTRUN_TOKEN_FILE or $ELASTRUN_TOKEN; without one it is derived from
-the run id, and then, as with torchrun, whoever reaches the endpoint and
+$ELASTRUN_TOKEN or $ELASTRUN_TOKEN_FILE (the first given); without one it
+is derived from the run id, and then, as with torchrun, whoever reaches the endpoint and
 knows the id may join: keep that network private.
 
 Flags are torchrun's: each is also spelled with underscores

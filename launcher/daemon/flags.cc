@@ -181,23 +181,9 @@ absl::Status Finish(const Raw& raw, const EnvLookup& env, const std::string& hos
     }
     f->labels[p.first] = p.second;
   }
-  std::string token_file = raw.token_file;
-  if (token_file.empty() && f->token.empty()) {
-    if (auto v = env("ELASTRUN_TOKEN"); v && !v->empty()) {
-      f->token = *v;
-    } else if (auto file = env("ELASTRUN_TOKEN_FILE"); file && !file->empty()) {
-      token_file = *file;
-    }
-  }
-  if (!token_file.empty()) {
-    absl::StatusOr<std::string> t = auth::ReadTokenFile(token_file);
-    if (!t.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          raw.token_file.empty() ? "$ELASTRUN_TOKEN_FILE" : "--token-file", ": ",
-          t.status().message()));
-    }
-    f->token = *t;
-  }
+  absl::StatusOr<std::string> token = auth::NamedToken(env, f->token, raw.token_file);
+  if (!token.ok()) return token.status();
+  f->token = *std::move(token);
   if (f->cred_socket.empty()) {
     if (auto v = env("ELASTRUN_CRED_SOCKET"); v) f->cred_socket = *v;
   }
