@@ -119,7 +119,7 @@ v1::RoundRecord ToProto(const RoundRecord& r) {
   *p.mutable_opened_time() = ToProto(r.opened_time);
   if (r.closed_time) *p.mutable_closed_time() = ToProto(*r.closed_time);
   if (r.ended_time) *p.mutable_ended_time() = ToProto(*r.ended_time);
-  p.set_end_reason(r.end_reason);
+  p.set_end_reason(std::string(RoundEndName(r.end_reason)));
   p.set_counted_as_restart(r.counted_as_restart);
   if (r.assignment) *p.mutable_assignment() = ToProto(*r.assignment);
   for (const Failure& f : r.failures) *p.add_failures() = ToProto(f);
@@ -134,7 +134,7 @@ RoundRecord FromProto(const v1::RoundRecord& p) {
   r.opened_time = FromProto(p.opened_time());
   if (p.has_closed_time()) r.closed_time = FromProto(p.closed_time());
   if (p.has_ended_time()) r.ended_time = FromProto(p.ended_time());
-  r.end_reason = p.end_reason();
+  r.end_reason = RoundEndFromName(p.end_reason());
   r.counted_as_restart = p.counted_as_restart();
   if (p.has_assignment()) r.assignment = FromProto(p.assignment());
   for (const v1::WorkerFailure& f : p.failures()) r.failures.push_back(FromProto(f));

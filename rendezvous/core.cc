@@ -16,11 +16,11 @@ bool IsFinal(JobState s) {
   return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
 }
 
-Event RoundEnded(int64_t round, absl::string_view reason) {
+Event RoundEnded(int64_t round, RoundEnd end) {
   Event e;
   e.kind = Event::Kind::kRoundEnded;
   e.round = round;
-  e.reason = std::string(reason);
+  e.end = end;
   return e;
 }
 
@@ -124,7 +124,7 @@ absl::StatusOr<std::vector<Event>> RendezvousCore::Join(const JoinRequest& reque
   spare_index_[id] = seq;
   s_.spares.emplace(seq, std::move(node));
   if (at_max) return events;
-  EndRoundAndOpenNext("scale-up", /*restart=*/false, now, events);
+  EndRoundAndOpenNext(RoundEnd::kScaleUp, /*restart=*/false, now, events);
   return events;
 }
 
@@ -233,14 +233,14 @@ void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
   events.push_back(std::move(e));
 }
 
-void RendezvousCore::EndRoundAndOpenNext(absl::string_view reason, bool restart,
-                                         absl::Time now, std::vector<Event>& events) {
+void RendezvousCore::EndRoundAndOpenNext(RoundEnd end, bool restart, absl::Time now,
+                                         std::vector<Event>& events) {
   RoundRecord& r = current();
   r.ended_time = now;
-  r.end_reason = std::string(reason);
+  r.end_reason = end;
   r.counted_as_restart = restart;
   if (restart) ++s_.restart_count;
-  events.push_back(RoundEnded(r.id, reason));
+  events.push_back(RoundEnded(r.id, end));
   OpenRound(r.id + 1, now, events);
 }
 
@@ -353,12 +353,12 @@ absl::StatusOr<std::vector<Event>> RendezvousCore::ReportFailure(const Failure& 
   // The one place that decides whether a failure costs a restart or ends
   // the job: a program that could not be started fails it at once.
   if (!failure.cannot_start && s_.restart_count < s_.config.max_restarts) {
-    EndRoundAndOpenNext("failure", /*restart=*/true, now, events);
+    EndRoundAndOpenNext(RoundEnd::kFailure, /*restart=*/true, now, events);
     return events;
   }
   r.ended_time = now;
-  r.end_reason = "failed";
-  events.push_back(RoundEnded(r.id, "failure"));
+  r.end_reason = RoundEnd::kFailed;
+  events.push_back(RoundEnded(r.id, RoundEnd::kFailure));
   const std::string why = failure.signal != 0
                               ? absl::StrFormat("signal %d", failure.signal)
                               : absl::StrFormat("exit code %d", failure.exit_code);
@@ -397,7 +397,7 @@ absl::StatusOr<std::vector<Event>> RendezvousCore::ReportSuccess(
   RoundRecord& r = current();
   r.succeeded.push_back(std::string(node_id));
   if (succeeded_count_ == r.assignment->group_world_size) {
-    r.end_reason = "succeeded";
+    r.end_reason = RoundEnd::kSucceeded;
     Finish(JobState::kSucceeded,
            absl::StrFormat("all %d nodes (%d workers) succeeded in round %d "
                            "after %d restarts",
@@ -433,7 +433,7 @@ std::vector<Event> RendezvousCore::NodeLost(absl::string_view node_id, absl::Tim
     current().lost_after_success.push_back(id);
     return events;
   }
-  EndRoundAndOpenNext("node lost", /*restart=*/false, now, events);
+  EndRoundAndOpenNext(RoundEnd::kNodeLost, /*restart=*/false, now, events);
   return events;
 }
 
@@ -442,8 +442,9 @@ std::vector<Event> RendezvousCore::Cancel(absl::string_view why, absl::Time now)
   if (finished()) return events;
   RoundRecord& r = current();
   r.ended_time = now;
-  r.end_reason = "cancelled";
-  if (s_.state == JobState::kRunning) events.push_back(RoundEnded(r.id, "cancelled"));
+  r.end_reason = RoundEnd::kCancelled;
+  if (s_.state == JobState::kRunning)
+    events.push_back(RoundEnded(r.id, RoundEnd::kCancelled));
   Finish(JobState::kCancelled,
          absl::StrCat("cancelled in round ", r.id, why.empty() ? "" : ": ", why), now,
          events);
@@ -455,8 +456,9 @@ std::vector<Event> RendezvousCore::Abandon(absl::string_view why, absl::Time now
   if (finished()) return events;
   RoundRecord& r = current();
   r.ended_time = now;
-  r.end_reason = "abandoned";
-  if (s_.state == JobState::kRunning) events.push_back(RoundEnded(r.id, "abandoned"));
+  r.end_reason = RoundEnd::kAbandoned;
+  if (s_.state == JobState::kRunning)
+    events.push_back(RoundEnded(r.id, RoundEnd::kAbandoned));
   Finish(JobState::kFailed, std::string(why), now, events);
   return events;
 }
@@ -496,7 +498,7 @@ std::vector<Event> RendezvousCore::Tick(absl::Time now) {
   }
   RoundRecord& r = current();
   r.ended_time = now;
-  r.end_reason = "join timeout";
+  r.end_reason = RoundEnd::kJoinTimeout;
   Finish(JobState::kFailed,
          absl::StrFormat("round %d timed out: only %d of min_nodes=%d nodes "
                          "joined within join_timeout=%s",

@@ -154,7 +154,7 @@ class RendezvousCore {
   // The joined nodes by group rank, with their rank offsets (CloseRound).
   std::vector<NodeAssignment> AssignRanks() const;
   // Ends the running round and opens the next one (spares enter it).
-  void EndRoundAndOpenNext(absl::string_view reason, bool restart, absl::Time now,
+  void EndRoundAndOpenNext(RoundEnd end, bool restart, absl::Time now,
                            std::vector<Event>& events);
   void OpenRound(int64_t id, absl::Time now, std::vector<Event>& events);
   void Finish(JobState final_state, std::string reason, absl::Time now,

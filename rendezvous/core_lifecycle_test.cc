@@ -39,7 +39,7 @@ TEST(FailureTest, RestartsUpToMaxThenFailsWithEarliestRootCause) {
     std::vector<Event> ev =
         *core.ReportFailure(Fail("b", round, T0() + S(round), 1), T0() + S(round));
     ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundEnded));
-    EXPECT_EQ(ev[0].reason, "failure");
+    EXPECT_EQ(ev[0].end, RoundEnd::kFailure);
     EXPECT_EQ(ev[0].round, round);
     EXPECT_EQ(core.restart_count(), round + 1);
     EXPECT_EQ(core.round(), round + 1);
@@ -52,7 +52,7 @@ TEST(FailureTest, RestartsUpToMaxThenFailsWithEarliestRootCause) {
   std::vector<Event> ev =
       *core.ReportFailure(Fail("c", 2, T0() + S(10), 2), T0() + S(11));
   ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundEnded, Kind::kJobFinished));
-  EXPECT_EQ(ev[0].reason, "failure");
+  EXPECT_EQ(ev[0].end, RoundEnd::kFailure);
   EXPECT_EQ(ev[1].final_state, JobState::kFailed);
   EXPECT_THAT(ev[1].reason, HasSubstr("\"c\""));
   EXPECT_THAT(ev[1].reason, HasSubstr("2 of 2 restarts"));
@@ -68,7 +68,7 @@ TEST(FailureTest, RestartsUpToMaxThenFailsWithEarliestRootCause) {
   EXPECT_TRUE(core.ReportFailure(Fail("b", 2, T0() + S(20), 1), T0() + S(13))->empty());
   EXPECT_EQ(core.root_cause()->node_id, "a");
   EXPECT_EQ(core.history()[2].failures.size(), 3u);
-  EXPECT_EQ(core.history()[2].end_reason, "failed");
+  EXPECT_EQ(core.history()[2].end_reason, RoundEnd::kFailed);
   EXPECT_FALSE(core.history()[2].counted_as_restart);
 }
 
@@ -156,7 +156,7 @@ TEST(SuccessTest, AllNodesSucceedFinishesTheJob) {
   EXPECT_THAT(ev[0].reason, HasSubstr("all 3 nodes"));
   EXPECT_EQ(core.state(), JobState::kSucceeded);
   EXPECT_EQ(core.assignment(), nullptr);
-  EXPECT_EQ(core.history()[0].end_reason, "succeeded");
+  EXPECT_EQ(core.history()[0].end_reason, RoundEnd::kSucceeded);
   EXPECT_EQ(core.history()[0].ended_time, T0() + S(3));
   EXPECT_THAT(core.history()[0].succeeded, ElementsAre("a", "b", "c"));
   // Finished: reports are no-ops, Join is refused.
@@ -200,12 +200,12 @@ TEST(ScaleUpTest, NewNodeBelowMaxStartsANewRound) {
   ASSERT_THAT(Kinds(core.Tick(T0() + S(5))), ElementsAre(Kind::kRoundClosed));
   std::vector<Event> ev = MustJoin(core, Req("c"), T0() + S(100));
   ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundEnded));
-  EXPECT_EQ(ev[0].reason, "scale-up");
+  EXPECT_EQ(ev[0].end, RoundEnd::kScaleUp);
   EXPECT_EQ(ev[0].round, 0);
   EXPECT_EQ(core.round(), 1);
   EXPECT_EQ(core.restart_count(), 0);
   EXPECT_EQ(core.joined_count(), 1);  // c is already in round 1
-  EXPECT_EQ(core.history()[0].end_reason, "scale-up");
+  EXPECT_EQ(core.history()[0].end_reason, RoundEnd::kScaleUp);
   EXPECT_FALSE(core.Join(Req("c"), T0()).ok());
   MustJoin(core, Req("b"), T0() + S(101));
   ev = MustJoin(core, Req("a"), T0() + S(102));
@@ -281,11 +281,11 @@ TEST(CancelTest, WhileRunningStopsTheRoundThenFinishes) {
   RendezvousCore core = Running3(/*max_restarts=*/1);
   std::vector<Event> ev = core.Cancel("user request", T0() + S(7));
   ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundEnded, Kind::kJobFinished));
-  EXPECT_EQ(ev[0].reason, "cancelled");
+  EXPECT_EQ(ev[0].end, RoundEnd::kCancelled);
   EXPECT_EQ(ev[1].final_state, JobState::kCancelled);
   EXPECT_THAT(ev[1].reason, HasSubstr("user request"));
   EXPECT_EQ(core.state(), JobState::kCancelled);
-  EXPECT_EQ(core.history()[0].end_reason, "cancelled");
+  EXPECT_EQ(core.history()[0].end_reason, RoundEnd::kCancelled);
   EXPECT_EQ(core.history()[0].ended_time, T0() + S(7));
   // Everything after is a no-op, except Join which is refused.
   EXPECT_TRUE(core.Cancel("again", T0()).empty());
@@ -306,7 +306,7 @@ TEST(CancelTest, WhileJoiningOnlyFinishes) {
   std::vector<Event> ev = core.Cancel("", T0());
   ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kJobFinished));
   EXPECT_EQ(core.joined_count(), 0);
-  EXPECT_EQ(core.history()[0].end_reason, "cancelled");
+  EXPECT_EQ(core.history()[0].end_reason, RoundEnd::kCancelled);
   EXPECT_FALSE(core.history()[0].closed_time.has_value());
   EXPECT_TRUE(core.ReportFailure(Fail("a", 0, T0()), T0())->empty());
 }

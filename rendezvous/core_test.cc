@@ -3,6 +3,7 @@
 #include "rendezvous/core.h"
 
 #include <set>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -147,7 +148,7 @@ TEST(JoinTest, JoinTimeoutFailsTheJobNamingTheCount) {
   EXPECT_EQ(ev[0].final_state, JobState::kFailed);
   EXPECT_THAT(ev[0].reason, HasSubstr("2 of min_nodes=3"));
   EXPECT_EQ(core.state(), JobState::kFailed);
-  EXPECT_EQ(core.history()[0].end_reason, "join timeout");
+  EXPECT_EQ(core.history()[0].end_reason, RoundEnd::kJoinTimeout);
   EXPECT_FALSE(core.root_cause().has_value());
   EXPECT_FALSE(core.NextDeadline().has_value());
   auto late = core.Join(Req("c"), T0() + absl::Seconds(61));
@@ -278,11 +279,11 @@ TEST(RanksTest, StableAcrossANodeLossRound) {
   for (const char* id : {"a", "b", "c"}) MustJoin(core, Req(id), T0());
   std::vector<Event> ev = core.NodeLost("b", T0() + absl::Seconds(1));
   ASSERT_THAT(Kinds(ev), ElementsAre(Kind::kRoundEnded));
-  EXPECT_EQ(ev[0].reason, "node lost");
+  EXPECT_EQ(ev[0].end, RoundEnd::kNodeLost);
   EXPECT_EQ(ev[0].round, 0);
   EXPECT_EQ(core.round(), 1);
   EXPECT_EQ(core.restart_count(), 0);
-  EXPECT_EQ(core.history()[0].end_reason, "node lost");
+  EXPECT_EQ(core.history()[0].end_reason, RoundEnd::kNodeLost);
   EXPECT_FALSE(core.history()[0].counted_as_restart);
   MustJoin(core, Req("c"), T0() + absl::Seconds(2));
   MustJoin(core, Req("a"), T0() + absl::Seconds(3));
@@ -444,6 +445,21 @@ TEST(JobStateNameTest, Names) {
   EXPECT_EQ(JobStateName(JobState::kSucceeded), "SUCCEEDED");
   EXPECT_EQ(JobStateName(JobState::kFailed), "FAILED");
   EXPECT_EQ(JobStateName(JobState::kCancelled), "CANCELLED");
+}
+
+// The names are what the API and state files carry: each reads back as the
+// end it names, none twice, and a name this version does not know is none.
+TEST(RoundEndTest, NamesReadBack) {
+  std::set<std::string> names;
+  for (RoundEnd e :
+       {RoundEnd::kNone, RoundEnd::kFailure, RoundEnd::kFailed, RoundEnd::kNodeLost,
+        RoundEnd::kScaleUp, RoundEnd::kCancelled, RoundEnd::kAbandoned,
+        RoundEnd::kSucceeded, RoundEnd::kJoinTimeout}) {
+    EXPECT_EQ(RoundEndFromName(RoundEndName(e)), e) << RoundEndName(e);
+    EXPECT_TRUE(names.insert(std::string(RoundEndName(e))).second) << RoundEndName(e);
+  }
+  EXPECT_EQ(RoundEndName(RoundEnd::kNodeLost), "node lost");
+  EXPECT_EQ(RoundEndFromName("preempted"), RoundEnd::kNone);
 }
 
 }  // namespace

@@ -44,13 +44,19 @@ void ServiceMetrics::RoundClosed(absl::Duration latency) {
   rendezvous_seconds_.Observe(absl::ToDoubleSeconds(latency));
 }
 
-void ServiceMetrics::Restarted(const std::string& reason, bool hung) {
-  if (reason == "failure") {
-    (hung ? restarts_hang_ : restarts_failure_).Increment();
-  } else if (reason == "node lost") {
-    restarts_node_lost_.Increment();
-  } else if (reason == "scale-up") {
-    restarts_scale_.Increment();
+void ServiceMetrics::Restarted(RoundEnd end, bool hung) {
+  switch (end) {
+    case RoundEnd::kFailure:
+      (hung ? restarts_hang_ : restarts_failure_).Increment();
+      break;
+    case RoundEnd::kNodeLost:
+      restarts_node_lost_.Increment();
+      break;
+    case RoundEnd::kScaleUp:
+      restarts_scale_.Increment();
+      break;
+    default:  // not a restart: the job ended
+      break;
   }
 }
 

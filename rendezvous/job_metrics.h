@@ -32,9 +32,9 @@ class ServiceMetrics {
 
   // A round closed `latency` after it opened.
   void RoundClosed(absl::Duration latency);
-  // A round ended and the next one opened for `reason` (the core's
-  // kRoundEnded reason); `hung`: the failure that ended it was a hang.
-  void Restarted(const std::string& reason, bool hung);
+  // A round ended and the next one opened, for `end` (a kRoundEnded
+  // event's); `hung`: the failure that ended it was a hang.
+  void Restarted(RoundEnd end, bool hung);
 
  private:
   metrics::Counter& rounds_;

@@ -338,14 +338,15 @@ void Rounds::HandleEvents(Outbox& out, JobRecord& job, const std::vector<Event>&
 }
 
 void Rounds::RoundEnded(Outbox& out, JobRecord& job, const Event& e) {
-  LOG(INFO) << "job " << job.id << " round " << e.round << " ended: " << e.reason;
+  const std::string why(RoundEndName(e.end));
+  LOG(INFO) << "job " << job.id << " round " << e.round << " ended: " << why;
   const RoundRecord& r = job.core->history().at(e.round);
   if (!job.core->finished()) {
     // The job goes on in round e.round + 1.
-    const bool hung = e.reason == "failure" && job.hung_round == e.round;
-    metrics_.Restarted(e.reason, hung);
+    const bool hung = e.end == RoundEnd::kFailure && job.hung_round == e.round;
+    metrics_.Restarted(e.end, hung);
     const absl::Time ended = r.ended_time.value_or(clock_.Now());
-    std::string cause = hung ? "hang" : e.reason;
+    std::string cause = hung ? "hang" : why;
     if (r.counted_as_restart) {
       absl::StrAppend(&cause, absl::StrFormat(" (restart %d of %d)",
                                               job.core->restart_count(),
@@ -356,12 +357,12 @@ void Rounds::RoundEnded(Outbox& out, JobRecord& job, const Event& e) {
   }
   if (r.assignment) {
     for (const NodeAssignment& n : r.assignment->nodes) {
-      streams_.Send(out, n.node_id, StopCommand(job.id, e.round, e.reason));
+      streams_.Send(out, n.node_id, StopCommand(job.id, e.round, why));
     }
   }
   barriers_.AbortJob(out, job.id,
                      absl::AbortedError(absl::StrFormat(
-                         "round %d of job \"%s\" ended: %s", e.round, job.id, e.reason)));
+                         "round %d of job \"%s\" ended: %s", e.round, job.id, why)));
 }
 
 void Rounds::JobFinished(Outbox& out, JobRecord& job, const Event& e) {

@@ -90,6 +90,36 @@ absl::string_view JobStateName(JobState state) {
   return "UNKNOWN";
 }
 
+namespace {
+
+constexpr std::pair<RoundEnd, absl::string_view> kRoundEndNames[] = {
+    {RoundEnd::kNone, ""},
+    {RoundEnd::kFailure, "failure"},
+    {RoundEnd::kFailed, "failed"},
+    {RoundEnd::kNodeLost, "node lost"},
+    {RoundEnd::kScaleUp, "scale-up"},
+    {RoundEnd::kCancelled, "cancelled"},
+    {RoundEnd::kAbandoned, "abandoned"},
+    {RoundEnd::kSucceeded, "succeeded"},
+    {RoundEnd::kJoinTimeout, "join timeout"},
+};
+
+}  // namespace
+
+absl::string_view RoundEndName(RoundEnd end) {
+  for (const auto& [e, name] : kRoundEndNames) {
+    if (e == end) return name;
+  }
+  return "";
+}
+
+RoundEnd RoundEndFromName(absl::string_view name) {
+  for (const auto& [e, n] : kRoundEndNames) {
+    if (n == name) return e;
+  }
+  return RoundEnd::kNone;
+}
+
 absl::Status ValidateRendezvousState(const RendezvousState& s) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(

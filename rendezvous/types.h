@@ -102,6 +102,28 @@ enum class JobState { kJoining, kRunning, kSucceeded, kFailed, kCancelled };
 // "JOINING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED".
 absl::string_view JobStateName(JobState state);
 
+// Why a round ended: the round's record (RoundRecord::end_reason) and a
+// kRoundEnded event (Event::end) say it with one of these, never a string.
+enum class RoundEnd {
+  kNone,         // open or running
+  kFailure,      // a worker failed; the next round restarts the job
+  kFailed,       // a worker failed with no restart left: the job failed
+  kNodeLost,     // a node of the round was lost; the next round re-forms
+  kScaleUp,      // more nodes came; the next round takes them
+  kCancelled,    // the job was cancelled
+  kAbandoned,    // no daemon ran it after a service restart
+  kSucceeded,    // every node succeeded
+  kJoinTimeout,  // too few nodes joined in time
+};
+
+// The name the API, the state file and messages use: "failure", "failed",
+// "node lost", "scale-up", "cancelled", "abandoned", "succeeded",
+// "join timeout"; "" for kNone.
+absl::string_view RoundEndName(RoundEnd end);
+// The RoundEnd of `name`; kNone for "" and for a name this version does
+// not know (a newer service's).
+RoundEnd RoundEndFromName(absl::string_view name);
+
 // What a call caused. Within one call's vector events are in causal order;
 // kJobFinished, if present, is last.
 struct Event {
@@ -117,7 +139,9 @@ struct Event {
   };
   Kind kind = Kind::kRoundClosed;
   int64_t round = 0;
-  // kRoundEnded: "failure", "node lost", "scale-up" or "cancelled";
+  // kRoundEnded: why (kFailure also when no restart is left: a
+  // kJobFinished follows).
+  RoundEnd end = RoundEnd::kNone;
   // kJobFinished: a human summary.
   std::string reason;
   std::optional<RoundAssignment> assignment;  // kRoundClosed only
@@ -130,9 +154,7 @@ struct RoundRecord {
   absl::Time opened_time;
   std::optional<absl::Time> closed_time;  // set when the round closed
   std::optional<absl::Time> ended_time;   // set when it stopped, for any cause
-  // "" while open or running; else "failure", "node lost", "scale-up",
-  // "cancelled", "succeeded", "failed" (restarts exhausted) or "join timeout".
-  std::string end_reason;
+  RoundEnd end_reason = RoundEnd::kNone;
   bool counted_as_restart = false;  // ended by a failure within max_restarts
   // Participants with their ranks; set when the round closed.
   std::optional<RoundAssignment> assignment;
