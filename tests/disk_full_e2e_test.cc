@@ -26,7 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {

@@ -1,8 +1,8 @@
-// Test helper for end-to-end tests of elastrund: a real elastrun-rendezvous
-// and real daemons as tagged subprocesses, and a small Jobs client.
-// Header-only; used by the daemon's e2e tests and daemon_netns_test.cc.
-#ifndef ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
-#define ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
+// The shared setup of the end-to-end tests in tests/: a real
+// elastrun-rendezvous and real daemons as tagged subprocesses, and a small
+// Jobs client. Header-only.
+#ifndef ELASTRUN_TESTS_TESTING_CLUSTER_H_
+#define ELASTRUN_TESTS_TESTING_CLUSTER_H_
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -88,9 +89,10 @@ class Cluster {
 
   // Starts elastrun-rendezvous on `listen` with its state in dir/state and
   // `extra` flags (e.g. a lease timeout).
-  void StartService(const std::string& listen, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {testing::BinDir() + "/elastrun-rendezvous", "--listen",
-                                     listen, "--state-dir", dir_ + "/state"};
+  void StartService(const std::string& listen,
+                    const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {testing::BinDir() + "/elastrun-rendezvous",
+                                     "--listen", listen, "--state-dir", dir_ + "/state"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), {"--token-file", token_file_});
     auto service = testing::Subprocess::Start(argv, {marker_});
@@ -110,7 +112,8 @@ class Cluster {
   // behind `prefix` (e.g. "ip netns exec NS"), with `extra` flags.
   void StartDaemon(const std::vector<std::string>& prefix = {},
                    const std::vector<std::string>& extra = {}) {
-    auto d = testing::Subprocess::Start(DaemonArgv(daemons_.size(), prefix, extra), {marker_});
+    auto d =
+        testing::Subprocess::Start(DaemonArgv(daemons_.size(), prefix, extra), {marker_});
     ASSERT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));
   }
@@ -167,14 +170,31 @@ class Cluster {
     // A token holder states the owner (the service replaces spec.owner).
     if (spec.has_owner()) {
       const v1::JobOwner& o = spec.owner();
-      ctx.AddMetadata("x-elastrun-owner",
-                      absl::StrCat(o.uid(), ":", o.gid(), ":",
-                                   o.user().empty() ? absl::StrCat("uid", o.uid()) : o.user()));
+      ctx.AddMetadata(
+          "x-elastrun-owner",
+          absl::StrCat(o.uid(), ":", o.gid(), ":",
+                       o.user().empty() ? absl::StrCat("uid", o.uid()) : o.user()));
     }
     v1::SubmitResponse resp;
     grpc::Status st = jobs_->Submit(&ctx, r, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
     return resp.job_id();
+  }
+
+  // `elastrun submit` (the real CLI, with the cluster's token) of a
+  // one-node job of `nproc` shell workers running `script`, restarted at
+  // most `max_restarts` times; its id (empty, after a failed expectation,
+  // when refused).
+  std::string SubmitShell(const std::string& name, int nproc, int max_restarts,
+                          const std::string& script) {
+    absl::StatusOr<testing::RunResult> r = testing::Run(
+        {testing::BinDir() + "/elastrun", "submit", "--rendezvous", address_, "--name",
+         name, "--nnodes", "1", "--nproc-per-node", absl::StrCat(nproc), "--max-restarts",
+         absl::StrCat(max_restarts), "--", "/bin/sh", "-c", script},
+        {marker_, "ELASTRUN_TOKEN_FILE=" + token_file_});
+    EXPECT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
+    return r.ok() ? std::string(absl::StripAsciiWhitespace(r->output)) : "";
   }
 
   v1::JobStatus Get(const std::string& job) {
@@ -225,7 +245,8 @@ class Cluster {
     EXPECT_TRUE(PollUntil([&] {
       st = Get(job);
       return Finished(st.state());
-    })) << "job " << job << " did not finish: " << st.DebugString() << DaemonOutput();
+    })) << "job "
+        << job << " did not finish: " << st.DebugString() << DaemonOutput();
     return st;
   }
 
@@ -242,9 +263,9 @@ class Cluster {
     std::string logs;
     for (size_t node = 0; node < daemons_.size(); ++node) {
       for (int local = 0; local < nproc; ++local) {
-        absl::StrAppend(&logs, testing::ReadFile(absl::StrCat(dir_, "/node", node, "/", job,
-                                                              "/attempt_", round, "/", local,
-                                                              "/stdout.log")));
+        absl::StrAppend(&logs, testing::ReadFile(absl::StrCat(
+                                   dir_, "/node", node, "/", job, "/attempt_", round, "/",
+                                   local, "/stdout.log")));
       }
     }
     return logs;
@@ -253,7 +274,9 @@ class Cluster {
   testing::Subprocess& service() { return *service_; }
   const std::string& token_file() const { return token_file_; }
   // Daemon i's credential socket.
-  std::string cred_socket(size_t i) const { return absl::StrCat(dir_, "/cred", i, ".sock"); }
+  std::string cred_socket(size_t i) const {
+    return absl::StrCat(dir_, "/cred", i, ".sock");
+  }
   testing::Subprocess& daemon(size_t i) { return *daemons_.at(i); }
   const std::string& address() const { return address_; }
 
@@ -309,4 +332,4 @@ inline v1::JobSpec Spec(const std::string& name, int min_nodes, int max_nodes, i
 
 }  // namespace elastrun::daemon_testing
 
-#endif  // ELASTRUN_LAUNCHER_DAEMON_E2E_UTIL_H_
+#endif  // ELASTRUN_TESTS_TESTING_CLUSTER_H_

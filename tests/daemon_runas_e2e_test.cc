@@ -19,7 +19,7 @@
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -72,8 +72,8 @@ class DaemonRunAsE2eTest : public ::testing::Test {
   void StartDaemon() {
     auto d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
-         "--slots", "2", "--state-dir", state_, "--shutdown-timeout", "10s", "--token-file",
-         cluster_->token_file(), "--cred-socket", "none"},
+         "--slots", "2", "--state-dir", state_, "--shutdown-timeout", "10s",
+         "--token-file", cluster_->token_file(), "--cred-socket", "none"},
         {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);
@@ -279,8 +279,9 @@ TEST_F(DaemonRunAsE2eTest, UnknownOwnerOrMissingFolderCannotStart) {
   const std::string ghost = cluster_->SubmitSpec(spec);
   v1::JobStatus st = cluster_->WaitFinished(ghost);
   EXPECT_EQ(st.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(st.root_cause().message(),
-              HasSubstr("belongs to uid 3999999 (uid3999999), which is unknown on node n1"));
+  EXPECT_THAT(
+      st.root_cause().message(),
+      HasSubstr("belongs to uid 3999999 (uid3999999), which is unknown on node n1"));
 
   v1::JobSpec lost = ShellJob("lost", "true");
   lost.set_working_dir(dir_ + "/no-such-folder");
@@ -344,7 +345,8 @@ TEST_F(DaemonRunAsE2eTest, SubmitSendsItsFolderAndEnvironment) {
          absl::StrCat("cd '", project, "' && exec '", BinDir(), "/elastrun' submit ",
                       "--rendezvous ", cluster_->address(), " ", flags,
                       " -- sh -c 'pwd; echo \"MYVAR=${MYVAR-unset}\"'")},
-        {marker_, "MYVAR=from the submitter", "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
+        {marker_, "MYVAR=from the submitter",
+         "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
     EXPECT_TRUE(r.ok() && r->exit_code == 0)
         << (r.ok() ? r->output : r.status().ToString());
     return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";

@@ -2,8 +2,8 @@
 // workers (no torch): a job's snapshot folder on the node, the same in
 // every round, gone when the job succeeds or is cancelled, a starting
 // daemon's removal of its node's leftovers, and `elastrun run`'s: it keeps
-// out of a live daemon's folders and removes a SIGKILLed one's. ELASTRUN_SNAPSHOT_BASE points
-// into the test's own temporary folder: the real /dev/shm is never touched.
+// out of a live daemon's folders and removes a SIGKILLed one's. ELASTRUN_SNAPSHOT_BASE
+// points into the test's own temporary folder: the real /dev/shm is never touched.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -47,8 +47,8 @@ void Touch(const std::string& path) {
 std::string Worker(const std::string& seen, const std::string& then) {
   return absl::StrCat(
       "s=\"$ELASTRUN_SNAPSHOT\"; m=$([ -n \"$s\" ] && stat -c %a \"$s\"); ",
-      "[ -n \"$s\" ] && echo x > \"$s/rank$RANK.slot0\"; ",
-      "echo \"$s|$m\" > ", seen, "/tmp.$RANK; mv ", seen, "/tmp.$RANK ", seen,
+      "[ -n \"$s\" ] && echo x > \"$s/rank$RANK.slot0\"; ", "echo \"$s|$m\" > ", seen,
+      "/tmp.$RANK; mv ", seen, "/tmp.$RANK ", seen,
       "/$TORCHELASTIC_RESTART_COUNT.$RANK; ", then);
 }
 
@@ -87,18 +87,13 @@ class DaemonSnapshotsE2eTest : public ::testing::Test {
          "ELASTRUN_CRED_SOCKET=" + dir_ + "/cred.sock"});
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);
-    ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; })) << daemon_->Output();
+    ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; }))
+        << daemon_->Output();
   }
 
-  // `elastrun submit` of a one-node job of two shell workers; its id.
+  // `elastrun submit` of a one-node job of 2 shell workers; its id.
   std::string Submit(const std::string& script, int max_restarts) {
-    absl::StatusOr<testing::RunResult> r = testing::Run(
-        {BinDir() + "/elastrun", "submit", "--rendezvous", cluster_->address(), "--name",
-         "snap", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts",
-         absl::StrCat(max_restarts), "--", "/bin/sh", "-c", script},
-        {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
-    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
-    return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";
+    return cluster_->SubmitShell("snap", 2, max_restarts, script);
   }
 
   std::string Seen(int restart, int rank) {
@@ -124,8 +119,9 @@ TEST_F(DaemonSnapshotsE2eTest, StartingDaemonRemovesOnlyItsNodesLeftovers) {
 
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   EXPECT_FALSE(FileExists(root_ + "/old@n1")) << daemon_->Output();
-  EXPECT_THAT(daemon_->Output(),
-              ::testing::HasSubstr("removed leftover snapshot folder " + root_ + "/old@n1"));
+  EXPECT_THAT(
+      daemon_->Output(),
+      ::testing::HasSubstr("removed leftover snapshot folder " + root_ + "/old@n1"));
   EXPECT_TRUE(FileExists(root_ + "/old@n2/rank0.slot0"));  // another node's daemon
   EXPECT_TRUE(FileExists(root_ + "/run7/rank0.slot0"));    // an `elastrun run`
   EXPECT_TRUE(FileExists(root_ + "/link@n1"));             // not a folder: not ours
@@ -136,7 +132,8 @@ TEST_F(DaemonSnapshotsE2eTest, EveryRoundSharesTheJobsFolderAndItGoesWhenTheJobE
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   // Rank 1 fails in the first round only.
   const std::string job = Submit(
-      Worker(seen_, "[ \"$RANK$TORCHELASTIC_RESTART_COUNT\" = 10 ] && exit 3; exit 0"), 1);
+      Worker(seen_, "[ \"$RANK$TORCHELASTIC_RESTART_COUNT\" = 10 ] && exit 3; exit 0"),
+      1);
   ASSERT_FALSE(job.empty());
   v1::JobStatus st = cluster_->WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << daemon_->Output();
@@ -163,12 +160,13 @@ TEST_F(DaemonSnapshotsE2eTest, CancelledJobsFolderGoes) {
 
 TEST_F(DaemonSnapshotsE2eTest, ElastrunRunKeepsALiveDaemonsFolderAndRemovesADeadOnes) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
-  const std::string job =
-      Submit(Worker(seen_, absl::StrCat("echo $$ > ", seen_, "/p.$RANK; mv ", seen_,
-                                        "/p.$RANK ", seen_, "/pid.$RANK; exec sleep 600")),
-             0);
+  const std::string job = Submit(
+      Worker(seen_, absl::StrCat("echo $$ > ", seen_, "/p.$RANK; mv ", seen_, "/p.$RANK ",
+                                 seen_, "/pid.$RANK; exec sleep 600")),
+      0);
   ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(testing::WaitForFiles(seen_, "pid.", 2, kDeadline).ok()) << daemon_->Output();
+  ASSERT_TRUE(testing::WaitForFiles(seen_, "pid.", 2, kDeadline).ok())
+      << daemon_->Output();
   const std::string folder = root_ + "/" + job + "@n1";
   ASSERT_TRUE(FileExists(folder + "/rank0.slot0"));
   // `elastrun run` of the same user, beside it.
@@ -177,10 +175,12 @@ TEST_F(DaemonSnapshotsE2eTest, ElastrunRunKeepsALiveDaemonsFolderAndRemovesADead
         {BinDir() + "/elastrun", "run", "--run-id", id, "--log-dir", dir_ + "/run-logs",
          "--nproc-per-node", "1", "/bin/sh", "-c", "exit 0"},
         {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_}, kDeadline);
-    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
+    EXPECT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
     return r.ok() ? r->output : "";
   };
-  EXPECT_THAT(run("beside"), ::testing::Not(::testing::HasSubstr("removed the snapshot")));
+  EXPECT_THAT(run("beside"),
+              ::testing::Not(::testing::HasSubstr("removed the snapshot")));
   EXPECT_TRUE(FileExists(folder + "/rank0.slot0")) << "a live daemon's folder was taken";
 
   // The daemon and its workers are SIGKILLed, as on a lost machine.

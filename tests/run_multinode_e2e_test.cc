@@ -302,8 +302,9 @@ TEST_P(MultinodeRunTest, LostHostEndsTheOthersWithAnError) {
 TEST_P(MultinodeRunTest, JoinTimeoutEndsARunShortOfItsNodesNamingTheCount) {
   // --nnodes 3 and two nodes come: after join_timeout both stop, saying so.
   Go();
-  for (int h = 0; h < 2; ++h) StartNode(h, Flags("3", h == 0 ? "is_host=1,join_timeout=2"
-                                                               : "is_host=0,join_timeout=2"));
+  for (int h = 0; h < 2; ++h)
+    StartNode(
+        h, Flags("3", h == 0 ? "is_host=1,join_timeout=2" : "is_host=0,join_timeout=2"));
   for (int h = 0; h < 2; ++h) {
     EXPECT_NE(ExitOf(h), 0) << AllOutput();
     const std::string out = nodes_[h]->Output();

@@ -18,7 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/http.h"
 #include "tests/testing/subprocess.h"
 
@@ -38,21 +38,32 @@ exit 0)";
 TEST(CliEventsE2eTest, TimelineAndMetricsOfAFailureANodeLossAndSuccess) {
   const std::string dir = testing::MakeTempDir("cli_events_e2e");
   setenv("ELASTRUN_SNAPSHOT_BASE", dir.c_str(), 1);
-  Cluster cluster(dir, absl::StrCat("ELASTRUN_TEST_MARKER=cli-events-", getpid(), "-", dir));
+  Cluster cluster(dir,
+                  absl::StrCat("ELASTRUN_TEST_MARKER=cli-events-", getpid(), "-", dir));
   ASSERT_NO_FATAL_FAILURE(
       cluster.StartService("127.0.0.1:0", {"--metrics-listen", "127.0.0.1:0"}));
   for (int i = 0; i < 3; ++i) {
     ASSERT_NO_FATAL_FAILURE(cluster.StartDaemon({}, {"--metrics-listen", "127.0.0.1:0"}));
   }
-  ASSERT_TRUE(PollUntil([&] { return cluster.AliveNodes() == 3; })) << cluster.DaemonOutput();
+  ASSERT_TRUE(PollUntil([&] { return cluster.AliveNodes() == 3; }))
+      << cluster.DaemonOutput();
   const std::string ready = testing::MakeTempDir("cli_events_ready");
   const std::string cli = testing::BinDir() + "/elastrun";
-  const std::vector<std::string> service = {"--rendezvous", cluster.address(), "--token-file",
-                                            cluster.token_file()};
+  const std::vector<std::string> service = {"--rendezvous", cluster.address(),
+                                            "--token-file", cluster.token_file()};
 
-  std::vector<std::string> submit = {cli, "submit", "--name", "events", "--nnodes", "2:3",
-                                     "--nproc-per-node", "1", "--max-restarts", "2",
-                                     "--env", "READY_DIR=" + ready};
+  std::vector<std::string> submit = {cli,
+                                     "submit",
+                                     "--name",
+                                     "events",
+                                     "--nnodes",
+                                     "2:3",
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--max-restarts",
+                                     "2",
+                                     "--env",
+                                     "READY_DIR=" + ready};
   submit.insert(submit.end(), service.begin(), service.end());
   submit.insert(submit.end(), {"--", "/bin/sh", "-c", kScript});
   absl::StatusOr<testing::RunResult> sub = testing::Run(submit);
@@ -74,7 +85,8 @@ TEST(CliEventsE2eTest, TimelineAndMetricsOfAFailureANodeLossAndSuccess) {
   cluster.daemon(2).Signal(SIGKILL);
   ASSERT_TRUE(cluster.daemon(2).Wait(kDeadline).ok());
   const v1::JobStatus st = cluster.WaitFinished(job);
-  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << cluster.DaemonOutput();
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED)
+      << st.DebugString() << cluster.DaemonOutput();
 
   // --json: one array of events.
   std::vector<std::string> events_json = {cli, "events", job, "--json"};
@@ -99,10 +111,10 @@ TEST(CliEventsE2eTest, TimelineAndMetricsOfAFailureANodeLossAndSuccess) {
     }
     EXPECT_THAT(e.at("time").get<std::string>(), ::testing::EndsWith("Z")) << e;
   }
-  EXPECT_THAT(kinds, ::testing::ElementsAre("submitted", "round_opened", "round_closed",
-                                            "worker_failed", "restart", "round_opened",
-                                            "round_closed", "node_lost", "restart",
-                                            "round_opened", "round_closed", "job_finished"))
+  EXPECT_THAT(kinds, ::testing::ElementsAre(
+                         "submitted", "round_opened", "round_closed", "worker_failed",
+                         "restart", "round_opened", "round_closed", "node_lost",
+                         "restart", "round_opened", "round_closed", "job_finished"))
       << js->output;
 
   // Text: one aligned line per event under a header.
@@ -165,7 +177,8 @@ if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
 print("rank", rank, "done", flush=True)
 )";
 
-TEST(CliEventsE2eTest, HungRankOnAnotherNodeRestartsTheJobAndShowsInEventsMetricsAndItsLog) {
+TEST(CliEventsE2eTest,
+     HungRankOnAnotherNodeRestartsTheJobAndShowsInEventsMetricsAndItsLog) {
   // An absolute interpreter: the daemon resolves argv[0] on its own PATH.
   constexpr char kPython[] = "/usr/bin/python3";
   if (access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " is not installed";
@@ -173,14 +186,16 @@ TEST(CliEventsE2eTest, HungRankOnAnotherNodeRestartsTheJobAndShowsInEventsMetric
   setenv("ELASTRUN_SNAPSHOT_BASE", dir.c_str(), 1);
   const std::string script = dir + "/worker.py";
   std::ofstream(script) << kHangScript;
-  Cluster cluster(dir, absl::StrCat("ELASTRUN_TEST_MARKER=cli-hang-", getpid(), "-", dir));
+  Cluster cluster(dir,
+                  absl::StrCat("ELASTRUN_TEST_MARKER=cli-hang-", getpid(), "-", dir));
   ASSERT_NO_FATAL_FAILURE(
       cluster.StartService("127.0.0.1:0", {"--metrics-listen", "127.0.0.1:0"}));
   for (int i = 0; i < 2; ++i) ASSERT_NO_FATAL_FAILURE(cluster.StartDaemon());
-  ASSERT_TRUE(PollUntil([&] { return cluster.AliveNodes() == 2; })) << cluster.DaemonOutput();
+  ASSERT_TRUE(PollUntil([&] { return cluster.AliveNodes() == 2; }))
+      << cluster.DaemonOutput();
   const std::string cli = testing::BinDir() + "/elastrun";
-  const std::vector<std::string> service = {"--rendezvous", cluster.address(), "--token-file",
-                                            cluster.token_file()};
+  const std::vector<std::string> service = {"--rendezvous", cluster.address(),
+                                            "--token-file", cluster.token_file()};
   // `elastrun COMMAND` with the service's flags, then `args` (a worker's
   // argv after "--" stays last).
   auto run_cli = [&](const std::string& command, const std::vector<std::string>& args) {
@@ -188,17 +203,18 @@ TEST(CliEventsE2eTest, HungRankOnAnotherNodeRestartsTheJobAndShowsInEventsMetric
     argv.insert(argv.end(), service.begin(), service.end());
     argv.insert(argv.end(), args.begin(), args.end());
     absl::StatusOr<testing::RunResult> r = testing::Run(argv);
-    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
+    EXPECT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
     return r.ok() ? r->output : "";
   };
 
-  const std::string job(absl::StripAsciiWhitespace(
-      run_cli("submit", {"--name", "hang", "--nnodes", "2", "--nproc-per-node", "1",
-                         "--max-restarts", "1", "--hang-timeout", "2s", "--", kPython,
-                         script})));
+  const std::string job(absl::StripAsciiWhitespace(run_cli(
+      "submit", {"--name", "hang", "--nnodes", "2", "--nproc-per-node", "1",
+                 "--max-restarts", "1", "--hang-timeout", "2s", "--", kPython, script})));
   ASSERT_FALSE(job.empty());
   const v1::JobStatus st = cluster.WaitFinished(job);
-  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << cluster.DaemonOutput();
+  ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED)
+      << st.DebugString() << cluster.DaemonOutput();
   EXPECT_EQ(st.restarts(), 1) << st.DebugString();
   EXPECT_EQ(st.history_size(), 2) << st.DebugString();
 
@@ -241,8 +257,8 @@ TEST(CliEventsE2eTest, HungRankOnAnotherNodeRestartsTheJobAndShowsInEventsMetric
   // from faulthandler, and the native ones from eu-stack when installed).
   ASSERT_THAT(hung_node, ::testing::AnyOf("node0", "node1")) << events.dump();
   const std::string waiting_node = hung_node == "node0" ? "node1" : "node0";
-  const std::string log =
-      testing::ReadFile(absl::StrCat(dir, "/", hung_node, "/", job, "/attempt_0/0/stderr.log"));
+  const std::string log = testing::ReadFile(
+      absl::StrCat(dir, "/", hung_node, "/", job, "/attempt_0/0/stderr.log"));
   EXPECT_THAT(log, HasSubstr("elastrun: rank 1 hung at step 5 (no progress for "));
   EXPECT_THAT(log, HasSubstr("most recent call first"));
   EXPECT_THAT(log, HasSubstr("worker.py\", line "));
@@ -253,8 +269,8 @@ TEST(CliEventsE2eTest, HungRankOnAnotherNodeRestartsTheJobAndShowsInEventsMetric
   }
   // Rank 0 was waiting, not the cause: its node holds its verdict a settle
   // time longer (liveness.h), and is stopped by the service before then.
-  EXPECT_THAT(testing::ReadFile(
-                  absl::StrCat(dir, "/", waiting_node, "/", job, "/attempt_0/0/stderr.log")),
+  EXPECT_THAT(testing::ReadFile(absl::StrCat(dir, "/", waiting_node, "/", job,
+                                             "/attempt_0/0/stderr.log")),
               ::testing::Not(HasSubstr("hung")));
   EXPECT_THAT(cluster.Logs(job, 1), HasSubstr("rank 1 done"));
   cluster.StopAll();

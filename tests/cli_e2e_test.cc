@@ -116,7 +116,8 @@ std::string WriteTokenFile(const std::string& dir, const std::string& token) {
 class CliE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    token_file_ = WriteTokenFile(testing::MakeTempDir("cli_e2e_token"), "cli-e2e-token\n");
+    token_file_ =
+        WriteTokenFile(testing::MakeTempDir("cli_e2e_token"), "cli-e2e-token\n");
     address_ = service_.Start({"--token-file", token_file_});
     ASSERT_FALSE(address_.empty());
   }
@@ -276,8 +277,8 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   for (const char* id : {"n1", "n2"}) {
     absl::StatusOr<std::unique_ptr<testing::Subprocess>> d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", id, "--slots",
-          "2", "--state-dir", logs + "/state-" + id, "--log-dir", logs + "/" + id,
-          "--token-file", token_file_, "--cred-socket", logs + "/" + id + ".sock"},
+         "2", "--state-dir", logs + "/state-" + id, "--log-dir", logs + "/" + id,
+         "--token-file", token_file_, "--cred-socket", logs + "/" + id + ".sock"},
         {"ELASTRUN_SNAPSHOT_BASE=" + logs});  // off the real /dev/shm
     ASSERT_TRUE(d.ok()) << d.status();
     daemons.push_back(*std::move(d));
@@ -318,8 +319,9 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
   EXPECT_THAT(text.output, HasSubstr("root cause: node "));
 
   // submit --wait: the id, then the job's outcome as the exit code.
-  RunResult waited = Cli({"submit", "--name", "waited", "--nnodes", "2", "--nproc-per-node",
-                          "2", "--wait", "--", "/bin/sh", "-c", "exit $((RANK == 2))"});
+  RunResult waited =
+      Cli({"submit", "--name", "waited", "--nnodes", "2", "--nproc-per-node", "2",
+           "--wait", "--", "/bin/sh", "-c", "exit $((RANK == 2))"});
   EXPECT_EQ(waited.exit_code, 1) << waited.output;
   EXPECT_THAT(waited.output, ::testing::StartsWith("waited-"));
   EXPECT_THAT(waited.output, HasSubstr(" FAILED"));
@@ -351,12 +353,11 @@ TEST_F(CliE2eTest, JobsOnRealDaemons) {
 // root cause: a worker that stops itself (SIGSTOP) and never reports.
 TEST_F(CliE2eTest, HungWorkerOnADaemonIsTheRootCause) {
   const std::string logs = testing::MakeTempDir("cli_hang");
-  absl::StatusOr<std::unique_ptr<testing::Subprocess>> d =
-      testing::Subprocess::Start({BinDir() + "/elastrund", "--rendezvous", address_,
-                                  "--node-id", "n1", "--slots", "1", "--state-dir",
-                                  logs + "/state", "--log-dir", logs, "--token-file",
-                                  token_file_, "--cred-socket", "none"},
-                                 {"ELASTRUN_SNAPSHOT_BASE=" + logs});
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> d = testing::Subprocess::Start(
+      {BinDir() + "/elastrund", "--rendezvous", address_, "--node-id", "n1", "--slots",
+       "1", "--state-dir", logs + "/state", "--log-dir", logs, "--token-file",
+       token_file_, "--cred-socket", "none"},
+      {"ELASTRUN_SNAPSHOT_BASE=" + logs});
   ASSERT_TRUE(d.ok()) << d.status();
   RunResult job =
       Cli({"submit", "--name", "stuck", "--hang-timeout", "2s", "--wait-for-nodes", "--",
@@ -441,14 +442,16 @@ TEST(CliBinariesE2eTest, VersionAndUsageErrorsOfEveryBinary) {
     absl::StatusOr<RunResult> v = testing::Run({BinDir() + "/" + binary, "--version"});
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_EQ(v->exit_code, 0) << binary;
-    EXPECT_THAT(v->output, MatchesRegex(std::string(binary) +
-                                        " [0-9]+\\.[0-9]+\\.[0-9]+ \\((commit [0-9a-f]+; )?"
-                                        "CUDA [^)]+\\)\n"));
-    absl::StatusOr<RunResult> bad = testing::Run({BinDir() + "/" + binary, "--no-such-flag"});
+    EXPECT_THAT(v->output,
+                MatchesRegex(std::string(binary) +
+                             " [0-9]+\\.[0-9]+\\.[0-9]+ \\((commit [0-9a-f]+; )?"
+                             "CUDA [^)]+\\)\n"));
+    absl::StatusOr<RunResult> bad =
+        testing::Run({BinDir() + "/" + binary, "--no-such-flag"});
     ASSERT_TRUE(bad.ok()) << bad.status();
     EXPECT_EQ(bad->exit_code, 2) << binary;
-    EXPECT_EQ(bad->output, absl::StrCat(binary, ": unknown flag --no-such-flag\nRun '", binary,
-                                        " --help' for usage.\n"));
+    EXPECT_EQ(bad->output, absl::StrCat(binary, ": unknown flag --no-such-flag\nRun '",
+                                        binary, " --help' for usage.\n"));
   }
   // Several nodes need an endpoint (a usage error), and one that nobody
   // hosts ends the run after join_timeout, naming it.
@@ -462,7 +465,8 @@ TEST(CliBinariesE2eTest, VersionAndUsageErrorsOfEveryBinary) {
                       "/bin/true"});
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->exit_code, 1) << run->output;
-  EXPECT_THAT(run->output, HasSubstr("no rendezvous at 192.0.2.1:29400 within join_timeout"));
+  EXPECT_THAT(run->output,
+              HasSubstr("no rendezvous at 192.0.2.1:29400 within join_timeout"));
 }
 
 // `elastrun launch`, torch.distributed.launch's contract: a script that
@@ -497,9 +501,9 @@ TEST(LaunchE2eTest, LegacyScriptGetsItsLocalRankBeforeAndAfterARestart) {
               "        time.sleep(0.01)\n"
               "    sys.exit(3)\n"))
           .empty());
-  absl::StatusOr<RunResult> r = testing::Run(
-      {BinDir() + "/elastrun", "launch", "--nproc_per_node", "2", "--max_restarts", "1",
-       "--master_port", "0", script, "--tag", "t"});
+  absl::StatusOr<RunResult> r =
+      testing::Run({BinDir() + "/elastrun", "launch", "--nproc_per_node", "2",
+                    "--max_restarts", "1", "--master_port", "0", script, "--tag", "t"});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 0) << r->output;
   for (const char* restart : {"0", "1"}) {
@@ -509,8 +513,8 @@ TEST(LaunchE2eTest, LegacyScriptGetsItsLocalRankBeforeAndAfterARestart) {
           << r->output;
     }
   }
-  r = testing::Run({BinDir() + "/elastrun", "launch", "--use_env", "--nproc_per_node", "2",
-                    "--master_port", "0", script, "--tag", "u"});
+  r = testing::Run({BinDir() + "/elastrun", "launch", "--use_env", "--nproc_per_node",
+                    "2", "--master_port", "0", script, "--tag", "u"});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 0) << r->output;
   EXPECT_THAT(r->output, HasSubstr("tag=u arg=-1 env=0 restart=0")) << r->output;
@@ -557,13 +561,19 @@ TEST(LaunchE2eTest, PyTorchsLaunchTestCases) {
           "assert os.environ['TEST_SENTINEL_PARENT'] == 'FOOBAR'\n"
           "pathlib.Path(a.touch_file_dir, os.environ['RANK']).touch()\n")
           .empty());
-  const std::vector<std::string> flags = {
-      BinDir() + "/elastrun", "launch", "--nnodes=1", "--nproc-per-node=4",
-      "--monitor-interval=1", "--start-method=spawn", "--master-addr=localhost",
-      absl::StrCat("--master-port=", port), "--node-rank=0"};
+  const std::vector<std::string> flags = {BinDir() + "/elastrun",
+                                          "launch",
+                                          "--nnodes=1",
+                                          "--nproc-per-node=4",
+                                          "--monitor-interval=1",
+                                          "--start-method=spawn",
+                                          "--master-addr=localhost",
+                                          absl::StrCat("--master-port=", port),
+                                          "--node-rank=0"};
   std::vector<std::string> without_env = flags;
   without_env.push_back(dir + "/local_rank.py");
-  absl::StatusOr<RunResult> r = testing::Run(without_env, {"TEST_SENTINEL_PARENT=FOOBAR"});
+  absl::StatusOr<RunResult> r =
+      testing::Run(without_env, {"TEST_SENTINEL_PARENT=FOOBAR"});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 0) << r->output;
   const std::string touched = dir + "/touched";
@@ -593,8 +603,8 @@ TEST(CliTokenE2eTest, TokenIsSentAndRequired) {
     return r.ok() ? *r : RunResult{};
   };
   // No token, and no daemon to ask for a credential (a path with none).
-  RunResult none =
-      cli({"list"}, {"ELASTRUN_CRED_SOCKET=" + dir + "/no.sock", "XDG_STATE_HOME=" + dir});
+  RunResult none = cli(
+      {"list"}, {"ELASTRUN_CRED_SOCKET=" + dir + "/no.sock", "XDG_STATE_HOME=" + dir});
   EXPECT_EQ(none.exit_code, 1) << none.output;
   EXPECT_THAT(none.output, HasSubstr("--token-file"));
   EXPECT_EQ(cli({"list"}, {"ELASTRUN_TOKEN=s3cret"}).exit_code, 0);

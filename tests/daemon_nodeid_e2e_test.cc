@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -68,16 +68,9 @@ class DaemonNodeIdE2eTest : public ::testing::Test {
     return *daemons_.back();
   }
 
-  // `elastrun submit` of a one-node job of two shell workers; its id.
+  // `elastrun submit` of a one-node job of 2 shell workers; its id.
   std::string Submit(const std::string& script) {
-    absl::StatusOr<testing::RunResult> r = testing::Run(
-        {BinDir() + "/elastrun", "submit", "--rendezvous", cluster_->address(), "--name",
-         "nodeid", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "0", "--",
-         "/bin/sh", "-c", script},
-        {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
-    EXPECT_TRUE(r.ok() && r->exit_code == 0)
-        << (r.ok() ? r->output : r.status().ToString());
-    return r.ok() ? std::string(absl::StripTrailingAsciiWhitespace(r->output)) : "";
+    return cluster_->SubmitShell("nodeid", 2, 0, script);
   }
 
   std::string dir_, base_, seen_, marker_;
@@ -129,7 +122,8 @@ TEST_F(DaemonNodeIdE2eTest,
   testing::Subprocess& first = StartDaemon();
   // Killed once its Watch stream is open (registered is not enough: the
   // stream opens just after).
-  ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; })) << first.Output();
+  ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; }))
+      << first.Output();
 
   first.Signal(SIGKILL);
   ASSERT_TRUE(first.Wait(kDeadline).ok());
@@ -138,7 +132,8 @@ TEST_F(DaemonNodeIdE2eTest,
   testing::Subprocess& restarted = StartDaemon();
   // ... and takes the restarted daemon at once; a job is submitted once it
   // is registered (a submit no registered node could hold is refused).
-  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << restarted.Output();
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
+      << restarted.Output();
   const std::string job = Submit(absl::StrCat("touch ", seen_, "/$RANK"));
   ASSERT_FALSE(job.empty());
   v1::JobStatus st = cluster_->WaitFinished(job);

@@ -15,7 +15,7 @@
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -65,7 +65,8 @@ class CliNodesE2eTest : public ::testing::Test {
     EXPECT_TRUE(PollUntil([&] {
       st = cluster_->Get(job);
       return st.phase() == v1::ROUND_PHASE_RUNNING && st.nodes_size() == 1;
-    })) << st.DebugString() << cluster_->DaemonOutput();
+    })) << st.DebugString()
+        << cluster_->DaemonOutput();
     return st.nodes_size() == 1 ? st.nodes(0).node_id() : "";
   }
 

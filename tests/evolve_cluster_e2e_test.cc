@@ -23,7 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "evolve/evolve_test_util.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -81,10 +81,23 @@ class EvolveClusterE2eTest : public ::testing::Test {
 
   // `elastrun evolve` of the test's run in the background.
   void StartEvolve(std::vector<std::string> flags) {
-    std::vector<std::string> argv = {BinDir() + "/elastrun", "evolve", "--population", "4",
-                                     "--generations", "2", "--seed", "11", "--meta", meta_,
-                                     "--fitness", "test_acc=1", "--max-restarts", "3",
-                                     "--rendezvous", cluster_->address(), "--token-file",
+    std::vector<std::string> argv = {BinDir() + "/elastrun",
+                                     "evolve",
+                                     "--population",
+                                     "4",
+                                     "--generations",
+                                     "2",
+                                     "--seed",
+                                     "11",
+                                     "--meta",
+                                     meta_,
+                                     "--fitness",
+                                     "test_acc=1",
+                                     "--max-restarts",
+                                     "3",
+                                     "--rendezvous",
+                                     cluster_->address(),
+                                     "--token-file",
                                      cluster_->token_file()};
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), {"--", wrapper_, "--config",
@@ -156,14 +169,15 @@ TEST_F(EvolveClusterE2eTest, DaemonAndEvolveKilledMidGenerationNothingTrainedTwi
   absl::StatusOr<int> status = evolve_->Wait(absl::Seconds(240));
   ASSERT_TRUE(status.ok()) << status.status() << evolve_->Output();
   const std::string resumed = evolve_->Output();
-  ASSERT_EQ(*evolve_->exit_code(), 0) << first_run << "\n---\n" << resumed
-                                      << cluster_->DaemonOutput();
+  ASSERT_EQ(*evolve_->exit_code(), 0) << first_run << "\n---\n"
+                                      << resumed << cluster_->DaemonOutput();
 
   // --output json: one object per line; the four of generation 1 adopted,
   // not submitted again; the last line names the best.
   std::vector<nlohmann::json> lines;
   for (absl::string_view l : absl::StrSplit(resumed, '\n', absl::SkipEmpty())) {
-    if (!absl::StartsWith(l, "{")) continue;  // "elastrun evolve: resuming ..." goes first
+    if (!absl::StartsWith(l, "{"))
+      continue;  // "elastrun evolve: resuming ..." goes first
     lines.push_back(nlohmann::json::parse(l, nullptr, false));
     ASSERT_TRUE(lines.back().is_object()) << l;
   }
@@ -202,8 +216,9 @@ TEST_F(EvolveClusterE2eTest, DaemonAndEvolveKilledMidGenerationNothingTrainedTwi
   std::vector<std::string> rows =
       absl::StrSplit(testing::ReadFile(out + "/evolve.csv"), '\n', absl::SkipEmpty());
   ASSERT_EQ(rows.size(), 9u) << testing::ReadFile(out + "/evolve.csv");
-  EXPECT_EQ(rows[0],
-            "generation,index,status,fitness,test_acc,optimizer.lr0,optimizer.momentum,reason");
+  EXPECT_EQ(
+      rows[0],
+      "generation,index,status,fitness,test_acc,optimizer.lr0,optimizer.momentum,reason");
   std::set<std::string> keys;
   for (size_t i = 1; i < rows.size(); ++i) {
     const std::vector<std::string> f = absl::StrSplit(rows[i], ',');

@@ -24,7 +24,7 @@
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -276,10 +276,11 @@ TEST_F(DaemonReconcileE2eTest, WaitAndLogsFollowGoOnThroughAServiceKill) {
   const std::string go = dir_ + "/go";
   const std::string job = Submit(
       "lines",
-      absl::StrCat("i=0; while [ ! -e ", go, " ]; do i=$((i+1)); echo \"out $RANK $i\"; ",
-                   "echo \"err $RANK $i\" >&2; sleep 0.02; done; j=0; ",
-                   "while [ $j -lt 20 ]; do i=$((i+1)); j=$((j+1)); echo \"out $RANK $i\"; ",
-                   "echo \"err $RANK $i\" >&2; done; echo \"total $RANK $i\""));
+      absl::StrCat(
+          "i=0; while [ ! -e ", go, " ]; do i=$((i+1)); echo \"out $RANK $i\"; ",
+          "echo \"err $RANK $i\" >&2; sleep 0.02; done; j=0; ",
+          "while [ $j -lt 20 ]; do i=$((i+1)); j=$((j+1)); echo \"out $RANK $i\"; ",
+          "echo \"err $RANK $i\" >&2; done; echo \"total $RANK $i\""));
   ASSERT_FALSE(job.empty());
   const std::vector<std::string> env = {marker_,
                                         "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()};
@@ -300,7 +301,8 @@ TEST_F(DaemonReconcileE2eTest, WaitAndLogsFollowGoOnThroughAServiceKill) {
     const std::string out = (*follow)->Output();
     return absl::StrContains(out, "[rank0]:err 0 10\n") &&
            absl::StrContains(out, "[rank1]:out 1 10\n");
-  })) << (*follow)->Output() << cluster_->DaemonOutput();
+  })) << (*follow)->Output()
+      << cluster_->DaemonOutput();
   cluster_->service().Signal(SIGKILL);
   ASSERT_TRUE(cluster_->service().Wait(kDeadline).ok());
   // Commands started while the service is down wait for it (--retry-for,
@@ -309,8 +311,10 @@ TEST_F(DaemonReconcileE2eTest, WaitAndLogsFollowGoOnThroughAServiceKill) {
   ASSERT_TRUE(late_wait.ok()) << late_wait.status();
   auto late_follow = cli({"logs", "-f"});
   ASSERT_TRUE(late_follow.ok()) << late_follow.status();
-  EXPECT_FALSE((*late_wait)->Wait(absl::Milliseconds(500)).ok()) << (*late_wait)->Output();
-  EXPECT_FALSE((*late_follow)->Wait(absl::Milliseconds(1)).ok()) << (*late_follow)->Output();
+  EXPECT_FALSE((*late_wait)->Wait(absl::Milliseconds(500)).ok())
+      << (*late_wait)->Output();
+  EXPECT_FALSE((*late_follow)->Wait(absl::Milliseconds(1)).ok())
+      << (*late_follow)->Output();
   ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_));
   ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; }))
       << cluster_->DaemonOutput();
@@ -365,8 +369,8 @@ TEST_F(DaemonReconcileE2eTest, RunningJobWhoseDaemonNeverComesBackFailsAndFreesT
   auto again = testing::Subprocess::Start(
       {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "node0",
        "--slots", "2", "--state-dir", dir_ + "/state-node0", "--log-dir", dir_ + "/node0",
-       "--shutdown-timeout", "5s", "--token-file", cluster_->token_file(), "--cred-socket",
-       "none"},
+       "--shutdown-timeout", "5s", "--token-file", cluster_->token_file(),
+       "--cred-socket", "none"},
       {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }));

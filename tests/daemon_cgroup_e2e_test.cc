@@ -23,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/cgroup.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -33,9 +33,9 @@ using daemon_testing::Cluster;
 using daemon_testing::kDeadline;
 using daemon_testing::PollUntil;
 using testing::BinDir;
-using testing::ReadFile;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using testing::ReadFile;
 
 std::string Trimmed(const std::string& text) {
   return std::string(absl::StripAsciiWhitespace(text));
@@ -44,7 +44,8 @@ std::string Trimmed(const std::string& text) {
 class DaemonCgroupE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto probe = launcher::LauncherCgroup::Create(absl::StrCat("test-probe-", getpid()), false);
+    auto probe =
+        launcher::LauncherCgroup::Create(absl::StrCat("test-probe-", getpid()), false);
     if (!probe.ok()) {
       GTEST_SKIP() << "cgroup v2 is not usable here (" << probe.status().message()
                    << "); elastrund falls back to process groups";
@@ -69,29 +70,25 @@ class DaemonCgroupE2eTest : public ::testing::Test {
     }
     cluster_->StopAll();  // the service; checks that nothing is left
     for (auto& d : daemons_) {
-      (void)launcher::KillCgroup(absl::StrCat(own_, "/elastrun-node-", node_, "@", d->pid()));
+      (void)launcher::KillCgroup(
+          absl::StrCat(own_, "/elastrun-node-", node_, "@", d->pid()));
     }
   }
 
   testing::Subprocess& StartDaemon() {
     auto d = testing::Subprocess::Start(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", node_,
-         "--slots", "1", "--state-dir", dir_ + "/daemon-state", "--shutdown-timeout", "10s",
-         "--token-file", cluster_->token_file(), "--cred-socket", "none"},
+         "--slots", "1", "--state-dir", dir_ + "/daemon-state", "--shutdown-timeout",
+         "10s", "--token-file", cluster_->token_file(), "--cred-socket", "none"},
         {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
     EXPECT_TRUE(d.ok()) << d.status();
     daemons_.push_back(*std::move(d));
     return *daemons_.back();
   }
 
+  // `elastrun submit` of a one-node job of 1 shell worker; its id.
   std::string Submit(const std::string& script) {
-    absl::StatusOr<testing::RunResult> r = testing::Run(
-        {BinDir() + "/elastrun", "submit", "--rendezvous", cluster_->address(), "--name",
-         "cgroup", "--nnodes", "1", "--nproc-per-node", "1", "--max-restarts", "0", "--",
-         "/bin/sh", "-c", script},
-        {marker_, "ELASTRUN_TOKEN_FILE=" + cluster_->token_file()});
-    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
-    return r.ok() ? Trimmed(r->output) : "";
+    return cluster_->SubmitShell("cgroup", 1, 0, script);
   }
 
   std::string own_, dir_, base_, seen_, marker_, node_;
@@ -104,16 +101,19 @@ TEST_F(DaemonCgroupE2eTest, RestartedDaemonKillsWhatItsSigkilledPredecessorLeft)
   testing::Subprocess& first = StartDaemon();
   ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << first.Output();
   // The worker says where it runs, then starts its grandchild.
-  const std::string job = Submit(absl::StrCat(
-      "grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/tmp.cg; mv ", seen_,
-      "/tmp.cg ", seen_, "/cg; sleep 1000 & echo $! > ", seen_, "/tmp.pid; mv ", seen_,
-      "/tmp.pid ", seen_, "/pid; wait"));
+  const std::string job = Submit(
+      absl::StrCat("grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/tmp.cg; mv ",
+                   seen_, "/tmp.cg ", seen_, "/cg; sleep 1000 & echo $! > ", seen_,
+                   "/tmp.pid; mv ", seen_, "/tmp.pid ", seen_, "/pid; wait"));
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(testing::WaitForFiles(seen_, "pid", 1, kDeadline).ok()) << first.Output();
-  const std::string node_dir = absl::StrCat(own_, "/elastrun-node-", node_, "@", first.pid());
+  const std::string node_dir =
+      absl::StrCat(own_, "/elastrun-node-", node_, "@", first.pid());
   const std::string cg = Trimmed(ReadFile(seen_ + "/cg"));
-  EXPECT_THAT(cg, ::testing::MatchesRegex(".*/elastrun-node-" + node_ + "@[0-9]+/attempt-[0-9]+"));
-  EXPECT_THAT(node_dir, EndsWith(cg.substr(0, cg.rfind('/')))) << "in the daemon's folder";
+  EXPECT_THAT(cg, ::testing::MatchesRegex(".*/elastrun-node-" + node_ +
+                                          "@[0-9]+/attempt-[0-9]+"));
+  EXPECT_THAT(node_dir, EndsWith(cg.substr(0, cg.rfind('/'))))
+      << "in the daemon's folder";
   int grandchild = 0;
   ASSERT_TRUE(absl::SimpleAtoi(Trimmed(ReadFile(seen_ + "/pid")), &grandchild));
 
@@ -127,8 +127,10 @@ TEST_F(DaemonCgroupE2eTest, RestartedDaemonKillsWhatItsSigkilledPredecessorLeft)
 
   testing::Subprocess& restarted = StartDaemon();
   EXPECT_TRUE(testing::WaitProcessExited(grandchild, kDeadline))
-      << "grandchild " << grandchild << " outlived the restart\n" << restarted.Output();
-  const std::string line = absl::StrCat(" processes left by a previous elastrund for node ", node_);
+      << "grandchild " << grandchild << " outlived the restart\n"
+      << restarted.Output();
+  const std::string line =
+      absl::StrCat(" processes left by a previous elastrund for node ", node_);
   ASSERT_TRUE(PollUntil([&] { return absl::StrContains(restarted.Output(), line); }))
       << restarted.Output();
   EXPECT_THAT(restarted.Output(), ::testing::ContainsRegex("killed [12]" + line));
@@ -138,22 +140,24 @@ TEST_F(DaemonCgroupE2eTest, RestartedDaemonKillsWhatItsSigkilledPredecessorLeft)
   // The job re-formed on the restarted daemon; cancelled, its new
   // grandchild dies with its attempt's cgroup.
   ASSERT_TRUE(cluster_->Cancel(job));
-  EXPECT_EQ(cluster_->WaitFinished(job).state(), v1::JOB_STATE_CANCELLED) << restarted.Output();
+  EXPECT_EQ(cluster_->WaitFinished(job).state(), v1::JOB_STATE_CANCELLED)
+      << restarted.Output();
 }
 
 TEST_F(DaemonCgroupE2eTest, JobThatEndsLeavesNoAttemptFolder) {
   ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
   testing::Subprocess& daemon = StartDaemon();
   ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; })) << daemon.Output();
-  const std::string job = Submit(absl::StrCat(
-      "grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/cg; exit 0"));
+  const std::string job = Submit(
+      absl::StrCat("grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/cg; exit 0"));
   ASSERT_FALSE(job.empty());
   v1::JobStatus st = cluster_->WaitFinished(job);
   EXPECT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << daemon.Output();
   const std::string cg = Trimmed(ReadFile(seen_ + "/cg"));
   EXPECT_THAT(cg, HasSubstr(absl::StrCat("/elastrun-node-", node_, "@", daemon.pid(),
                                          "/attempt-")));
-  const std::string node_dir = absl::StrCat(own_, "/elastrun-node-", node_, "@", daemon.pid());
+  const std::string node_dir =
+      absl::StrCat(own_, "/elastrun-node-", node_, "@", daemon.pid());
   // The attempt's end and the service's word on the job race: wait for the
   // folder list to show no attempt.
   EXPECT_TRUE(PollUntil([&] { return testing::ListFiles(node_dir, "attempt-").empty(); }))

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <memory>
-
 #include <string>
 #include <vector>
 
@@ -24,11 +23,11 @@
 namespace elastrun {
 namespace {
 
+using testing::BinDir;
+using testing::FileExists;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
-using testing::BinDir;
-using testing::FileExists;
 using testing::ReadFile;
 using testing::RunResult;
 using testing::Subprocess;
@@ -40,8 +39,8 @@ constexpr absl::Duration kWait = absl::Seconds(120);
 std::string Worker(const std::string& seen, const std::string& then) {
   return absl::StrCat(
       "s=\"$ELASTRUN_SNAPSHOT\"; m=$([ -n \"$s\" ] && stat -c %a \"$s\"); ",
-      "[ -n \"$s\" ] && echo x > \"$s/rank$RANK.slot0\"; ",
-      "echo \"$s|$m\" > ", seen, "/tmp.$RANK; mv ", seen, "/tmp.$RANK ", seen,
+      "[ -n \"$s\" ] && echo x > \"$s/rank$RANK.slot0\"; ", "echo \"$s|$m\" > ", seen,
+      "/tmp.$RANK; mv ", seen, "/tmp.$RANK ", seen,
       "/$TORCHELASTIC_RESTART_COUNT.$RANK; ", then);
 }
 
@@ -57,8 +56,8 @@ bool IsDir(const std::string& path) {
 }
 
 std::string RemovedLine(const std::string& folder) {
-  return absl::StrCat("elastrun: removed the snapshot folder of a run that is gone: ",
-                      folder, " (");
+  return absl::StrCat(
+      "elastrun: removed the snapshot folder of a run that is gone: ", folder, " (");
 }
 
 class RunSnapshotTest : public ::testing::Test {
@@ -79,8 +78,9 @@ class RunSnapshotTest : public ::testing::Test {
   std::vector<std::string> Command(const std::vector<std::string>& flags,
                                    const std::string& script,
                                    const std::string& run_id = "run7") {
-    std::vector<std::string> argv = {BinDir() + "/elastrun", "run", "--run-id", run_id,
-                                     "--log-dir", logs_, "--shutdown-timeout", "10s"};
+    std::vector<std::string> argv = {
+        BinDir() + "/elastrun", "run", "--run-id", run_id, "--log-dir", logs_,
+        "--shutdown-timeout",   "10s"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), {"/bin/sh", "-c", script});
     return argv;
@@ -141,9 +141,9 @@ TEST_F(RunSnapshotTest, EveryAttemptSharesTheFolderAndItIsGoneAfterSuccess) {
 
 TEST_F(RunSnapshotTest, FolderIsGoneAfterFailure) {
   // Rank 1 fails in every attempt (rank 0 waits to be stopped).
-  RunResult r = RunOrDie(
-      Command({"--nproc-per-node", "2", "--max-restarts", "1"},
-              Worker(seen_, "[ \"$RANK\" = 1 ] && exit 4; exec sleep 600")));
+  RunResult r =
+      RunOrDie(Command({"--nproc-per-node", "2", "--max-restarts", "1"},
+                       Worker(seen_, "[ \"$RANK\" = 1 ] && exit 4; exec sleep 600")));
   ASSERT_EQ(r.exit_code, 4) << r.output;
   EXPECT_EQ(Seen(0, 1), folder_ + "|700");
   EXPECT_EQ(Seen(1, 1), folder_ + "|700");
@@ -176,7 +176,8 @@ TEST_F(RunSnapshotTest, ASecondRunWithTheSameIdKeepsOutOfTheFirstOnesFolder) {
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(testing::WaitForFiles(seen_, "0.0", 1, kWait).ok()) << (*first)->Output();
   const std::string others = testing::MakeTempDir("seen_second");
-  RunResult second = RunOrDie(Command({"--nproc-per-node", "1"}, Worker(others, "exit 0")));
+  RunResult second =
+      RunOrDie(Command({"--nproc-per-node", "1"}, Worker(others, "exit 0")));
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_THAT(second.output, HasSubstr(folder_ + " is in use by another launcher"));
   EXPECT_EQ(ReadFile(others + "/0.0"), "|\n");
@@ -203,12 +204,14 @@ TEST_F(RunSnapshotTest, TheNextRunRemovesTheFolderOfAKilledRunAndKeepsALiveOnes)
   KillAsLost(*dead, dead_seen);
   ASSERT_TRUE(FileExists(root_ + "/dead1/rank0.slot0")) << "nothing to clean up";
 
-  RunResult next = RunOrDie(Command({"--nproc-per-node", "1"}, Worker(seen_, "exit 0"), "next"));
+  RunResult next =
+      RunOrDie(Command({"--nproc-per-node", "1"}, Worker(seen_, "exit 0"), "next"));
   ASSERT_EQ(next.exit_code, 0) << next.output;
   EXPECT_THAT(next.output, HasSubstr(RemovedLine(root_ + "/dead1")));
   EXPECT_THAT(next.output, Not(HasSubstr("live1")));
   EXPECT_FALSE(FileExists(root_ + "/dead1"));
-  EXPECT_TRUE(FileExists(root_ + "/live1/rank0.slot0")) << "a live run's folder was taken";
+  EXPECT_TRUE(FileExists(root_ + "/live1/rank0.slot0"))
+      << "a live run's folder was taken";
   EXPECT_THAT(testing::ListFiles(root_, ".dead-"), IsEmpty());
 
   live->Signal(SIGTERM);
@@ -225,9 +228,10 @@ TEST_F(RunSnapshotTest, ARestartWithTheKilledRunsIdAdoptsItsFolder) {
 
   // The same id: the worker finds the file the killed one left.
   const std::string found = testing::MakeTempDir("found");
-  RunResult again = RunOrDie(Command(
-      {"--nproc-per-node", "1"},
-      absl::StrCat("[ -e \"$ELASTRUN_SNAPSHOT/rank0.slot0\" ] && touch ", found, "/yes")));
+  RunResult again =
+      RunOrDie(Command({"--nproc-per-node", "1"},
+                       absl::StrCat("[ -e \"$ELASTRUN_SNAPSHOT/rank0.slot0\" ] && touch ",
+                                    found, "/yes")));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_THAT(again.output, HasSubstr("snapshots in " + folder_));
   EXPECT_THAT(again.output, Not(HasSubstr("removed the snapshot folder")));
@@ -246,16 +250,32 @@ TEST_F(RunSnapshotTest, TheNextRunRemovesTheFolderOfAKilledMultinodeRun) {
     const int port = testing::FreeLoopbackPort();
     EXPECT_GT(port, 0);
     return std::vector<std::string>{
-        BinDir() + "/elastrun", "run", "--nnodes", "1:2", "--nproc-per-node", "1",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", absl::StrCat("127.0.0.1:", port),
-        "--rdzv-id", id, "--rdzv-conf",
+        BinDir() + "/elastrun",
+        "run",
+        "--nnodes",
+        "1:2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        absl::StrCat("127.0.0.1:", port),
+        "--rdzv-id",
+        id,
+        "--rdzv-conf",
         absl::StrCat("token_file=", token, ",is_host=1,last_call_timeout=0.1"),
-        "--log-dir", logs_, "--shutdown-timeout", "10s", "--no-python", "/bin/sh", "-c",
+        "--log-dir",
+        logs_,
+        "--shutdown-timeout",
+        "10s",
+        "--no-python",
+        "/bin/sh",
+        "-c",
         Worker(seen, then)};
   };
   const std::string dead_seen = testing::MakeTempDir("seen_dead");
-  std::unique_ptr<Subprocess> dead =
-      StartSleeping(multinode("mn-dead", dead_seen, LeavePidAndSleep(dead_seen)), dead_seen);
+  std::unique_ptr<Subprocess> dead = StartSleeping(
+      multinode("mn-dead", dead_seen, LeavePidAndSleep(dead_seen)), dead_seen);
   ASSERT_NE(dead, nullptr);
   const std::string folder(absl::StripSuffix(Seen(0, 0, dead_seen), "|700"));
   ASSERT_TRUE(absl::StartsWith(folder, root_ + "/")) << folder;
@@ -267,7 +287,8 @@ TEST_F(RunSnapshotTest, TheNextRunRemovesTheFolderOfAKilledMultinodeRun) {
   ASSERT_EQ(next.exit_code, 0) << next.output;
   EXPECT_THAT(next.output, HasSubstr(RemovedLine(folder)));
   EXPECT_FALSE(FileExists(folder));
-  EXPECT_THAT(testing::ListFiles(root_), IsEmpty()) << "the next run's folder outlived it";
+  EXPECT_THAT(testing::ListFiles(root_), IsEmpty())
+      << "the next run's folder outlived it";
 }
 
 TEST_F(RunSnapshotTest, PlantedSymlinkIsRefusedAndNothingIsWrittenThroughIt) {

@@ -30,9 +30,9 @@
 namespace elastrun {
 namespace {
 
+using testing::BinDir;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
-using testing::BinDir;
 using testing::ReadFile;
 
 constexpr absl::Duration kWait = absl::Seconds(120);
@@ -44,7 +44,8 @@ std::string Trimmed(const std::string& text) {
 class RunCgroupTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto probe = launcher::LauncherCgroup::Create(absl::StrCat("test-probe-", getpid()), false);
+    auto probe =
+        launcher::LauncherCgroup::Create(absl::StrCat("test-probe-", getpid()), false);
     if (!probe.ok()) {
       GTEST_SKIP() << "cgroup v2 is not usable here (" << probe.status().message()
                    << "); elastrun run falls back to process groups";
@@ -65,9 +66,9 @@ class RunCgroupTest : public ::testing::Test {
 
   // The worker writes its cgroup to seen/cg, then runs `then`.
   std::unique_ptr<testing::Subprocess> StartRun(const std::string& then) {
-    const std::string script = absl::StrCat(
-        "grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/tmp.cg; mv ", seen_,
-        "/tmp.cg ", seen_, "/cg; ", then);
+    const std::string script =
+        absl::StrCat("grep '^0::' /proc/self/cgroup | cut -c4- > ", seen_, "/tmp.cg; mv ",
+                     seen_, "/tmp.cg ", seen_, "/cg; ", then);
     auto run = testing::Subprocess::Start(
         {BinDir() + "/elastrun", "run", "--log-dir", logs_, "--no-snapshots",
          "--shutdown-timeout", "10s", "/bin/sh", "-c", script},
@@ -90,8 +91,8 @@ class RunCgroupTest : public ::testing::Test {
 };
 
 TEST_F(RunCgroupTest, SigkilledRunLeavesNoGrandchildRunning) {
-  auto run = StartRun(absl::StrCat("sleep 1000 & echo $! > ", seen_, "/tmp.pid; mv ", seen_,
-                                   "/tmp.pid ", seen_, "/pid; wait"));
+  auto run = StartRun(absl::StrCat("sleep 1000 & echo $! > ", seen_, "/tmp.pid; mv ",
+                                   seen_, "/tmp.pid ", seen_, "/pid; wait"));
   ASSERT_NE(run, nullptr);
   const std::string dir = RunFolder(run->pid());
   ASSERT_TRUE(testing::WaitForFiles(seen_, "pid", 1, kWait).ok());
@@ -103,12 +104,15 @@ TEST_F(RunCgroupTest, SigkilledRunLeavesNoGrandchildRunning) {
   auto status = run->Wait(kWait);
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_TRUE(WIFSIGNALED(*status));
-  EXPECT_TRUE(testing::WaitProcessExited(grandchild, kWait)) << "grandchild " << grandchild << " outlived the run";
+  EXPECT_TRUE(testing::WaitProcessExited(grandchild, kWait))
+      << "grandchild " << grandchild << " outlived the run";
   // The watchdog (its environment wiped: not a process of the job)
   // removes the folder once the run is gone; looked at until a deadline.
-  for (pid_t pid : testing::ProcessesWithEnv(marker_)) EXPECT_TRUE(testing::WaitProcessExited(pid, kWait));
+  for (pid_t pid : testing::ProcessesWithEnv(marker_))
+    EXPECT_TRUE(testing::WaitProcessExited(pid, kWait));
   const absl::Time deadline = absl::Now() + kWait;
-  while (testing::FileExists(dir) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  while (testing::FileExists(dir) && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(20));
   EXPECT_FALSE(testing::FileExists(dir)) << dir;
 }
 
@@ -125,17 +129,20 @@ TEST_F(RunCgroupTest, StoppedRunLeavesNoCgroupFolder) {
 }
 
 TEST(RunCgroupFallbackTest, UnprivilegedRunSaysItGoesWithoutCgroups) {
-  if (getuid() != 0 || getpwnam("nobody") == nullptr || access("/usr/sbin/runuser", X_OK) != 0) {
+  if (getuid() != 0 || getpwnam("nobody") == nullptr ||
+      access("/usr/sbin/runuser", X_OK) != 0) {
     GTEST_SKIP() << "needs root, runuser and a user nobody";
   }
   const std::string logs = testing::MakeTempDir("logs");
   ASSERT_EQ(chmod(logs.c_str(), 0777), 0);
-  auto run = testing::Run({"runuser", "-u", "nobody", "--", BinDir() + "/elastrun", "run",
-                           "--log-dir", logs, "--no-snapshots", "/bin/sh", "-c", "echo ran"},
-                          {}, kWait);
+  auto run =
+      testing::Run({"runuser", "-u", "nobody", "--", BinDir() + "/elastrun", "run",
+                    "--log-dir", logs, "--no-snapshots", "/bin/sh", "-c", "echo ran"},
+                   {}, kWait);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->exit_code, 0) << run->output;
-  EXPECT_THAT(run->output, HasSubstr("cgroups not used (workers are stopped by process group"));
+  EXPECT_THAT(run->output,
+              HasSubstr("cgroups not used (workers are stopped by process group"));
   EXPECT_THAT(run->output, HasSubstr("ran"));
 }
 

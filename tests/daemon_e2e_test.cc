@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <csignal>
-
 #include <string>
 #include <vector>
 
@@ -15,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun::daemon_testing {
@@ -52,7 +51,9 @@ class DaemonE2eTest : public ::testing::Test {
     if (!job_marker.empty()) (*spec.mutable_env())["ELASTRUN_TEST_JOB"] = job_marker;
     return cluster_->Submit(spec, args);
   }
-  v1::JobStatus WaitFinished(const std::string& job) { return cluster_->WaitFinished(job); }
+  v1::JobStatus WaitFinished(const std::string& job) {
+    return cluster_->WaitFinished(job);
+  }
   std::string DaemonOutput() const { return cluster_->DaemonOutput(); }
   std::string Logs(const std::string& job, int64_t round) const {
     return cluster_->Logs(job, round);
@@ -133,7 +134,8 @@ TEST_F(DaemonE2eTest, ThreeByTwoJobSucceeds) {
   EXPECT_TRUE(PollUntil([&] {
     forwarded = cluster_->ServiceLogs(job);
     for (int rank = 0; rank < 6; ++rank) {
-      if (!absl::StrContains(forwarded, absl::StrCat("rank ", rank, "/6 ok"))) return false;
+      if (!absl::StrContains(forwarded, absl::StrCat("rank ", rank, "/6 ok")))
+        return false;
     }
     return true;
   })) << forwarded;
@@ -154,8 +156,9 @@ TEST_F(DaemonE2eTest, WorkersMeetAtANamedBarrierThroughTheirDaemons) {
   const std::string dir = testing::MakeTempDir("daemon_e2e_barrier");
   // Rank 3 (on the second node) arrives half a second late: nobody, on
   // either node, may pass before it arrived.
-  const std::string job = Submit("meet", {"--ready-dir", dir, "--agent-barrier", "sync-1",
-                                          "--delay-rank", "3", "--delay-ms", "500"},
+  const std::string job = Submit("meet",
+                                 {"--ready-dir", dir, "--agent-barrier", "sync-1",
+                                  "--delay-rank", "3", "--delay-ms", "500"},
                                  0);
   v1::JobStatus st = WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
@@ -168,7 +171,8 @@ TEST_F(DaemonE2eTest, WorkersMeetAtANamedBarrierThroughTheirDaemons) {
 }
 
 TEST_F(DaemonE2eTest, SigkilledWorkerRestartsEveryNodeThenSucceeds) {
-  const std::string job = Submit("kill", {"--fail-rank", "1", "--fail-mode", "sigkill"}, 1);
+  const std::string job =
+      Submit("kill", {"--fail-rank", "1", "--fail-mode", "sigkill"}, 1);
   v1::JobStatus st = WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
   EXPECT_EQ(st.restarts(), 1);
@@ -187,7 +191,8 @@ TEST_F(DaemonE2eTest, CancelLeavesNoWorkerOnAnyNode) {
   const std::string job_marker = absl::StrCat("cancel-", getpid(), "-", dir_);
   const std::string ready = testing::MakeTempDir("daemon_e2e_ready");
   const std::string job = Submit("hang", {"--hang", "--ready-dir", ready}, 0, job_marker);
-  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 4, kDeadline).ok()) << DaemonOutput();
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 4, kDeadline).ok())
+      << DaemonOutput();
   ASSERT_TRUE(cluster_->Cancel(job));
   EXPECT_EQ(WaitFinished(job).state(), v1::JOB_STATE_CANCELLED);
   const std::string entry = "ELASTRUN_TEST_JOB=" + job_marker;
@@ -199,11 +204,13 @@ TEST_F(DaemonE2eTest, SigtermToDaemonStopsItsWorkersAndExits) {
   const std::string job_marker = absl::StrCat("term-", getpid(), "-", dir_);
   const std::string ready = testing::MakeTempDir("daemon_e2e_ready");
   Submit("hang", {"--hang", "--ready-dir", ready}, 0, job_marker);
-  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 4, kDeadline).ok()) << DaemonOutput();
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 4, kDeadline).ok())
+      << DaemonOutput();
   for (size_t i = 0; i < 2; ++i) cluster_->daemon(i).Signal(SIGTERM);
   for (size_t i = 0; i < 2; ++i) {
     ASSERT_TRUE(cluster_->daemon(i).Wait(kDeadline).ok());
-    EXPECT_EQ(cluster_->daemon(i).exit_code(), 128 + SIGTERM) << cluster_->daemon(i).Output();
+    EXPECT_EQ(cluster_->daemon(i).exit_code(), 128 + SIGTERM)
+        << cluster_->daemon(i).Output();
   }
   // The daemons reaped their workers before exiting.
   EXPECT_THAT(ProcessesWithEnv("ELASTRUN_TEST_JOB=" + job_marker), IsEmpty());
@@ -214,7 +221,8 @@ TEST_F(DaemonE2eTest, ServiceSigkilledAndRestartedJobGoesOnWithoutRestart) {
   // About 4 s of training, so the service is back before it ends.
   const std::string job =
       Submit("svc", {"--steps", "40", "--step-ms", "100", "--ready-dir", ready}, 0);
-  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 4, kDeadline).ok()) << DaemonOutput();
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 4, kDeadline).ok())
+      << DaemonOutput();
   cluster_->service().Signal(SIGKILL);
   ASSERT_TRUE(cluster_->service().Wait(kDeadline).ok());
   // Same port, same state.
@@ -235,7 +243,8 @@ TEST_F(DaemonE2eTest, DaemonSigkilledJobReformsOnSurvivors) {
   const std::string ready = testing::MakeTempDir("daemon_e2e_ready");
   const std::string job = Submit(
       "lose", {"--steps", "30", "--step-ms", "50", "--ready-dir", ready}, 3, "", 2, 3);
-  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 6, kDeadline).ok()) << DaemonOutput();
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 6, kDeadline).ok())
+      << DaemonOutput();
   // The daemon dies; its workers die with it (parent-death signal).
   cluster_->daemon(2).Signal(SIGKILL);
   ASSERT_TRUE(cluster_->daemon(2).Wait(kDeadline).ok());
@@ -255,7 +264,8 @@ TEST_F(DaemonE2eTest, FourthNodeJoiningMidJobScalesUp) {
   const std::string ready = testing::MakeTempDir("daemon_e2e_ready");
   const std::string job = Submit(
       "grow", {"--steps", "60", "--step-ms", "50", "--ready-dir", ready}, 0, "", 2, 4);
-  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 6, kDeadline).ok()) << DaemonOutput();
+  ASSERT_TRUE(testing::WaitForFiles(ready, "ready.", 6, kDeadline).ok())
+      << DaemonOutput();
   ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());
   v1::JobStatus st = WaitFinished(job);
   ASSERT_EQ(st.state(), v1::JOB_STATE_SUCCEEDED) << st.DebugString() << DaemonOutput();
@@ -305,10 +315,10 @@ TEST_F(OneNodeTwoJobsE2eTest, BothRunAtOnceAndEachRestartsAndEndsOnItsOwn) {
   // outlive a's restart and cancellation.
   constexpr int kSteps = 200;
   const std::string a = Submit("hang", {"--hang", "--ready-dir", ready_a}, 2, marker_a);
-  const std::string b = Submit("train",
-                               {"--steps", absl::StrCat(kSteps), "--step-ms", "100",
-                                "--ready-dir", ready_b},
-                               0, marker_b);
+  const std::string b = Submit(
+      "train",
+      {"--steps", absl::StrCat(kSteps), "--step-ms", "100", "--ready-dir", ready_b}, 0,
+      marker_b);
   // Both workers passed their first barrier: both run at once on the node.
   ASSERT_TRUE(testing::WaitForFiles(ready_a, "ready.0.", 1, kDeadline).ok())
       << cluster_->Get(a).DebugString() << cluster_->DaemonOutput();
@@ -331,7 +341,8 @@ TEST_F(OneNodeTwoJobsE2eTest, BothRunAtOnceAndEachRestartsAndEndsOnItsOwn) {
   ASSERT_GE(sa.history(0).failures_size(), 1);
   EXPECT_EQ(sa.history(0).failures(0).signal(), SIGKILL);
   v1::JobStatus sb = cluster_->Get(b);
-  ASSERT_EQ(sb.state(), v1::JOB_STATE_RUNNING) << "b ended before the test was done with a";
+  ASSERT_EQ(sb.state(), v1::JOB_STATE_RUNNING)
+      << "b ended before the test was done with a";
   EXPECT_EQ(sb.round(), 0);
   EXPECT_EQ(sb.restarts(), 0);
   EXPECT_EQ(ProcessesWithEnv("ELASTRUN_TEST_JOB=" + marker_b), b_workers);
@@ -339,13 +350,16 @@ TEST_F(OneNodeTwoJobsE2eTest, BothRunAtOnceAndEachRestartsAndEndsOnItsOwn) {
   // Cancelling a leaves b running, to success.
   ASSERT_TRUE(cluster_->Cancel(a));
   EXPECT_EQ(cluster_->WaitFinished(a).state(), v1::JOB_STATE_CANCELLED);
-  EXPECT_TRUE(PollUntil([&] { return ProcessesWithEnv("ELASTRUN_TEST_JOB=" + marker_a).empty(); }))
-      << "a's worker left behind" << cluster_->DaemonOutput();
+  EXPECT_TRUE(PollUntil([&] {
+    return ProcessesWithEnv("ELASTRUN_TEST_JOB=" + marker_a).empty();
+  })) << "a's worker left behind"
+      << cluster_->DaemonOutput();
   EXPECT_EQ(cluster_->Get(b).state(), v1::JOB_STATE_RUNNING)
       << "b ended before a was cancelled; the test proves less";
   EXPECT_EQ(ProcessesWithEnv("ELASTRUN_TEST_JOB=" + marker_b), b_workers);
   sb = cluster_->WaitFinished(b);
-  ASSERT_EQ(sb.state(), v1::JOB_STATE_SUCCEEDED) << sb.DebugString() << cluster_->DaemonOutput();
+  ASSERT_EQ(sb.state(), v1::JOB_STATE_SUCCEEDED)
+      << sb.DebugString() << cluster_->DaemonOutput();
   EXPECT_EQ(sb.restarts(), 0);
   EXPECT_EQ(sb.history_size(), 1);
   // b's progress and output reached b, not a.

@@ -25,7 +25,7 @@
 #include "elastrun/v1/rendezvous.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/daemon/e2e_util.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -59,7 +59,8 @@ class DaemonAuthE2eTest : public ::testing::Test {
     marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=daemon-auth-", getpid(), "-", dir_);
     cluster_ = std::make_unique<Cluster>(dir_, marker_);
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
-    ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon({}, {"--metrics-listen", "127.0.0.1:0"}));
+    ASSERT_NO_FATAL_FAILURE(
+        cluster_->StartDaemon({}, {"--metrics-listen", "127.0.0.1:0"}));
     ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
         << cluster_->DaemonOutput();
   }
@@ -151,7 +152,8 @@ TEST_F(DaemonAuthE2eTest, UsersOwnTheirJobsAndOnlyTheirJobs) {
   EXPECT_THAT(seen.output, ::testing::Not(HasSubstr("env-secret")));
   EXPECT_THAT(AsNobody({"list", "--output", "json"}).output,
               ::testing::Not(HasSubstr("env-secret")));
-  EXPECT_THAT(AsRoot({"status", root_job, "--output", "json"}).output, HasSubstr("env-secret"));
+  EXPECT_THAT(AsRoot({"status", root_job, "--output", "json"}).output,
+              HasSubstr("env-secret"));
   EXPECT_EQ(cluster_->Get(root_job).state(), v1::JOB_STATE_RUNNING);
 
   // Its own job nobody may cancel; root may cancel anyone's.
