@@ -54,10 +54,12 @@ void LogForwarder::OnLine(const std::string& job_id, int64_t round, const Output
            p.chunk.rank() == line.rank && p.chunk.stream() == stream && !p.sealed &&
            !p.last;
   };
-  auto fresh = [&] {
+  // Numbered here, under the lock (a lambda would hide it from the
+  // thread-safety analysis).
+  auto fresh = [&](int64_t number) {
     Pending p;
     p.job_id = job_id;
-    p.number = next_number_++;
+    p.number = number;
     p.chunk.set_round(round);
     p.chunk.set_rank(line.rank);
     p.chunk.set_stream(stream);
@@ -74,7 +76,7 @@ void LogForwarder::OnLine(const std::string& job_id, int64_t round, const Output
       SpillLocked(*spill_tail_);
       spill_tail_.reset();
     }
-    if (!spill_tail_) spill_tail_ = fresh();
+    if (!spill_tail_) spill_tail_ = fresh(next_number_++);
     append(*spill_tail_);
     if (spill_tail_->chunk.data().size() >= kSpillChunkBytes) {
       SpillLocked(*spill_tail_);
@@ -82,7 +84,7 @@ void LogForwarder::OnLine(const std::string& job_id, int64_t round, const Output
     }
     return;
   }
-  if (pending_.empty() || !fits(pending_.back())) pending_.push_back(fresh());
+  if (pending_.empty() || !fits(pending_.back())) pending_.push_back(fresh(next_number_++));
   append(pending_.back());
   buffered_bytes_ += line.text.size() + 1;
   if (buffered_bytes_ <= options_.max_buffered_bytes) return;
