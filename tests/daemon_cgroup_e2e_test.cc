@@ -63,27 +63,21 @@ class DaemonCgroupE2eTest : public ::testing::Test {
   }
   void TearDown() override {
     if (cluster_ == nullptr) return;  // skipped
-    for (auto& d : daemons_) {
-      if (d->exit_code()) continue;
-      d->Signal(SIGTERM);
-      EXPECT_TRUE(d->Wait(kDeadline).ok());
-    }
-    cluster_->StopAll();  // the service; checks that nothing is left
-    for (auto& d : daemons_) {
-      (void)launcher::KillCgroup(
-          absl::StrCat(own_, "/elastrun-node-", node_, "@", d->pid()));
+    cluster_->StopAll();              // checks that nothing is left
+    for (pid_t pid : daemon_pids_) {
+      (void)launcher::KillCgroup(absl::StrCat(own_, "/elastrun-node-", node_, "@", pid));
     }
   }
 
   testing::Subprocess& StartDaemon() {
-    auto d = testing::Subprocess::Start(
+    testing::Subprocess* d = cluster_->StartOwnDaemon(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", node_,
          "--slots", "1", "--state-dir", dir_ + "/daemon-state", "--shutdown-timeout",
          "10s", "--token-file", cluster_->token_file(), "--cred-socket", "none"},
-        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
-    EXPECT_TRUE(d.ok()) << d.status();
-    daemons_.push_back(*std::move(d));
-    return *daemons_.back();
+        {"ELASTRUN_SNAPSHOT_BASE=" + base_});
+    if (d == nullptr) std::abort();  // the expectation failed; nothing to test
+    daemon_pids_.push_back(d->pid());
+    return *d;
   }
 
   // `elastrun submit` of a one-node job of 1 shell worker; its id.
@@ -93,7 +87,7 @@ class DaemonCgroupE2eTest : public ::testing::Test {
 
   std::string own_, dir_, base_, seen_, marker_, node_;
   std::unique_ptr<Cluster> cluster_;
-  std::vector<std::unique_ptr<testing::Subprocess>> daemons_;
+  std::vector<pid_t> daemon_pids_;  // their cgroups are removed at the end
 };
 
 TEST_F(DaemonCgroupE2eTest, RestartedDaemonKillsWhatItsSigkilledPredecessorLeft) {

@@ -44,28 +44,20 @@ class DaemonNodeIdE2eTest : public ::testing::Test {
     marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
     cluster_ = std::make_unique<Cluster>(dir_, marker_);
   }
-  void TearDown() override {
-    for (auto& d : daemons_) {
-      if (d->exit_code()) continue;
-      d->Signal(SIGTERM);
-      EXPECT_TRUE(d->Wait(kDeadline).ok());
-    }
-    cluster_->StopAll();  // the service; checks that nothing is left
-  }
+  void TearDown() override { cluster_->StopAll(); }  // checks that nothing is left
 
   // Starts an elastrund "n1"; every one shares the log folder and snapshot
   // base, as two daemons started with the same flags on one host would.
   testing::Subprocess& StartDaemon() {
-    auto d = testing::Subprocess::Start(
+    testing::Subprocess* d = cluster_->StartOwnDaemon(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
          "--slots", "2", "--state-dir", dir_ + "/state-n1", "--log-dir", dir_ + "/logs",
          "--shutdown-timeout", "10s"},
-        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_,
+        {"ELASTRUN_SNAPSHOT_BASE=" + base_,
          "ELASTRUN_TOKEN_FILE=" + cluster_->token_file(),
          "ELASTRUN_CRED_SOCKET=" + dir_ + "/cred.sock"});
-    EXPECT_TRUE(d.ok()) << d.status();
-    daemons_.push_back(*std::move(d));
-    return *daemons_.back();
+    if (d == nullptr) std::abort();  // the expectation failed; nothing to test
+    return *d;
   }
 
   // `elastrun submit` of a one-node job of 2 shell workers; its id.
@@ -75,7 +67,6 @@ class DaemonNodeIdE2eTest : public ::testing::Test {
 
   std::string dir_, base_, seen_, marker_;
   std::unique_ptr<Cluster> cluster_;
-  std::vector<std::unique_ptr<testing::Subprocess>> daemons_;
 };
 
 TEST_F(DaemonNodeIdE2eTest, SecondDaemonWithTheNodeIdExitsAndTheFirstFinishesItsJob) {

@@ -60,23 +60,16 @@ class DaemonRunAsE2eTest : public ::testing::Test {
     cluster_ = std::make_unique<Cluster>(dir_, marker_);
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
   }
-  void TearDown() override {
-    if (daemon_ && !daemon_->exit_code()) {
-      daemon_->Signal(SIGTERM);
-      EXPECT_TRUE(daemon_->Wait(kDeadline).ok());
-    }
-    cluster_->StopAll();  // the service; checks that nothing is left
-  }
+  void TearDown() override { cluster_->StopAll(); }  // checks that nothing is left
 
   // Starts elastrund "n1" with --state-dir `state_` (logs inside).
   void StartDaemon() {
-    auto d = testing::Subprocess::Start(
+    daemon_ = cluster_->StartOwnDaemon(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
          "--slots", "2", "--state-dir", state_, "--shutdown-timeout", "10s",
          "--token-file", cluster_->token_file(), "--cred-socket", "none"},
-        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_});
-    ASSERT_TRUE(d.ok()) << d.status();
-    daemon_ = *std::move(d);
+        {"ELASTRUN_SNAPSHOT_BASE=" + base_});
+    ASSERT_NE(daemon_, nullptr);
   }
   void StartDaemonAndWait() {
     ASSERT_NO_FATAL_FAILURE(StartDaemon());
@@ -117,7 +110,7 @@ class DaemonRunAsE2eTest : public ::testing::Test {
 
   std::string dir_, base_, state_, marker_;
   std::unique_ptr<Cluster> cluster_;
-  std::unique_ptr<testing::Subprocess> daemon_;
+  testing::Subprocess* daemon_ = nullptr;  // the cluster's
 };
 
 TEST_F(DaemonRunAsE2eTest, StateFolderOfAnotherUserIsRefused) {
@@ -302,16 +295,15 @@ TEST_F(DaemonRunAsE2eTest, NonRootDaemonRunsOnlyItsOwnUsersJobs) {
   ASSERT_EQ(mkdir(home.c_str(), 0700), 0);
   ASSERT_EQ(chown(home.c_str(), kNobody, kNobody), 0);
   state_ = home + "/state";
-  auto d = testing::Subprocess::Start(
+  daemon_ = cluster_->StartOwnDaemon(
       {"/usr/sbin/runuser", "-u", "nobody", "--", BinDir() + "/elastrund", "--rendezvous",
        cluster_->address(), "--node-id", "n1", "--slots", "1", "--state-dir", state_,
        "--shutdown-timeout", "10s", "--cred-socket", "none"},
       // The token file is root's (0600): nobody gets the token itself.
-      {marker_, "ELASTRUN_SNAPSHOT_BASE=" + home,
+      {"ELASTRUN_SNAPSHOT_BASE=" + home,
        "ELASTRUN_TOKEN=" + std::string(absl::StripAsciiWhitespace(
                                testing::ReadFile(cluster_->token_file())))});
-  ASSERT_TRUE(d.ok()) << d.status();
-  daemon_ = *std::move(d);
+  ASSERT_NE(daemon_, nullptr);
   ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 1; }))
       << daemon_->Output();
 

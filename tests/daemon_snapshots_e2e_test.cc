@@ -65,28 +65,21 @@ class DaemonSnapshotsE2eTest : public ::testing::Test {
     cluster_ = std::make_unique<Cluster>(dir_, marker_);
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
   }
-  void TearDown() override {
-    if (daemon_ && !daemon_->exit_code()) {
-      daemon_->Signal(SIGTERM);
-      EXPECT_TRUE(daemon_->Wait(kDeadline).ok());
-    }
-    cluster_->StopAll();  // the service; checks that nothing is left
-  }
+  void TearDown() override { cluster_->StopAll(); }  // checks that nothing is left
 
   // Starts elastrund "n1" with the test's snapshot base; returns once its
   // Watch stream is open. Registered is not enough: the daemon removes its
   // node's leftover snapshot folders after it registers and before it opens
   // the stream.
   void StartDaemon() {
-    auto d = testing::Subprocess::Start(
+    daemon_ = cluster_->StartOwnDaemon(
         {BinDir() + "/elastrund", "--rendezvous", cluster_->address(), "--node-id", "n1",
          "--slots", "2", "--state-dir", dir_ + "/state-n1", "--log-dir", dir_ + "/logs",
          "--shutdown-timeout", "10s"},
-        {marker_, "ELASTRUN_SNAPSHOT_BASE=" + base_,
+        {"ELASTRUN_SNAPSHOT_BASE=" + base_,
          "ELASTRUN_TOKEN_FILE=" + cluster_->token_file(),
          "ELASTRUN_CRED_SOCKET=" + dir_ + "/cred.sock"});
-    ASSERT_TRUE(d.ok()) << d.status();
-    daemon_ = *std::move(d);
+    ASSERT_NE(daemon_, nullptr);
     ASSERT_TRUE(PollUntil([&] { return cluster_->WatchingNodes() == 1; }))
         << daemon_->Output();
   }
@@ -103,7 +96,7 @@ class DaemonSnapshotsE2eTest : public ::testing::Test {
 
   std::string dir_, base_, seen_, root_, marker_;
   std::unique_ptr<Cluster> cluster_;
-  std::unique_ptr<testing::Subprocess> daemon_;
+  testing::Subprocess* daemon_ = nullptr;  // the cluster's
 };
 
 TEST_F(DaemonSnapshotsE2eTest, StartingDaemonRemovesOnlyItsNodesLeftovers) {

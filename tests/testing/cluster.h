@@ -129,8 +129,23 @@ class Cluster {
     daemons_[i] = *std::move(d);
   }
 
-  // SIGTERMs every daemon still running (expecting exit 128+SIGTERM) and the
-  // service, and checks that nothing tagged with the marker is left.
+  // Starts a daemon the test configures itself: `argv` whole (elastrund
+  // with its flags, perhaps behind a prefix such as runuser), `env` besides
+  // the marker. Not one of StartDaemon's numbered nodes; StopAll stops it.
+  // Null, after a failed expectation, when it cannot be started.
+  testing::Subprocess* StartOwnDaemon(const std::vector<std::string>& argv,
+                                      std::vector<std::string> env = {}) {
+    env.push_back(marker_);
+    auto d = testing::Subprocess::Start(argv, env);
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return nullptr;
+    own_daemons_.push_back(*std::move(d));
+    return own_daemons_.back().get();
+  }
+
+  // SIGTERMs every daemon still running (expecting exit 128+SIGTERM from
+  // StartDaemon's) and the service, and checks that nothing tagged with the
+  // marker is left.
   void StopAll() {
     for (auto& d : daemons_) {
       if (d->exit_code()) continue;
@@ -138,6 +153,12 @@ class Cluster {
       absl::StatusOr<int> st = d->Wait(kDeadline);
       EXPECT_TRUE(st.ok()) << st.status();
       EXPECT_EQ(d->exit_code(), 128 + SIGTERM) << d->Output();
+    }
+    for (auto& d : own_daemons_) {
+      if (d->exit_code()) continue;
+      d->Signal(SIGTERM);
+      absl::StatusOr<int> st = d->Wait(kDeadline);
+      EXPECT_TRUE(st.ok()) << st.status();
     }
     if (service_ && !service_->exit_code()) {
       service_->Signal(SIGTERM);
@@ -315,6 +336,7 @@ class Cluster {
   std::string token_, token_file_, address_;
   std::unique_ptr<testing::Subprocess> service_;
   std::vector<std::unique_ptr<testing::Subprocess>> daemons_;
+  std::vector<std::unique_ptr<testing::Subprocess>> own_daemons_;
   std::unique_ptr<v1::Jobs::Stub> jobs_;
 };
 
