@@ -23,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/cgroup.h"
+#include "tests/testing/cgroups.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
@@ -44,13 +45,12 @@ std::string Trimmed(const std::string& text) {
 class DaemonCgroupE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto probe =
-        launcher::LauncherCgroup::Create(absl::StrCat("test-probe-", getpid()), false);
-    if (!probe.ok()) {
-      GTEST_SKIP() << "cgroup v2 is not usable here (" << probe.status().message()
-                   << "); elastrund falls back to process groups";
+    absl::StatusOr<std::string> own = testing::UsableOwnCgroup();
+    if (!own.ok()) {
+      GTEST_SKIP() << own.status().message()
+                   << "; elastrund falls back to process groups";
     }
-    own_ = *launcher::FindOwnCgroup();
+    own_ = *own;
     dir_ = testing::MakeTempDir("daemon_cgroup_e2e");
     base_ = dir_ + "/base";
     seen_ = dir_ + "/seen";

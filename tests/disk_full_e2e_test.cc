@@ -110,7 +110,8 @@ TEST(DiskFullE2eTest, JobStateBeforeLogsReadOnlyStartAndEveryLineOnceAfter) {
                     cluster.address(), "--retry-for", "0", "--", "/bin/true"},
                    {"ELASTRUN_TOKEN_FILE=" + cluster.token_file(), marker});
   ASSERT_TRUE(refused.ok()) << refused.status();
-  EXPECT_NE(refused->exit_code, 0);
+  EXPECT_EQ(refused->exit_code, 3)
+      << refused->output;  // as for a service away: retry later
   EXPECT_TRUE(absl::StrContains(refused->output, "disk full")) << refused->output;
   EXPECT_FALSE(absl::StrContains(refused->output, "cannot reach")) << refused->output;
 

@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/cgroup.h"
+#include "tests/testing/cgroups.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -44,13 +45,12 @@ std::string Trimmed(const std::string& text) {
 class RunCgroupTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto probe =
-        launcher::LauncherCgroup::Create(absl::StrCat("test-probe-", getpid()), false);
-    if (!probe.ok()) {
-      GTEST_SKIP() << "cgroup v2 is not usable here (" << probe.status().message()
-                   << "); elastrun run falls back to process groups";
+    absl::StatusOr<std::string> own = testing::UsableOwnCgroup();
+    if (!own.ok()) {
+      GTEST_SKIP() << own.status().message()
+                   << "; elastrun run falls back to process groups";
     }
-    own_ = *launcher::FindOwnCgroup();
+    own_ = *own;
     seen_ = testing::MakeTempDir("seen");
     logs_ = testing::MakeTempDir("logs");
     marker_ = absl::StrCat("ELASTRUN_TEST_MARKER=", seen_);

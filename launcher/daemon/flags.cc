@@ -30,7 +30,9 @@ The state folder (--state-dir) is the daemon's own: made 0700 (0711 for a
 root daemon, so that workers of other users reach their folders in it); an
 existing one that is a symlink, belongs to another user or is writable by
 others, or lies inside a folder others own or may write to (not sticky), is
-refused (exit 1). Worker logs and the agent socket live in it;
+refused (exit 1). Worker logs and the agent socket live in it, and
+log-spill: worker lines the service cannot take yet (away, or its disk
+full) beyond a 1 MiB buffer, up to 256 MiB, sent in order once it can;
 new log folders and files are never reused or written through a link.
 A root daemon runs a job's workers as the job's owner (uid, gid, the user's
 groups, HOME/USER/LOGNAME), in the job's working folder; a non-root daemon
