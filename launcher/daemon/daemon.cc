@@ -143,6 +143,20 @@ void Daemon::HandleJoin(const v1::JoinRoundCommand& join) {
   r.set_master_port(port);
   r.set_local_world_size(join.spec().nproc_per_node());
   if (options_.group_rank >= 0) r.set_group_rank(options_.group_rank);
+  lanes_.Post(job, [this, r] { CallJoinRound(r); });
+}
+
+void Daemon::CallJoinRound(const v1::JoinRoundRequest& r) {
+  const std::string& job = r.job_id();
+  {
+    absl::MutexLock lock(&mu_);
+    // Stopped meanwhile (EndJob, a newer round, Shutdown): nothing to join.
+    auto it = jobs_.find(job);
+    if (shutting_down_ || it == jobs_.end() || it->second.joined_round != r.round() ||
+        it->second.joined_nproc == 0) {
+      return;
+    }
+  }
   // A short retry for a slow or briefly unreachable service; when the
   // stream itself broke, the re-attached stream re-sends the command.
   absl::StatusOr<v1::JoinRoundResponse> resp = client_->JoinRound(r);
@@ -158,17 +172,19 @@ void Daemon::HandleJoin(const v1::JoinRoundCommand& join) {
     resp = client_->JoinRound(r);
   }
   if (!resp.ok()) {
-    LOG(WARNING) << "JoinRound job " << job << " round " << join.round() << ": "
+    LOG(WARNING) << "JoinRound job " << job << " round " << r.round() << ": "
                  << resp.status();
     absl::MutexLock lock(&mu_);
-    if (auto it = jobs_.find(job); it != jobs_.end() && it->second.joined_round == join.round()) {
+    if (auto it = jobs_.find(job);
+        it != jobs_.end() && it->second.joined_round == r.round()) {
       it->second.joined_nproc = 0;  // not joined: the slots are free again
       MaybeForgetLocked(job);
     }
     return;
   }
   LOG(INFO) << "joined job " << job << " round " << resp->round()
-            << (resp->spare() ? " as a spare" : "") << " (port " << port << ")";
+            << (resp->spare() ? " as a spare" : "") << " (port " << r.master_port()
+            << ")";
 }
 
 void Daemon::HandleStart(const v1::StartAttempt& start) {
@@ -228,7 +244,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
     }
   }
   if (stop_id != 0) runner_->Stop(stop_id, SIGTERM);
-  if (refused) FlushReports();
+  if (refused) SendReports();
   StartOnRunner(std::move(launches));
 }
 
@@ -389,7 +405,7 @@ void Daemon::StartOnRunner(std::vector<Launched> launches) {
     // Stopped (Shutdown, a stop command) while it was being handed over.
     if (stop_signal != 0) runner_->Stop(id, stop_signal);
   }
-  FlushReports();  // a launch that failed queued its report
+  SendReports();  // a launch that failed queued its report
 }
 
 void Daemon::HandleStop(const std::string& job_id, std::optional<int64_t> round) {
@@ -476,6 +492,8 @@ void Daemon::Shutdown(int sig) {
   CallJobsDone();
   for (uint64_t id : stop_ids) runner_->Stop(id, sig);
 }
+
+bool Daemon::WaitCallsDone(absl::Duration timeout) { return lanes_.WaitIdle(timeout); }
 
 bool Daemon::WaitIdle(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);

@@ -32,7 +32,12 @@
 // When an attempt ends on its own it is reported once: the first worker
 // failure (exit code or signal, plus the worker's error file), or success
 // when every worker exited 0. Reports the service could not take (it is
-// away) are kept and re-sent by FlushReports after the next registration.
+// away) are kept and re-sent by SendReports after the next registration.
+//
+// Service calls never run on the caller's thread: JoinRound goes on its
+// job's lane (lanes.h), ReportExit on the reports lane, so that a slow or
+// unreachable service holds up neither the Watch stream's commands of other
+// jobs nor the ends of other attempts.
 //
 // Thread-safety: every public method is thread-safe. No RPC, runner call or
 // callback runs while mu_ is held.
@@ -52,12 +57,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "elastrun/v1/rendezvous.pb.h"
 #include "common/clock.h"
 #include "common/progress.h"
+#include "elastrun/v1/rendezvous.pb.h"
 #include "launcher/agent/agent.h"
 #include "launcher/daemon/client.h"
 #include "launcher/daemon/job_snapshots.h"
+#include "launcher/daemon/lanes.h"
 #include "launcher/daemon/metrics.h"
 #include "launcher/daemon/worker_user.h"
 
@@ -142,9 +148,9 @@ class Daemon {
   // `client` and `runner` are not owned and must outlive the Daemon.
   Daemon(DaemonOptions options, RendezvousClient* client, AttemptRunner* runner);
 
-  // Handles one Watch command (see the file comment). May call JoinRound
-  // and start or stop an attempt; returns once the command is acted on (an
-  // attempt's end is not awaited).
+  // Handles one Watch command (see the file comment): starts or stops an
+  // attempt, and queues the JoinRound call on the job's lane; returns
+  // without waiting for the service or for an attempt's end.
   void OnCommand(const v1::Command& command);
 
   // Attempts this node runs now, every job's, for RegisterNode: the service
@@ -171,10 +177,15 @@ class Daemon {
   // attempt here is answered FailedPrecondition at once.
   void OnBarrier(const BarrierArrival& arrival, std::function<void(const absl::Status&)> reply);
 
-  // Sends the reports kept while the service was away, in order. A report
-  // refused for good (stale round, finished job) is dropped; one that fails
-  // with UNAVAILABLE or a deadline is kept for the next call.
-  void FlushReports();
+  // Sends the reports kept while the service was away, in order, on the
+  // reports lane; returns at once. A report refused for good (stale round,
+  // finished job) is dropped; one that fails with UNAVAILABLE or a deadline
+  // is kept for the next call.
+  void SendReports();
+
+  // Waits until no service call of the Daemon's is queued or in flight, at
+  // most `timeout`; returns whether none is (for tests).
+  bool WaitCallsDone(absl::Duration timeout);
 
   // Stops every running attempt with `sig`, and starts no other one.
   // Their ends are not reported: the service learns of the node's loss from its
@@ -226,6 +237,11 @@ class Daemon {
   };
 
   void HandleJoin(const v1::JoinRoundCommand& join);
+  // JoinRound `r` (a short retry while the service is briefly away), on
+  // the job's lane; a join that fails for good frees its slots.
+  void CallJoinRound(const v1::JoinRoundRequest& r);
+  // Sends the queued reports in order (SendReports' lane).
+  void SendReportsNow();
   void HandleStart(const v1::StartAttempt& start);
   void HandleStop(const std::string& job_id, std::optional<int64_t> round);
   // Builds attempt `start`, its workers run as `user` (ResolveWorkerUser,
@@ -283,7 +299,8 @@ class Daemon {
   // MASTER_PORTs offered lately: their sockets may linger, so skip them.
   std::deque<int> recent_ports_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::ReportExitRequest> reports_ ABSL_GUARDED_BY(mu_);
-  bool flushing_ ABSL_GUARDED_BY(mu_) = false;
+  // A SendReportsNow is queued on the reports lane and has not begun.
+  bool send_queued_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   JobSnapshots snapshots_ ABSL_GUARDED_BY(mu_);
   // Jobs that ended here, whose folder goes when their attempt has ended.
@@ -297,6 +314,9 @@ class Daemon {
   // When each job's workers last failed here, until its next attempt
   // starts (the restart latency metric).
   std::map<std::string, absl::Time> failed_at_ ABSL_GUARDED_BY(mu_);
+  // The service calls, off the callers' threads. Last: destroyed first, so
+  // its queued calls finish while the rest of the Daemon is still there.
+  Lanes lanes_;
 };
 
 }  // namespace elastrun::launcher

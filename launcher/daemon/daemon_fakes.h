@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "launcher/daemon/client.h"
 #include "launcher/daemon/daemon.h"
@@ -31,6 +32,7 @@ class FakeClient : public RendezvousClient {
   absl::Status Heartbeat(const v1::HeartbeatRequest&) override { return absl::OkStatus(); }
   absl::StatusOr<v1::JoinRoundResponse> JoinRound(
       const v1::JoinRoundRequest& request) override {
+    HoldIfAsked(request.job_id());
     absl::MutexLock lock(&mu_);
     joins.push_back(request);
     v1::JoinRoundResponse resp;
@@ -38,6 +40,7 @@ class FakeClient : public RendezvousClient {
     return resp;
   }
   absl::Status ReportExit(const v1::ReportExitRequest& request) override {
+    HoldIfAsked(request.job_id());
     absl::MutexLock lock(&mu_);
     if (!report_status.ok()) return report_status;
     reports.push_back(request);
@@ -61,6 +64,16 @@ class FakeClient : public RendezvousClient {
   }
   std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override { return nullptr; }
 
+  // Makes JoinRound and ReportExit calls of `job` wait until Release(): a
+  // slow service for that job only. `held` is notified at the first such
+  // call.
+  void Hold(const std::string& job) {
+    absl::MutexLock lock(&mu_);
+    held_job_ = job;
+  }
+  void Release() { release_.Notify(); }
+  absl::Notification held;
+
   absl::Mutex mu_;
   std::vector<v1::RegisterNodeRequest> registers;
   std::vector<v1::JoinRoundRequest> joins;
@@ -71,6 +84,18 @@ class FakeClient : public RendezvousClient {
   absl::Status barrier_status;
   absl::Status report_status;
   absl::Status push_status;
+
+ private:
+  void HoldIfAsked(const std::string& job) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (held_job_.empty() || job != held_job_) return;
+      if (!held.HasBeenNotified()) held.Notify();
+    }
+    release_.WaitForNotification();
+  }
+  std::string held_job_;
+  absl::Notification release_;
 };
 
 // Models a runner of several attempts at once: each Start adds an active
@@ -97,6 +122,7 @@ class FakeRunner : public AttemptRunner {
       if (s.id == id) {
         auto done = s.done;  // `started` may grow inside done
         done(outcome);
+        if (after_finish) after_finish();
         return;
       }
     }
@@ -113,10 +139,18 @@ class FakeRunner : public AttemptRunner {
     return out;
   }
 
+  // Called after each Finish (e.g. to wait for the reports it sends).
+  std::function<void()> after_finish;
   std::set<uint64_t> active;
   std::vector<Started> started;
   std::vector<std::pair<uint64_t, int>> stops;
 };
+
+// Waits until the Daemon's service calls (joins, reports) were made: they
+// run on its lanes, off the caller's thread.
+inline void Settle(Daemon& daemon) {
+  ASSERT_TRUE(daemon.WaitCallsDone(absl::Seconds(60))) << "service calls still in flight";
+}
 
 inline AttemptOutcome Succeeded() {
   AttemptOutcome o;

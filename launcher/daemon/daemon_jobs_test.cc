@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -67,12 +68,19 @@ class DaemonJobsTest : public ::testing::Test {
       relay_->SetAttempt(job, round);
     };
     daemon_ = std::make_unique<Daemon>(o, &client_, &runner_);
+    runner_.after_finish = [this] { Settle(*daemon_); };
+  }
+
+  // One Watch command, then its service calls.
+  void Do(const v1::Command& command) {
+    daemon_->OnCommand(command);
+    Settle(*daemon_);
   }
 
   // Joins and starts one-worker job `job` at `round`; returns its attempt id.
   uint64_t Run(const std::string& job, int64_t round) {
-    daemon_->OnCommand(Join(job, round, 1));
-    daemon_->OnCommand(Start(job, round, 1));
+    Do(Join(job, round, 1));
+    Do(Start(job, round, 1));
     EXPECT_FALSE(runner_.started.empty());
     return runner_.started.empty() ? 0 : runner_.started.back().id;
   }
@@ -134,12 +142,12 @@ TEST_F(DaemonJobsTest, AFailureOfOneJobDoesNotStopTheOther) {
 TEST_F(DaemonJobsTest, StopAndEndJobOfOneJobLeaveTheOtherRunning) {
   const uint64_t a = Run("job-a", 0);
   const uint64_t b = Run("job-b", 0);
-  daemon_->OnCommand(Stop("job-a", 0));
+  Do(Stop("job-a", 0));
   EXPECT_THAT(runner_.stopped_ids(), ElementsAre(a));
   runner_.Finish(a, Stopped());
   EXPECT_THAT(client_.reports, IsEmpty());
   const uint64_t a1 = Run("job-a", 1);
-  daemon_->OnCommand(End("job-a"));
+  Do(End("job-a"));
   EXPECT_THAT(runner_.stopped_ids(), ElementsAre(a, a1));
   runner_.Finish(a1, Stopped());
   EXPECT_THAT(client_.reports, IsEmpty());
@@ -152,11 +160,11 @@ TEST_F(DaemonJobsTest, StopAndEndJobOfOneJobLeaveTheOtherRunning) {
 TEST_F(DaemonJobsTest, AJobBeyondTheSlotsIsNotJoinedNorStarted) {
   const uint64_t a = Run("job-a", 0);
   const uint64_t b = Run("job-b", 0);
-  daemon_->OnCommand(Join("job-c", 0, 1));
+  Do(Join("job-c", 0, 1));
   EXPECT_EQ(client_.joins.size(), 2u) << "job-c was joined on a full node";
   // A StartAttempt anyway (the service erred): refused, reported as a
   // failure of its round that names the jobs holding the slots.
-  daemon_->OnCommand(Start("job-c", 0, 1));
+  Do(Start("job-c", 0, 1));
   EXPECT_EQ(runner_.started.size(), 2u);
   ASSERT_EQ(client_.reports.size(), 1u);
   EXPECT_EQ(client_.reports[0].job_id(), "job-c");
@@ -166,32 +174,32 @@ TEST_F(DaemonJobsTest, AJobBeyondTheSlotsIsNotJoinedNorStarted) {
   EXPECT_THAT(runner_.active, UnorderedElementsAre(a, b));
   // Once job-b ended, job-c fits.
   runner_.Finish(b, Succeeded());
-  daemon_->OnCommand(End("job-b"));
+  Do(End("job-b"));
   Run("job-c", 1);
   EXPECT_THAT(RunningNow(), UnorderedElementsAre(JobRound("job-a", 0), JobRound("job-c", 1)));
 }
 
 TEST_F(DaemonJobsTest, JoinsHoldSlotsUntilTheirAttemptStarts) {
-  daemon_->OnCommand(Join("job-a", 0, 1));
-  daemon_->OnCommand(Join("job-b", 0, 1));
-  daemon_->OnCommand(Join("job-c", 0, 1));  // a and b hold both slots
+  Do(Join("job-a", 0, 1));
+  Do(Join("job-b", 0, 1));
+  Do(Join("job-c", 0, 1));  // a and b hold both slots
   ASSERT_EQ(client_.joins.size(), 2u);
   EXPECT_EQ(client_.joins[1].job_id(), "job-b");
   // A lost EndJob must not hold slots for good: re-registering frees them
   // (the service re-sends the joins it still wants).
   daemon_->ForgetJoins();
-  daemon_->OnCommand(Join("job-c", 0, 1));
+  Do(Join("job-c", 0, 1));
   EXPECT_EQ(client_.joins.size(), 3u);
 }
 
 TEST_F(DaemonJobsTest, AStartWaitsForAnotherJobsAttemptBeingStopped) {
-  daemon_->OnCommand(Start("job-a", 0, 2));  // both slots
+  Do(Start("job-a", 0, 2));  // both slots
   const uint64_t a = runner_.started.back().id;
-  daemon_->OnCommand(End("job-a"));
+  Do(End("job-a"));
   // Its workers still wind down, but the service already placed job-b.
-  daemon_->OnCommand(Join("job-b", 0, 2));
+  Do(Join("job-b", 0, 2));
   EXPECT_EQ(client_.joins.size(), 1u);
-  daemon_->OnCommand(Start("job-b", 0, 2));
+  Do(Start("job-b", 0, 2));
   EXPECT_EQ(runner_.started.size(), 1u) << "started while job-a still holds the slots";
   runner_.Finish(a, Stopped());
   ASSERT_EQ(runner_.started.size(), 2u);
@@ -281,6 +289,63 @@ TEST_F(DaemonJobsTest, BarriersMeetPerJobAndAnUnknownJobIsRefused) {
   EXPECT_THAT(called, UnorderedElementsAre(JobRound("job-a", 0), JobRound("job-b", 5)));
   absl::MutexLock answers_lock(&mu);
   EXPECT_TRUE(answers["job-a"].ok() && answers["job-b"].ok());
+}
+
+// The service is slow to answer one job's JoinRound (its disk slow, a lock
+// held): the Watch stream's next command, another job's, is acted on
+// meanwhile. The call was made on the command thread, and every job of the
+// node waited for it (up to 3 tries of 5 s each).
+TEST_F(DaemonJobsTest, ASlowJoinRoundHoldsUpNoOtherJob) {
+  client_.Hold("job-slow");
+  absl::Notification other_started;
+  // The Watch stream's thread: one command after the other, as the session
+  // feeds them.
+  std::thread watch([&] {
+    daemon_->OnCommand(Join("job-slow", 0, 1));
+    daemon_->OnCommand(Start("job-other", 0, 1));
+    other_started.Notify();
+  });
+  ASSERT_TRUE(client_.held.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  const bool started = other_started.WaitForNotificationWithTimeout(absl::Seconds(20));
+  client_.Release();
+  watch.join();
+  EXPECT_TRUE(started) << "job-other's StartAttempt waited for job-slow's JoinRound";
+  Settle(*daemon_);
+  ASSERT_EQ(runner_.started.size(), 1u);
+  EXPECT_EQ(runner_.started[0].spec.job_id, "job-other");
+  ASSERT_EQ(client_.joins.size(), 1u);
+  EXPECT_EQ(client_.joins[0].job_id(), "job-slow");
+}
+
+// The service is slow to take one job's exit report: the end of another
+// job's attempt, on the same runner thread, is handled meanwhile and its
+// next round starts. The report was sent on the runner's callback thread,
+// so every attempt's end (and every queued start) waited behind it.
+TEST_F(DaemonJobsTest, ASlowExitReportHoldsUpNoOtherAttemptsEnd) {
+  const uint64_t slow = Run("job-slow", 0);
+  const uint64_t other = Run("job-other", 0);
+  Do(Start("job-other", 1, 1));  // stops round 0, starts when it has ended
+  ASSERT_EQ(runner_.stopped_ids(), std::vector<uint64_t>{other});
+  client_.Hold("job-slow");
+  runner_.after_finish = nullptr;
+  absl::Notification both_ended;
+  // The runner's callback thread: one attempt's end after the other.
+  std::thread callbacks([&] {
+    runner_.Finish(slow, Killed(0, SIGKILL));
+    runner_.Finish(other, Stopped());
+    both_ended.Notify();
+  });
+  ASSERT_TRUE(client_.held.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  const bool ended = both_ended.WaitForNotificationWithTimeout(absl::Seconds(20));
+  client_.Release();
+  callbacks.join();
+  EXPECT_TRUE(ended) << "job-other's attempt end waited for job-slow's ReportExit";
+  Settle(*daemon_);
+  ASSERT_EQ(runner_.started.size(), 3u);
+  EXPECT_EQ(runner_.started[2].spec.job_id, "job-other");
+  ASSERT_EQ(client_.reports.size(), 1u);
+  EXPECT_EQ(client_.reports[0].job_id(), "job-slow");
+  EXPECT_EQ(client_.reports[0].failure().signal(), SIGKILL);
 }
 
 }  // namespace

@@ -54,21 +54,33 @@ void Daemon::QueueEndReport(const Attempt& a, const AttemptOutcome& outcome) {
   }
 }
 
-void Daemon::FlushReports() {
+namespace {
+// The lane of the exit reports (a job id is never empty).
+constexpr char kReportsLane[] = "";
+}  // namespace
+
+void Daemon::SendReports() {
   {
     absl::MutexLock lock(&mu_);
-    if (flushing_) return;  // the flushing thread sends what was added too
-    flushing_ = true;
+    // One send queued is enough: it takes every report queued by then.
+    if (send_queued_) return;
+    send_queued_ = true;
+  }
+  lanes_.Post(kReportsLane, [this] { SendReportsNow(); });
+}
+
+void Daemon::SendReportsNow() {
+  {
+    absl::MutexLock lock(&mu_);
+    send_queued_ = false;
+    if (reports_.empty()) return;
   }
   if (options_.before_reports) options_.before_reports();
   for (;;) {
     v1::ReportExitRequest r;
     {
       absl::MutexLock lock(&mu_);
-      if (reports_.empty()) {
-        flushing_ = false;
-        return;
-      }
+      if (reports_.empty()) return;
       r = reports_.front();
     }
     absl::Status st = client_->ReportExit(r);
@@ -76,7 +88,6 @@ void Daemon::FlushReports() {
     if (!st.ok() && Retriable(st)) {
       LOG(WARNING) << "ReportExit job " << r.job_id() << " round " << r.round()
                    << " kept for later: " << st;
-      flushing_ = false;
       return;
     }
     if (!st.ok()) {

@@ -54,6 +54,13 @@ class DaemonSnapshotsTest : public ::testing::Test {
     o.slots = 4;
     o.snapshot_base = base_;
     daemon_ = std::make_unique<Daemon>(o, &client_, &runner_);
+    runner_.after_finish = [this] { Settle(*daemon_); };
+  }
+
+  // One Watch command, then its service calls.
+  void Do(const v1::Command& command) {
+    daemon_->OnCommand(command);
+    Settle(*daemon_);
   }
 
   // ELASTRUN_SNAPSHOT of every worker of the n-th attempt started.
@@ -76,7 +83,7 @@ class DaemonSnapshotsTest : public ::testing::Test {
 TEST_F(DaemonSnapshotsTest, OneFolderForEveryRoundRemovedWhenTheJobEndsAndItsAttemptIsOver) {
   const std::string folder = root_ + "/j-1@b";
   const std::string var = "ELASTRUN_SNAPSHOT=" + folder;
-  daemon_->OnCommand(Start("j-1", 0));
+  Do(Start("j-1", 0));
   ASSERT_EQ(runner_.started.size(), 1u);
   EXPECT_THAT(SnapshotEnv(0), ElementsAre(var, var));
   EXPECT_TRUE(IsOwnerOnlyDir(folder));
@@ -85,12 +92,12 @@ TEST_F(DaemonSnapshotsTest, OneFolderForEveryRoundRemovedWhenTheJobEndsAndItsAtt
   // A failure and the next round: the same folder, with what was written.
   runner_.Finish(Killed(2, SIGKILL));
   EXPECT_TRUE(Exists(folder + "/rank2.slot0"));
-  daemon_->OnCommand(Start("j-1", 1));
+  Do(Start("j-1", 1));
   ASSERT_EQ(runner_.started.size(), 2u);
   EXPECT_THAT(SnapshotEnv(1), ElementsAre(var, var));
 
   // The job ends while its workers still stop: the folder waits for them.
-  daemon_->OnCommand(End("j-1"));
+  Do(End("j-1"));
   EXPECT_TRUE(Exists(folder + "/rank2.slot0"));
   runner_.Finish(Stopped());
   EXPECT_FALSE(Exists(folder));
@@ -98,25 +105,25 @@ TEST_F(DaemonSnapshotsTest, OneFolderForEveryRoundRemovedWhenTheJobEndsAndItsAtt
 }
 
 TEST_F(DaemonSnapshotsTest, EachJobHasItsOwnFolderAndOneEndingLeavesTheOthers) {
-  daemon_->OnCommand(Start("j-1", 0, 1));
-  daemon_->OnCommand(Start("j-2", 0, 1));
+  Do(Start("j-1", 0, 1));
+  Do(Start("j-2", 0, 1));
   ASSERT_EQ(runner_.started.size(), 2u);
   EXPECT_THAT(SnapshotEnv(0), ElementsAre("ELASTRUN_SNAPSHOT=" + root_ + "/j-1@b"));
   EXPECT_THAT(SnapshotEnv(1), ElementsAre("ELASTRUN_SNAPSHOT=" + root_ + "/j-2@b"));
   // j-1 succeeded; the service ends it with no attempt left running here.
   runner_.Finish(runner_.started[0].id, Succeeded());
   EXPECT_TRUE(Exists(root_ + "/j-1@b"));  // until the job ends: a round may follow
-  daemon_->OnCommand(End("j-1"));
+  Do(End("j-1"));
   EXPECT_FALSE(Exists(root_ + "/j-1@b"));
   EXPECT_TRUE(IsOwnerOnlyDir(root_ + "/j-2@b"));
   // An EndJob for a job never run here touches nothing.
-  daemon_->OnCommand(End("j-9"));
+  Do(End("j-9"));
   EXPECT_TRUE(IsOwnerOnlyDir(root_ + "/j-2@b"));
 }
 
 TEST_F(DaemonSnapshotsTest, ShutdownRemovesEveryFolderOnceItsAttemptIsOver) {
-  daemon_->OnCommand(Start("j-1", 0, 1));
-  daemon_->OnCommand(Start("j-2", 0, 1));
+  Do(Start("j-1", 0, 1));
+  Do(Start("j-2", 0, 1));
   runner_.Finish(runner_.started[0].id, Killed(0, SIGKILL));  // j-1 between rounds
   daemon_->Shutdown(SIGTERM);
   EXPECT_FALSE(Exists(root_ + "/j-1@b"));
@@ -130,11 +137,11 @@ TEST_F(DaemonSnapshotsTest, PlantedSymlinkIsRefusedAndWorkersRunWithoutTheVariab
   const std::string target = testing::MakeTempDir("daemon_snapshots_target");
   ASSERT_EQ(mkdir(root_.c_str(), 0700), 0);
   ASSERT_EQ(symlink(target.c_str(), (root_ + "/j-1@b").c_str()), 0);
-  daemon_->OnCommand(Start("j-1", 0));
+  Do(Start("j-1", 0));
   ASSERT_EQ(runner_.started.size(), 1u);  // not fatal
   EXPECT_TRUE(SnapshotEnv(0).empty());  // nor the daemon's own inherited one
   EXPECT_TRUE(testing::ListFiles(target).empty());
-  daemon_->OnCommand(End("j-1"));
+  Do(End("j-1"));
   runner_.Finish(Stopped());
   EXPECT_TRUE(Exists(root_ + "/j-1@b")) << "the planted link is not ours to remove";
 }

@@ -42,6 +42,13 @@ class DaemonTest : public ::testing::Test {
     o.slots = 2;
     log_dir_ = o.log_dir;
     daemon_ = std::make_unique<Daemon>(o, &client_, &runner_);
+    runner_.after_finish = [this] { Settle(*daemon_); };
+  }
+
+  // One Watch command, then its service calls.
+  void Do(const v1::Command& command) {
+    daemon_->OnCommand(command);
+    Settle(*daemon_);
   }
 
   FakeClient client_;
@@ -51,7 +58,7 @@ class DaemonTest : public ::testing::Test {
 };
 
 TEST_F(DaemonTest, JoinReservesAPortAndJoins) {
-  daemon_->OnCommand(Join("j-1", 0));
+  Do(Join("j-1", 0));
   ASSERT_EQ(client_.joins.size(), 1u);
   const v1::JoinRoundRequest r = client_.joins[0];  // a copy: the next join grows the vector
   EXPECT_EQ(r.job_id(), "j-1");
@@ -60,14 +67,14 @@ TEST_F(DaemonTest, JoinReservesAPortAndJoins) {
   EXPECT_EQ(r.local_world_size(), 2);
   EXPECT_GT(r.master_port(), 0);
   EXPECT_FALSE(r.has_group_rank());  // any (DaemonOptions::group_rank unset)
-  daemon_->OnCommand(Join("j-1", 1));
+  Do(Join("j-1", 1));
   ASSERT_EQ(client_.joins.size(), 2u);
   EXPECT_NE(client_.joins[1].master_port(), r.master_port()) << "a recent port is reused";
 }
 
 TEST_F(DaemonTest, StartRunsTheAssignmentOnceAndReportsSuccess) {
-  daemon_->OnCommand(Start("j-1", 0));
-  daemon_->OnCommand(Start("j-1", 0));  // a re-sent command: a no-op
+  Do(Start("j-1", 0));
+  Do(Start("j-1", 0));  // a re-sent command: a no-op
   ASSERT_EQ(runner_.started.size(), 1u);
   const AttemptSpec& spec = runner_.started[0].spec;
   ASSERT_EQ(spec.workers.size(), 2u);
@@ -88,7 +95,7 @@ TEST_F(DaemonTest, StartRunsTheAssignmentOnceAndReportsSuccess) {
   EXPECT_EQ(client_.reports[0].round(), 0);
   EXPECT_THAT(daemon_->Running(), IsEmpty());
   // The service re-sends the attempt before it took the report: never twice.
-  daemon_->OnCommand(Start("j-1", 0));
+  Do(Start("j-1", 0));
   EXPECT_EQ(runner_.started.size(), 1u);
 }
 
@@ -120,7 +127,7 @@ TEST(DaemonRanRecordTest, KeepsTheNewestJobsAndRefusesTheirOldRounds) {
 }
 
 TEST_F(DaemonTest, FirstFailureIsReportedWithRankAndSignal) {
-  daemon_->OnCommand(Start("j-1", 0));
+  Do(Start("j-1", 0));
   runner_.Finish(Killed(3, SIGKILL));
   ASSERT_EQ(client_.reports.size(), 1u);
   const v1::WorkerFailure& f = client_.reports[0].failure();
@@ -131,15 +138,15 @@ TEST_F(DaemonTest, FirstFailureIsReportedWithRankAndSignal) {
 }
 
 TEST_F(DaemonTest, StopAttemptStopsWithoutReportThenNextRoundRuns) {
-  daemon_->OnCommand(Start("j-1", 0));
-  daemon_->OnCommand(Stop("j-1", 0));
-  daemon_->OnCommand(Stop("j-1", 0));  // idempotent
+  Do(Start("j-1", 0));
+  Do(Stop("j-1", 0));
+  Do(Stop("j-1", 0));  // idempotent
   ASSERT_EQ(runner_.stops.size(), 1u);
   EXPECT_EQ(runner_.stops[0], std::make_pair(runner_.started[0].id, SIGTERM));
   runner_.Finish(Stopped());
   EXPECT_THAT(client_.reports, IsEmpty());
-  daemon_->OnCommand(Join("j-1", 1));
-  daemon_->OnCommand(Start("j-1", 1));
+  Do(Join("j-1", 1));
+  Do(Start("j-1", 1));
   ASSERT_EQ(runner_.started.size(), 2u);
   EXPECT_THAT(runner_.started[1].spec.workers[0].process.env,
               Contains("TORCHELASTIC_RESTART_COUNT=1"));
@@ -175,12 +182,12 @@ TEST(DaemonIdleTest, NotIdleUntilAnAttemptsEndIsHandled) {
 }
 
 TEST_F(DaemonTest, NewRoundWhileOldStillRunsStopsItThenStarts) {
-  daemon_->OnCommand(Start("j-1", 0));
+  Do(Start("j-1", 0));
   // The StopAttempt was lost (service restart): the join of round 1 stops
   // round 0, and round 1 starts only once round 0 has ended.
-  daemon_->OnCommand(Join("j-1", 1));
+  Do(Join("j-1", 1));
   EXPECT_EQ(runner_.stops.size(), 1u);
-  daemon_->OnCommand(Start("j-1", 1));
+  Do(Start("j-1", 1));
   EXPECT_EQ(runner_.started.size(), 1u);
   runner_.Finish(Stopped());
   ASSERT_EQ(runner_.started.size(), 2u);
@@ -198,47 +205,49 @@ MATCHER_P2(EndedAttempt, job, round, "") {
 // (a full disk): the node keeps the report it could not deliver, lists the
 // round as ended when it registers again, and sends it until it is taken.
 TEST_F(DaemonTest, EndJobStopsTheJobAndKeepsItsUndeliveredReports) {
-  daemon_->OnCommand(Start("j-1", 0));
+  Do(Start("j-1", 0));
   client_.report_status = absl::UnavailableError("disk full");
   runner_.Finish(Killed(2, SIGABRT));
   EXPECT_EQ(daemon_->pending_reports(), 1u);
-  daemon_->OnCommand(Start("j-1", 1));
-  daemon_->OnCommand(End("j-1"));
+  Do(Start("j-1", 1));
+  Do(End("j-1"));
   EXPECT_EQ(daemon_->pending_reports(), 1u);
   EXPECT_EQ(runner_.stops.size(), 1u);
   EXPECT_THAT(daemon_->Running(), ElementsAre(EndedAttempt("j-1", 0)));
   client_.report_status = absl::OkStatus();
-  daemon_->FlushReports();
+  daemon_->SendReports();
+  Settle(*daemon_);
   EXPECT_EQ(daemon_->pending_reports(), 0u);
   runner_.Finish(Stopped());
   // Another job runs on the free node.
-  daemon_->OnCommand(Start("j-2", 0));
+  Do(Start("j-2", 0));
   EXPECT_EQ(runner_.started.size(), 3u);
   runner_.Finish(Succeeded());
   // The service may place the node on the first job again, in a new round.
   client_.report_status = absl::OkStatus();
-  daemon_->OnCommand(Join("j-1", 5));
+  Do(Join("j-1", 5));
   EXPECT_EQ(client_.joins.size(), 1u);
 }
 
 TEST_F(DaemonTest, BusyNodeDoesNotJoinAnotherJob) {
-  daemon_->OnCommand(Start("j-1", 0));
-  daemon_->OnCommand(Join("j-2", 0));
+  Do(Start("j-1", 0));
+  Do(Join("j-2", 0));
   EXPECT_THAT(client_.joins, IsEmpty());
   EXPECT_THAT(runner_.stops, IsEmpty());
 }
 
 TEST_F(DaemonTest, ReportsAreKeptWhileTheServiceIsAway) {
-  daemon_->OnCommand(Start("j-1", 0));
+  Do(Start("j-1", 0));
   client_.report_status = absl::UnavailableError("away");
   runner_.Finish(Succeeded());
   EXPECT_EQ(daemon_->pending_reports(), 1u);
   client_.report_status = absl::OkStatus();
-  daemon_->FlushReports();
+  daemon_->SendReports();
+  Settle(*daemon_);
   EXPECT_EQ(daemon_->pending_reports(), 0u);
   ASSERT_EQ(client_.reports.size(), 1u);
   // Refused for good (a stale round): dropped, not retried forever.
-  daemon_->OnCommand(Start("j-1", 1));
+  Do(Start("j-1", 1));
   client_.report_status = absl::FailedPreconditionError("stale");
   runner_.Finish(Killed(2, SIGSEGV));
   EXPECT_EQ(daemon_->pending_reports(), 0u);
@@ -248,19 +257,20 @@ TEST_F(DaemonTest, ReportsAreKeptWhileTheServiceIsAway) {
 // holds: an attempt whose end is not reported yet counts (marked ended), so
 // the service waits for the report instead of taking the node as lost.
 TEST_F(DaemonTest, RunningListsAnEndedAttemptWhoseReportIsQueued) {
-  daemon_->OnCommand(Start("j-1", 0));
+  Do(Start("j-1", 0));
   ASSERT_EQ(daemon_->Running().size(), 1u);
   EXPECT_FALSE(daemon_->Running()[0].ended());
   client_.report_status = absl::UnavailableError("away");
   runner_.Finish(Succeeded());
   EXPECT_THAT(daemon_->Running(), ElementsAre(EndedAttempt("j-1", 0)));
   client_.report_status = absl::OkStatus();
-  daemon_->FlushReports();
+  daemon_->SendReports();
+  Settle(*daemon_);
   EXPECT_THAT(daemon_->Running(), IsEmpty());
 }
 
 TEST_F(DaemonTest, ShutdownStopsWithTheSignalAndStartsNothing) {
-  daemon_->OnCommand(Start("j-1", 0));
+  Do(Start("j-1", 0));
   daemon_->Shutdown(SIGINT);
   ASSERT_EQ(runner_.stops.size(), 1u);
   EXPECT_EQ(runner_.stops[0].second, SIGINT);
@@ -268,7 +278,7 @@ TEST_F(DaemonTest, ShutdownStopsWithTheSignalAndStartsNothing) {
   runner_.Finish(Stopped());
   EXPECT_TRUE(daemon_->WaitIdle(absl::ZeroDuration()));
   EXPECT_THAT(client_.reports, IsEmpty());
-  daemon_->OnCommand(Start("j-1", 1));
+  Do(Start("j-1", 1));
   EXPECT_EQ(runner_.started.size(), 1u);
 }
 
@@ -279,6 +289,7 @@ TEST_F(DaemonTest, LogFolderThatCannotBeMadeIsReportedAsAFailure) {
   o.slots = 2;
   Daemon d(o, &client_, &runner_);
   d.OnCommand(Start("j-1", 0));
+  Settle(d);
   EXPECT_THAT(runner_.started, IsEmpty());
   ASSERT_EQ(client_.reports.size(), 1u);
   EXPECT_EQ(client_.reports[0].failure().exit_code(), 127);
@@ -295,7 +306,7 @@ TEST_F(DaemonTest, AttemptRunsInTheJobsFolderAsItsOwnerWithFreshLogs) {
     spec->mutable_owner()->set_uid(65534);
     spec->mutable_owner()->set_gid(65534);
   }
-  daemon_->OnCommand(c);
+  Do(c);
   ASSERT_EQ(runner_.started.size(), 1u) << client_.reports.size();
   const AttemptSpec& a = runner_.started[0].spec;
   EXPECT_TRUE(a.new_log_files);
@@ -316,7 +327,7 @@ TEST_F(DaemonTest, AttemptRunsInTheJobsFolderAsItsOwnerWithFreshLogs) {
 TEST_F(DaemonTest, AttemptOfAnUnknownOwnerOrMissingFolderCannotStart) {
   v1::Command c = Start("j-1", 0);
   c.mutable_start()->mutable_spec()->set_working_dir("/nonexistent/project");
-  daemon_->OnCommand(c);
+  Do(c);
   EXPECT_THAT(runner_.started, IsEmpty());
   ASSERT_EQ(client_.reports.size(), 1u);
   EXPECT_THAT(

@@ -172,7 +172,7 @@ DaemonSession::StreamEnd DaemonSession::Serve(absl::Duration interval,
     HeartbeatLoop(generation, interval, lease);
   });
   // Reports kept while the service was away, now that it knows us again.
-  daemon_->FlushReports();
+  daemon_->SendReports();
   const absl::Time opened = absl::Now();
   v1::Command command;
   while (stream->Read(&command)) daemon_->OnCommand(command);
