@@ -1,4 +1,3 @@
-#include "common/host.h"
 #include "launcher/cli/run_multinode.h"
 
 #include <signal.h>
@@ -10,10 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
-#include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,12 +17,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/files.h"
+#include "common/host.h"
 #include "common/strings.h"
-#include "common/worker_env.h"
 #include "glog/logging.h"
 #include "grpc/support/log.h"
 #include "launcher/agent/agent.h"
@@ -40,6 +35,7 @@
 #include "launcher/daemon/barrier.h"
 #include "launcher/daemon/client.h"
 #include "launcher/daemon/daemon.h"
+#include "launcher/daemon/node_runtime.h"
 #include "launcher/daemon/route.h"
 #include "launcher/daemon/runner.h"
 #include "launcher/daemon/session.h"
@@ -104,11 +100,6 @@ absl::StatusOr<NodeSetup> PrepareNode(const RunOptions& o) {
   return n;
 }
 
-std::string RandomIncarnation() {
-  std::random_device rd;
-  return absl::StrFormat("%08x%08x", rd(), rd());
-}
-
 // After the job ended, the host serves until every other node has seen
 // the end and left (their streams closed), or `timeout`: leaving first
 // would make them report the host lost.
@@ -136,21 +127,9 @@ DaemonOptions MakeDaemonOptions(const RunOptions& o, const NodeSetup& n,
   d.agent_socket = agent_socket;
   d.slots = n.nproc;
   if (o.rdzv_backend == "static") d.group_rank = o.node_rank;
-  for (char** e = environ; *e != nullptr; ++e) {
-    // The rendezvous token is elastrun's, not the workers'.
-    const std::string_view var = *e;
-    if (!env::IsLauncherSetting(var.substr(0, var.find('='))))
-      d.base_env.emplace_back(*e);
-  }
+  d.base_env = WorkerEnvironment(environ);
   d.snapshot_base = o.no_snapshots ? "" : DefaultSnapshotBase();
-  d.on_barrier = [barriers](const std::string& job, int64_t round,
-                            const BarrierArrival& a,
-                            std::function<void(const absl::Status&)> reply) {
-    barriers->OnArrival(job, round, a, std::move(reply));
-  };
-  d.on_attempt_start = [barriers](const std::string& job, int64_t round) {
-    barriers->SetAttempt(job, round);
-  };
+  RelayBarriers(barriers, &d);
   return d;
 }
 
@@ -189,29 +168,20 @@ int ServeNode(const RunOptions& o, const NodeSetup& n,
   AgentRunner agent_runner(agent);
   LocalAttemptRunner runner(o, &agent_runner);
   BarrierRelay barriers(client, n.node_id);
-  Daemon daemon(
-      MakeDaemonOptions(o, n, absl::StrCat(n.run_dir, "/agent.sock"), &barriers), client,
-      &runner);
-  router->store(&daemon);
-  DaemonSession session(session_options, client, &daemon);
-  absl::Status session_status;
-  std::thread session_thread([&] {
-    session_status = session.Run();
-    if (!session_status.ok()) stop->Request(-1);
-  });
+  NodeRuntime node(
+      MakeDaemonOptions(o, n, absl::StrCat(n.run_dir, "/agent.sock"), &barriers),
+      session_options, client, &runner, router, stop);
   int exit_code = RunMonitor(o, jobs, stop, job_id, n.run_dir, n.hosting).Run(finished);
   if (exit_code < 0) {
-    Say(absl::StrCat("the rendezvous refused this node: ", session_status.message()));
+    Say(absl::StrCat("the rendezvous refused this node: ",
+                     node.session_status().message()));
     exit_code = 1;
   }
-  daemon.Shutdown(exit_code > 128 ? exit_code - 128 : SIGTERM);
-  session.Stop();
-  session_thread.join();
-  if (!daemon.WaitIdle(o.shutdown_timeout + absl::Seconds(10))) {
+  if (!node.Leave(exit_code > 128 ? exit_code - 128 : SIGTERM,
+                  o.shutdown_timeout + absl::Seconds(10))) {
     Say("workers did not end in time; exiting anyway");
     std::_Exit(exit_code);
   }
-  router->store(nullptr);
   return exit_code;
 }
 
@@ -320,7 +290,7 @@ int RunMultinode(const RunOptions& o) {
   std::unique_ptr<RendezvousClient> client = NewGrpcRendezvousClient(client_options);
   SessionOptions session_options;
   session_options.node_id = n.node_id;
-  session_options.incarnation = RandomIncarnation();
+  session_options.incarnation = NewIncarnation();
   session_options.addr = n.advertise;
   session_options.slots = n.nproc;
   // The host may start after this node: look for it often.

@@ -1,12 +1,14 @@
 // Fakes for the Daemon's tests: a service client that records every call
-// and answers as the test sets, and a runner whose attempts end when the
-// test says. Test-only.
+// and answers as the test sets, one whose Watch streams the test feeds,
+// and runners whose attempts end when the test says. Test-only.
 #ifndef ELASTRUN_LAUNCHER_DAEMON_DAEMON_FAKES_H_
 #define ELASTRUN_LAUNCHER_DAEMON_DAEMON_FAKES_H_
 
 #include <signal.h>
 
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -18,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "launcher/daemon/client.h"
 #include "launcher/daemon/daemon.h"
+#include "rendezvous/codec.h"
 
 namespace elastrun::launcher {
 
@@ -151,6 +154,188 @@ class FakeRunner : public AttemptRunner {
 inline void Settle(Daemon& daemon) {
   ASSERT_TRUE(daemon.WaitCallsDone(absl::Seconds(60))) << "service calls still in flight";
 }
+
+// How long the fakes below wait for an event.
+constexpr absl::Duration kFakeWait = absl::Seconds(20);
+
+// A Watch stream the test feeds.
+class FakeStream : public WatchStream {
+ public:
+  bool Read(v1::Command* command) override {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !queue_.empty() || ended_;
+    };
+    mu_.Await(absl::Condition(&ready));
+    if (queue_.empty()) return false;
+    *command = queue_.front();
+    queue_.pop_front();
+    return true;
+  }
+  void Cancel() override { End(absl::CancelledError("cancelled")); }
+  absl::Status Finish() override {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  void Push(v1::Command c) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(c));
+  }
+  void End(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return;
+    ended_ = true;
+    status_ = std::move(status);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<v1::Command> queue_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeService : public RendezvousClient {
+ public:
+  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
+      const v1::RegisterNodeRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    registers_.push_back(request);
+    if (!register_status_.ok()) return register_status_;
+    v1::RegisterNodeResponse resp;
+    *resp.mutable_heartbeat_interval() = rendezvous::ToProto(absl::Milliseconds(5));
+    *resp.mutable_lease_timeout() = rendezvous::ToProto(absl::Seconds(3));
+    return resp;
+  }
+  absl::Status Heartbeat(const v1::HeartbeatRequest&) override {
+    absl::MutexLock lock(&mu_);
+    ++heartbeats_;
+    return heartbeat_status_;
+  }
+  absl::StatusOr<v1::JoinRoundResponse> JoinRound(const v1::JoinRoundRequest&) override {
+    return v1::JoinRoundResponse();
+  }
+  absl::Status ReportExit(const v1::ReportExitRequest&) override {
+    return absl::OkStatus();
+  }
+  absl::Status PushLogs(const v1::PushLogsRequest&) override { return absl::OkStatus(); }
+  absl::Status Barrier(const v1::BarrierRequest&, absl::Duration) override {
+    return absl::OkStatus();
+  }
+  absl::Status ReportProgress(const v1::ReportProgressRequest&) override {
+    return absl::OkStatus();
+  }
+  std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override {
+    // The session owns its handle; the stream itself stays with the
+    // service, so that a test may look at it after the session let go.
+    class Handle : public WatchStream {
+     public:
+      explicit Handle(FakeStream* s) : s_(s) {}
+      bool Read(v1::Command* command) override { return s_->Read(command); }
+      void Cancel() override { s_->Cancel(); }
+      absl::Status Finish() override { return s_->Finish(); }
+
+     private:
+      FakeStream* const s_;
+    };
+    absl::MutexLock lock(&mu_);
+    streams_.push_back(std::make_unique<FakeStream>());
+    return std::make_unique<Handle>(streams_.back().get());
+  }
+
+  // Waits until `n` registrations happened; returns the n-th request.
+  v1::RegisterNodeRequest AwaitRegister(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this, n]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registers_.size() >= n; };
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), kFakeWait))
+        << "no registration " << n;
+    return registers_.size() >= n ? registers_[n - 1] : v1::RegisterNodeRequest();
+  }
+  size_t streams_opened() {
+    absl::MutexLock lock(&mu_);
+    return streams_.size();
+  }
+  // Waits for the i-th Watch stream (from 0) to be opened.
+  FakeStream* stream(size_t i) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this, i]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.size() > i; };
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), kFakeWait))
+        << "no stream " << i;
+    return streams_.at(i).get();
+  }
+  void set_register_status(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    register_status_ = std::move(s);
+  }
+  void set_heartbeat_status(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    heartbeat_status_ = std::move(s);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::RegisterNodeRequest> registers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<FakeStream>> streams_ ABSL_GUARDED_BY(mu_);
+  absl::Status register_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status heartbeat_status_ ABSL_GUARDED_BY(mu_);
+  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Accepts attempts and never ends them on its own (the session tests are
+// not about them); counts starts and stops. With end_on_stop, a Stop ends
+// the attempt at once, stopped by that signal, as workers that obey it do.
+class IdleRunner : public AttemptRunner {
+ public:
+  explicit IdleRunner(bool end_on_stop = false) : end_on_stop_(end_on_stop) {}
+  void Start(uint64_t id, AttemptSpec,
+             std::function<void(const AttemptOutcome&)> done) override {
+    absl::MutexLock lock(&mu_);
+    ++starts_;
+    done_[id] = std::move(done);
+  }
+  void Stop(uint64_t id, int sig) override {
+    std::function<void(const AttemptOutcome&)> done;
+    {
+      absl::MutexLock lock(&mu_);
+      ++stops_;
+      stop_signals_.push_back(sig);
+      if (!end_on_stop_) return;
+      auto it = done_.find(id);
+      if (it == done_.end()) return;
+      done = std::move(it->second);
+      done_.erase(it);
+    }
+    AttemptOutcome stopped;
+    stopped.kind = AttemptOutcome::Kind::kStopped;
+    stopped.stop_signal = sig;
+    done(stopped);
+  }
+  std::vector<int> stop_signals() {
+    absl::MutexLock lock(&mu_);
+    return stop_signals_;
+  }
+  // Waits until `*counter` reached `n`; false after kFakeWait.
+  bool AwaitStarts(int n) { return Await(&starts_, n); }
+  bool AwaitStops(int n) { return Await(&stops_, n); }
+
+ private:
+  bool Await(const int* counter, int n) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this, counter, n]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return *counter >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), kFakeWait);
+  }
+
+  const bool end_on_stop_;
+  absl::Mutex mu_;
+  int starts_ ABSL_GUARDED_BY(mu_) = 0;
+  int stops_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int> stop_signals_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::function<void(const AttemptOutcome&)>> done_
+      ABSL_GUARDED_BY(mu_);
+};
 
 inline AttemptOutcome Succeeded() {
   AttemptOutcome o;

@@ -17,9 +17,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
-#include <random>
 #include <string>
-#include <string_view>
 #include <thread>
 
 #include "absl/status/statusor.h"
@@ -33,7 +31,6 @@
 #include "common/metrics_server.h"
 #include "common/strings.h"
 #include "common/tls.h"
-#include "common/worker_env.h"
 #include "glog/logging.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/cgroup.h"
@@ -46,6 +43,7 @@
 #include "launcher/daemon/job_snapshots.h"
 #include "launcher/daemon/logs.h"
 #include "launcher/daemon/metrics.h"
+#include "launcher/daemon/node_runtime.h"
 #include "launcher/daemon/route.h"
 #include "launcher/daemon/runner.h"
 #include "launcher/daemon/session.h"
@@ -66,11 +64,6 @@ int DefaultSlots() {
   }
   if (gpus > 0) return gpus;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
-
-std::string RandomIncarnation() {
-  std::random_device rd;
-  return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
 // The address the service hands other nodes as this node's (MASTER_ADDR
@@ -150,14 +143,7 @@ DaemonOptions MakeDaemonOptions(const DaemonFlags& flags, const std::string& age
   daemon_options.node_id = flags.node_id;
   daemon_options.log_dir = flags.log_dir;
   daemon_options.agent_socket = agent_socket;
-  for (char** e = environ; *e != nullptr; ++e) {
-    // The service's token and the daemon's TLS files are the daemon's,
-    // not the workers'.
-    const std::string_view var = *e;
-    if (!elastrun::env::IsLauncherSetting(var.substr(0, var.find('=')))) {
-      daemon_options.base_env.emplace_back(*e);
-    }
-  }
+  daemon_options.base_env = WorkerEnvironment(environ);
   daemon_options.on_output_line = [logs](const std::string& job, int64_t round,
                                          const OutputLine& line) {
     logs->OnLine(job, round, line);
@@ -166,14 +152,7 @@ DaemonOptions MakeDaemonOptions(const DaemonFlags& flags, const std::string& age
                                       const elastrun::ProgressReport& report) {
     logs->OnProgress(job, round, report);
   };
-  daemon_options.on_barrier = [barriers](const std::string& job, int64_t round,
-                                         const elastrun::BarrierArrival& arrival,
-                                         std::function<void(const absl::Status&)> reply) {
-    barriers->OnArrival(job, round, arrival, std::move(reply));
-  };
-  daemon_options.on_attempt_start = [barriers](const std::string& job, int64_t round) {
-    barriers->SetAttempt(job, round);
-  };
+  RelayBarriers(barriers, &daemon_options);
   daemon_options.snapshot_base = flags.no_snapshots ? "" : DefaultSnapshotBase();
   daemon_options.before_reports = [logs] { logs->Flush(); };
   daemon_options.on_job_done = [logs](const std::string& job) { logs->JobDone(job); };
@@ -184,7 +163,7 @@ SessionOptions MakeSessionOptions(const DaemonFlags& flags, const std::string& a
   SessionOptions session_options;
   session_options.labels = flags.labels;
   session_options.node_id = flags.node_id;
-  session_options.incarnation = RandomIncarnation();
+  session_options.incarnation = NewIncarnation();
   session_options.addr = advertise;
   session_options.slots = flags.slots > 0 ? flags.slots : DefaultSlots();
   return session_options;
@@ -239,32 +218,20 @@ std::optional<int> Claim(const SessionOptions& options, RendezvousClient* client
   return 1;
 }
 
-// Runs the session until a stop, then stops the workers and leaves.
-// Returns the exit code (128+signal, or 1 when the service refused the
-// node); exits at once when the workers outlast `grace` plus a margin.
-int ServeUntilStop(DaemonSession* session, Daemon* daemon, StopRequest* stop,
-                   absl::Duration grace) {
-  absl::Status session_status;
-  std::thread session_thread([&] {
-    session_status = session->Run();
-    if (!session_status.ok()) stop->Request(-1);
-  });
+// Serves until a stop, then stops the workers and leaves. Returns the exit
+// code (128+signal, or 1 when the service refused the node); exits at once
+// when the workers outlast `grace` plus a margin.
+int ServeUntilStop(NodeRuntime* node, StopRequest* stop, absl::Duration grace) {
   const int sig = stop->Wait();
   if (sig > 0) {
     LOG(INFO) << "signal " << sig << ": stopping the workers";
   } else {
-    LOG(ERROR) << "the service refused this node: " << session_status;
+    LOG(ERROR) << "the service refused this node: " << node->session_status();
   }
   const int exit_code = sig > 0 ? 128 + sig : 1;
-  daemon->Shutdown(sig > 0 ? sig : SIGTERM);
-  // Leave at once (the Watch stream closes): the service re-forms the job
-  // without this node as a membership change, instead of the other nodes
-  // seeing their collectives break while these workers wind down.
-  session->Stop();
-  session_thread.join();
-  if (!daemon->WaitIdle(grace + absl::Seconds(10))) {
-    // The runner thread still holds an attempt; exiting kills its workers
-    // (their parent-death signal is tied to that thread).
+  if (!node->Leave(sig > 0 ? sig : SIGTERM, grace + absl::Seconds(10))) {
+    // Exiting kills the workers (their parent-death signal is tied to the
+    // runner's thread).
     LOG(ERROR) << "workers did not end in time; exiting anyway";
     google::FlushLogFiles(google::GLOG_INFO);
     std::_Exit(exit_code);
@@ -354,9 +321,6 @@ int RunNode(const DaemonFlags& flags, const SessionOptions& session_options,
 
   RemoveSnapshotLeftovers(daemon_options);
   AgentRunner runner(agent);
-  Daemon daemon(daemon_options, client, &runner);
-  router->store(&daemon);
-  DaemonSession session(session_options, client, &daemon);
   LOG(INFO) << "elastrund " << flags.node_id << ": service " << flags.rendezvous
             << ", advertising " << session_options.addr << ", " << daemon_options.slots
             << " slots, state in " << flags.state_dir << ", logs in " << flags.log_dir
@@ -364,8 +328,8 @@ int RunNode(const DaemonFlags& flags, const SessionOptions& session_options,
                     ? ", no snapshots"
                     : ", snapshots in " + SnapshotUserRoot(daemon_options.snapshot_base));
 
-  const int exit_code = ServeUntilStop(&session, &daemon, stop, agent_options.grace);
-  router->store(nullptr);  // the Daemon goes first; the agent's hooks see none
+  NodeRuntime node(daemon_options, session_options, client, &runner, router, stop);
+  const int exit_code = ServeUntilStop(&node, stop, agent_options.grace);
   LOG(INFO) << "elastrund " << flags.node_id << " exits";
   return exit_code;
 }

@@ -3,156 +3,16 @@
 // running attempts. Waits are on events with generous deadlines.
 #include "launcher/daemon/session.h"
 
-#include <deque>
 #include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "launcher/daemon/daemon_fakes.h"
 #include "rendezvous/codec.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun::launcher {
 namespace {
-
-constexpr absl::Duration kWait = absl::Seconds(20);
-
-// A Watch stream the test feeds.
-class FakeStream : public WatchStream {
- public:
-  bool Read(v1::Command* command) override {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !queue_.empty() || ended_;
-    };
-    mu_.Await(absl::Condition(&ready));
-    if (queue_.empty()) return false;
-    *command = queue_.front();
-    queue_.pop_front();
-    return true;
-  }
-  void Cancel() override { End(absl::CancelledError("cancelled")); }
-  absl::Status Finish() override {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-  void Push(v1::Command c) {
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(c));
-  }
-  void End(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (ended_) return;
-    ended_ = true;
-    status_ = std::move(status);
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<v1::Command> queue_ ABSL_GUARDED_BY(mu_);
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-};
-
-class FakeService : public RendezvousClient {
- public:
-  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
-      const v1::RegisterNodeRequest& request) override {
-    absl::MutexLock lock(&mu_);
-    registers_.push_back(request);
-    if (!register_status_.ok()) return register_status_;
-    v1::RegisterNodeResponse resp;
-    *resp.mutable_heartbeat_interval() = rendezvous::ToProto(absl::Milliseconds(5));
-    *resp.mutable_lease_timeout() = rendezvous::ToProto(absl::Seconds(3));
-    return resp;
-  }
-  absl::Status Heartbeat(const v1::HeartbeatRequest&) override {
-    absl::MutexLock lock(&mu_);
-    ++heartbeats_;
-    return heartbeat_status_;
-  }
-  absl::StatusOr<v1::JoinRoundResponse> JoinRound(const v1::JoinRoundRequest&) override {
-    return v1::JoinRoundResponse();
-  }
-  absl::Status ReportExit(const v1::ReportExitRequest&) override { return absl::OkStatus(); }
-  absl::Status PushLogs(const v1::PushLogsRequest&) override { return absl::OkStatus(); }
-  absl::Status Barrier(const v1::BarrierRequest&, absl::Duration) override {
-    return absl::OkStatus();
-  }
-  absl::Status ReportProgress(const v1::ReportProgressRequest&) override {
-    return absl::OkStatus();
-  }
-  std::unique_ptr<WatchStream> Watch(const v1::WatchRequest&) override {
-    auto s = std::make_unique<FakeStream>();
-    absl::MutexLock lock(&mu_);
-    streams_.push_back(s.get());  // alive until the session's next Watch
-    return s;
-  }
-
-  // Waits until `n` registrations happened; returns the n-th request.
-  v1::RegisterNodeRequest AwaitRegister(size_t n) {
-    absl::MutexLock lock(&mu_);
-    auto done = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return registers_.size() >= n;
-    };
-    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), kWait)) << "no registration " << n;
-    return registers_.size() >= n ? registers_[n - 1] : v1::RegisterNodeRequest();
-  }
-  size_t streams_opened() {
-    absl::MutexLock lock(&mu_);
-    return streams_.size();
-  }
-  // Waits for the i-th Watch stream (from 0) to be opened.
-  FakeStream* stream(size_t i) {
-    absl::MutexLock lock(&mu_);
-    auto done = [this, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.size() > i; };
-    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), kWait)) << "no stream " << i;
-    return streams_.at(i);
-  }
-  void set_register_status(absl::Status s) {
-    absl::MutexLock lock(&mu_);
-    register_status_ = std::move(s);
-  }
-  void set_heartbeat_status(absl::Status s) {
-    absl::MutexLock lock(&mu_);
-    heartbeat_status_ = std::move(s);
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<v1::RegisterNodeRequest> registers_ ABSL_GUARDED_BY(mu_);
-  std::vector<FakeStream*> streams_ ABSL_GUARDED_BY(mu_);
-  absl::Status register_status_ ABSL_GUARDED_BY(mu_);
-  absl::Status heartbeat_status_ ABSL_GUARDED_BY(mu_);
-  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// Accepts attempts and never ends them (the session test is not about
-// them); counts starts and stops.
-class IdleRunner : public AttemptRunner {
- public:
-  void Start(uint64_t, AttemptSpec, std::function<void(const AttemptOutcome&)>) override {
-    absl::MutexLock lock(&mu_);
-    ++starts_;
-  }
-  void Stop(uint64_t, int) override {
-    absl::MutexLock lock(&mu_);
-    ++stops_;
-  }
-  // Waits until `*counter` reached `n`; false after kWait.
-  bool AwaitStarts(int n) { return Await(&starts_, n); }
-  bool AwaitStops(int n) { return Await(&stops_, n); }
-
- private:
-  bool Await(const int* counter, int n) {
-    absl::MutexLock lock(&mu_);
-    auto done = [this, counter, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return *counter >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&done), kWait);
-  }
-
-  absl::Mutex mu_;
-  int starts_ ABSL_GUARDED_BY(mu_) = 0;
-  int stops_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 SessionOptions TestOptions() {
   SessionOptions s;
