@@ -254,7 +254,7 @@ TEST_F(AgentLivenessTest, AWorkerSigkillCannotEndIsGivenUpOnAndTheAttemptEnds) {
 
 TEST_F(AgentLivenessTest, StoppedWorkerIsDeclaredHungDumpedAndFailsTheAttempt) {
   AttemptSpec spec = testing::AttemptOf({{"w"}, {"w"}});
-  spec.hang_timeout = absl::Seconds(10);
+  spec.hang_timeout = HangTimeout::After(absl::Seconds(10));
   spec.outputs[1].stderr_log = dir_ + "/stderr1.log";
   Start(std::move(spec));
   const pid_t p0 = fake_->spawned()[0], p1 = fake_->spawned()[1];
@@ -307,7 +307,7 @@ class AgentStackToolTest : public AgentLivenessTest {
 
 TEST_F(AgentStackToolTest, RunsAsTheHungWorkersUser) {
   AttemptSpec spec = testing::AttemptOf({{"w"}, {"w"}});
-  spec.hang_timeout = absl::Seconds(10);
+  spec.hang_timeout = HangTimeout::After(absl::Seconds(10));
   for (WorkerSpec& w : spec.workers) w.process.run_as = ProcessCredentials{65534, 65534, {}};
   Start(std::move(spec));
   const pid_t p1 = fake_->spawned()[1];
@@ -331,7 +331,7 @@ TEST_F(AgentStackToolTest, RunsAsTheHungWorkersUser) {
 
 TEST_F(AgentLivenessTest, NoDetectionWhenOff) {
   AttemptSpec spec = testing::AttemptOf({{"w"}});
-  spec.hang_timeout = absl::Seconds(-1);
+  spec.hang_timeout = HangTimeout::Off();
   Start(std::move(spec));
   proc_.samples[fake_->spawned()[0]] = {true, 'T', 0, true};
   for (int t = 0; t < 5; ++t) {

@@ -11,6 +11,7 @@
 
 #include "absl/time/time.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/liveness.h"
 #include "launcher/agent/output.h"
 
 namespace elastrun::launcher {
@@ -30,9 +31,8 @@ struct GroupSpec {
   // every worker, standbys included, as ELASTRUN_SNAPSHOT; empty: none (an
   // ELASTRUN_SNAPSHOT inherited from the launcher is dropped then too).
   std::string snapshot_dir;
-  // Hang detection (liveness.h): > 0 that timeout, 0 derived from the
-  // measured step time, < 0 off.
-  absl::Duration hang_timeout = absl::ZeroDuration();
+  // Hang detection (liveness.h).
+  HangTimeout hang_timeout = HangTimeout::Derived();
   // A folder put first on the workers' PYTHONPATH: the `elastrun` helper
   // module (FindPythonHelperDir); empty: PYTHONPATH is left as it is.
   std::string python_path;

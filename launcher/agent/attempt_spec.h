@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "launcher/agent/liveness.h"
 #include "launcher/agent/supervisor.h"
 
 namespace elastrun::launcher {
@@ -66,10 +67,9 @@ struct AttemptSpec {
   // attempt's job); must not block for long. Empty: AgentOptions'
   // on_output_line, if any.
   std::function<void(const OutputLine&)> on_output_line;
-  // Hang detection (liveness.h): > 0 that timeout, 0 derived from the
-  // measured step time, < 0 off. Off unless set: BuildAttempt sets it from
+  // Hang detection (liveness.h). Off unless set: BuildAttempt sets it from
   // GroupSpec (where the default is derived), specs built by hand opt in.
-  absl::Duration hang_timeout = absl::Seconds(-1);
+  HangTimeout hang_timeout = HangTimeout::Off();
   // Other nodes run ranks of this attempt's round (HangPolicy::other_nodes).
   bool other_nodes = false;
 };

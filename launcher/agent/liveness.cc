@@ -111,16 +111,25 @@ ProcReader& RealProcReader() {
   return *reader;
 }
 
-absl::StatusOr<absl::Duration> ParseHangTimeout(absl::string_view text,
-                                                absl::string_view what) {
-  if (absl::EqualsIgnoreCase(text, "off")) return absl::Seconds(-1);
-  return ParseDuration(text, what);
+absl::StatusOr<HangTimeout> HangTimeout::Parse(absl::string_view text,
+                                               absl::string_view what) {
+  if (absl::EqualsIgnoreCase(text, "off")) return Off();
+  if (absl::EqualsIgnoreCase(text, "derived")) return Derived();
+  absl::StatusOr<absl::Duration> d = ParseDuration(text, what);  // never negative
+  if (!d.ok()) return d.status();
+  return After(*d);
 }
 
-std::string FormatHangTimeout(absl::Duration timeout) {
-  if (timeout < absl::ZeroDuration()) return "off";
-  if (timeout == absl::ZeroDuration()) return "derived";
-  return absl::FormatDuration(timeout);
+std::string HangTimeout::ToString() const {
+  switch (kind_) {
+    case Kind::kOff:
+      return "off";
+    case Kind::kDerived:
+      return "derived";
+    case Kind::kFixed:
+      break;
+  }
+  return absl::FormatDuration(fixed_);
 }
 
 std::string DescribeHang(int rank, int64_t step, absl::Duration idle) {
@@ -189,7 +198,7 @@ void Liveness::OnSample(size_t i, const ProcSample& sample, absl::Time now) {
 
 absl::Duration Liveness::Timeout() const {
   if (!enabled()) return absl::InfiniteDuration();
-  if (policy_.timeout > absl::ZeroDuration()) return policy_.timeout;
+  if (!policy_.timeout.derived()) return policy_.timeout.fixed();
   if (step_times_.empty()) return policy_.floor;
   std::vector<absl::Duration> sorted(step_times_.begin(), step_times_.end());
   std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());

@@ -47,9 +47,54 @@
 namespace elastrun::launcher {
 
 // The timeout settings of an attempt.
+// Hang detection's timeout, one type from the flag or job file to the
+// attempt: off, derived from the measured step time (HangPolicy), or a
+// fixed duration.
+class HangTimeout {
+ public:
+  static HangTimeout Off() { return HangTimeout(Kind::kOff, absl::ZeroDuration()); }
+  static HangTimeout Derived() {
+    return HangTimeout(Kind::kDerived, absl::ZeroDuration());
+  }
+  // `after` > 0; anything else is Derived.
+  static HangTimeout After(absl::Duration after) {
+    return after > absl::ZeroDuration() ? HangTimeout(Kind::kFixed, after) : Derived();
+  }
+  // A --hang-timeout value or job file field: "off" (any case), "0" or
+  // "derived", or a duration ("90s", "5m", "120"). The error names `what`
+  // (the flag or field).
+  static absl::StatusOr<HangTimeout> Parse(absl::string_view text,
+                                           absl::string_view what);
+  // JobSpec.hang_timeout's wire form: negative off, 0 (or unset) derived,
+  // positive that timeout.
+  static HangTimeout FromWire(absl::Duration wire) {
+    return wire < absl::ZeroDuration() ? Off() : After(wire);
+  }
+  absl::Duration ToWire() const {
+    return kind_ == Kind::kOff ? absl::Seconds(-1) : fixed_;
+  }
+
+  bool off() const { return kind_ == Kind::kOff; }
+  bool derived() const { return kind_ == Kind::kDerived; }
+  // The fixed timeout; zero unless neither off nor derived.
+  absl::Duration fixed() const { return fixed_; }
+  // "off", "derived", or the duration ("1m30s").
+  std::string ToString() const;
+
+  friend bool operator==(const HangTimeout& a, const HangTimeout& b) {
+    return a.kind_ == b.kind_ && a.fixed_ == b.fixed_;
+  }
+  friend bool operator!=(const HangTimeout& a, const HangTimeout& b) { return !(a == b); }
+
+ private:
+  enum class Kind { kOff, kDerived, kFixed };
+  HangTimeout(Kind kind, absl::Duration fixed) : kind_(kind), fixed_(fixed) {}
+  Kind kind_;
+  absl::Duration fixed_;
+};
+
 struct HangPolicy {
-  // > 0: this timeout; 0: derived (below); < 0: hang detection off.
-  absl::Duration timeout = absl::ZeroDuration();
+  HangTimeout timeout = HangTimeout::Derived();
   // The derived timeout's lower bound, and the timeout before any step time
   // is known: long enough for start-up, data loading and a checkpoint.
   absl::Duration floor = absl::Minutes(5);
@@ -86,14 +131,6 @@ class ProcReader {
 // /proc/PID/task/*/children (at most 256 processes per worker).
 ProcReader& RealProcReader();
 
-// A --hang-timeout value: "off" (any case) disables (a negative Duration),
-// "0" derives it, a duration ("90s", "5m", "120") is the timeout. The
-// error names `what` (the flag or field).
-absl::StatusOr<absl::Duration> ParseHangTimeout(absl::string_view text,
-                                                absl::string_view what);
-// How a timeout reads back: "off", "derived", or the duration.
-std::string FormatHangTimeout(absl::Duration timeout);
-
 // A worker declared hung.
 struct Hang {
   size_t worker = 0;  // index into the attempt's workers
@@ -113,7 +150,7 @@ class Liveness {
   // `ranks`: the global rank of each worker, in the attempt's order.
   Liveness(HangPolicy policy, std::vector<int> ranks, absl::Time start);
 
-  bool enabled() const { return policy_.timeout >= absl::ZeroDuration(); }
+  bool enabled() const { return !policy_.timeout.off(); }
 
   // Worker `i` reported `step`.
   void OnReport(size_t i, int64_t step, absl::Time now);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace elastrun::launcher {
@@ -31,7 +32,7 @@ class LivenessTest : public ::testing::Test {
 };
 
 TEST_F(LivenessTest, ReportingRankHungAfterTimeoutWithoutNewStep) {
-  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  Liveness l({HangTimeout::After(absl::Seconds(10))}, {0, 1}, clock_.Now());
   l.OnReport(0, 1, clock_.Now());
   l.OnReport(1, 1, clock_.Now());
   clock_.Advance(absl::Seconds(6));
@@ -59,7 +60,7 @@ TEST_F(LivenessTest, ReportingRankHungAfterTimeoutWithoutNewStep) {
 // A rank busy between steps (a long resume or evaluation) sends beats: a
 // new beat is progress, a repeated one is not, and neither is a step.
 TEST_F(LivenessTest, NewBeatIsProgressButNotAStep) {
-  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  Liveness l({HangTimeout::After(absl::Seconds(10))}, {0, 1}, clock_.Now());
   l.OnReport(0, 5, clock_.Now());
   l.OnReport(1, 5, clock_.Now());
   for (int64_t beat = 1; beat <= 3; ++beat) {
@@ -78,7 +79,7 @@ TEST_F(LivenessTest, NewBeatIsProgressButNotAStep) {
     }
   }
   // Beats do not enter the step times of the derived timeout.
-  Liveness derived({absl::ZeroDuration(), absl::Minutes(5)}, {0}, clock_.Now());
+  Liveness derived({HangTimeout::Derived(), absl::Minutes(5)}, {0}, clock_.Now());
   derived.OnReport(0, 1, clock_.Now());
   for (int64_t beat = 1; beat <= 5; ++beat) {
     clock_.Advance(absl::Milliseconds(10));
@@ -89,7 +90,7 @@ TEST_F(LivenessTest, NewBeatIsProgressButNotAStep) {
 
 // A worker that never reported a step is not "at step -1" after a beat.
 TEST_F(LivenessTest, BeatBeforeAnyStepKeepsTheWorkerUnreported) {
-  Liveness l({absl::Seconds(10)}, {0}, clock_.Now());
+  Liveness l({HangTimeout::After(absl::Seconds(10))}, {0}, clock_.Now());
   l.OnBeat(0, 1, clock_.Now());
   clock_.Advance(absl::Seconds(11));
   auto hang = l.Check(clock_.Now());
@@ -99,7 +100,7 @@ TEST_F(LivenessTest, BeatBeforeAnyStepKeepsTheWorkerUnreported) {
 }
 
 TEST_F(LivenessTest, SilentProgramBurningCpuIsNotHungButIdleOneIs) {
-  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  Liveness l({HangTimeout::After(absl::Seconds(10))}, {0, 1}, clock_.Now());
   for (int t = 0; t <= 30; ++t) {
     proc_.samples[100] = Running(t * 50);  // burns CPU, reports nothing
     proc_.samples[101] = Running(7);       // sleeps
@@ -118,7 +119,7 @@ TEST_F(LivenessTest, SilentProgramBurningCpuIsNotHungButIdleOneIs) {
 }
 
 TEST_F(LivenessTest, StoppedRankIsTheRootCauseEvenWhenOthersWaitedLonger) {
-  Liveness l({absl::Seconds(10)}, {4, 5, 6}, clock_.Now());
+  Liveness l({HangTimeout::After(absl::Seconds(10))}, {4, 5, 6}, clock_.Now());
   // Rank 4 last reported first, then waits in a collective for rank 5,
   // which reported once more and stopped (SIGSTOP).
   l.OnReport(0, 3, clock_.Now());
@@ -143,7 +144,7 @@ TEST_F(LivenessTest, StoppedRankIsTheRootCauseEvenWhenOthersWaitedLonger) {
 TEST_F(LivenessTest, StoppedRankIsTheRootCauseBeforeItsOwnTimeout) {
   // Rank 0 reported last at 0 s and waits on rank 1, which reported at 1 s
   // and then stopped: rank 0 times out first, rank 1 is the cause.
-  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  Liveness l({HangTimeout::After(absl::Seconds(10))}, {0, 1}, clock_.Now());
   l.OnReport(0, 5, clock_.Now());
   clock_.Advance(absl::Seconds(1));
   l.OnReport(1, 5, clock_.Now());
@@ -159,7 +160,7 @@ TEST_F(LivenessTest, StoppedRankIsTheRootCauseBeforeItsOwnTimeout) {
 }
 
 TEST_F(LivenessTest, OldestProgressIsTheRootCauseWithoutAStoppedRank) {
-  Liveness l({absl::Seconds(10)}, {0, 1}, clock_.Now());
+  Liveness l({HangTimeout::After(absl::Seconds(10))}, {0, 1}, clock_.Now());
   l.OnReport(1, 7, clock_.Now());
   clock_.Advance(absl::Seconds(2));
   l.OnReport(0, 8, clock_.Now());
@@ -170,7 +171,7 @@ TEST_F(LivenessTest, OldestProgressIsTheRootCauseWithoutAStoppedRank) {
 }
 
 TEST_F(LivenessTest, ExitedWorkerIsNeverHung) {
-  Liveness l({absl::Seconds(1)}, {0}, clock_.Now());
+  Liveness l({HangTimeout::After(absl::Seconds(1))}, {0}, clock_.Now());
   proc_.samples[100] = ProcSample{};  // gone
   Sample(l, 1);
   clock_.Advance(absl::Seconds(5));
@@ -178,7 +179,7 @@ TEST_F(LivenessTest, ExitedWorkerIsNeverHung) {
 }
 
 TEST_F(LivenessTest, DerivedTimeoutIsFloorOrMultipleOfMedianStep) {
-  HangPolicy p;  // timeout 0: derived
+  HangPolicy p;  // derived by default
   p.floor = absl::Seconds(60);
   p.step_multiple = 10;
   Liveness l(p, {0}, clock_.Now());
@@ -199,21 +200,32 @@ TEST_F(LivenessTest, DerivedTimeoutIsFloorOrMultipleOfMedianStep) {
 }
 
 TEST_F(LivenessTest, NegativeTimeoutDisables) {
-  Liveness l({absl::Seconds(-1)}, {0}, clock_.Now());
+  Liveness l({HangTimeout::Off()}, {0}, clock_.Now());
   EXPECT_FALSE(l.enabled());
   clock_.Advance(absl::Hours(100));
   EXPECT_FALSE(l.Check(clock_.Now()));
 }
 
-TEST(HangTimeoutFlagTest, OffZeroAndDurations) {
-  EXPECT_LT(*ParseHangTimeout("off", "--hang-timeout"), absl::ZeroDuration());
-  EXPECT_LT(*ParseHangTimeout("OFF", "--hang-timeout"), absl::ZeroDuration());
-  EXPECT_EQ(*ParseHangTimeout("0", "--hang-timeout"), absl::ZeroDuration());
-  EXPECT_EQ(*ParseHangTimeout("2s", "--hang-timeout"), absl::Seconds(2));
-  EXPECT_FALSE(ParseHangTimeout("soon", "--hang-timeout").ok());
-  EXPECT_EQ(FormatHangTimeout(absl::Seconds(-1)), "off");
-  EXPECT_EQ(FormatHangTimeout(absl::ZeroDuration()), "derived");
-  EXPECT_EQ(FormatHangTimeout(absl::Seconds(90)), "1m30s");
+TEST(HangTimeoutFlagTest, OffDerivedAndDurationsReadBackAsGiven) {
+  EXPECT_TRUE(HangTimeout::Parse("off", "--hang-timeout")->off());
+  EXPECT_TRUE(HangTimeout::Parse("OFF", "--hang-timeout")->off());
+  EXPECT_TRUE(HangTimeout::Parse("0", "--hang-timeout")->derived());
+  EXPECT_TRUE(HangTimeout::Parse("derived", "--hang-timeout")->derived());
+  EXPECT_EQ(*HangTimeout::Parse("2s", "--hang-timeout"),
+            HangTimeout::After(absl::Seconds(2)));
+  EXPECT_THAT(HangTimeout::Parse("soon", "--hang-timeout").status().message(),
+              ::testing::HasSubstr("--hang-timeout"));
+  EXPECT_FALSE(HangTimeout::Parse("-5s", "--hang-timeout").ok());
+  EXPECT_EQ(HangTimeout::Off().ToString(), "off");
+  EXPECT_EQ(HangTimeout::Derived().ToString(), "derived");
+  EXPECT_EQ(HangTimeout::After(absl::Seconds(90)).ToString(), "1m30s");
+  // The job spec's wire form, both ways.
+  for (const HangTimeout& t : {HangTimeout::Off(), HangTimeout::Derived(),
+                               HangTimeout::After(absl::Minutes(7))}) {
+    EXPECT_EQ(HangTimeout::FromWire(t.ToWire()), t) << t.ToString();
+  }
+  EXPECT_TRUE(HangTimeout::FromWire(absl::Seconds(-3)).off());
+  EXPECT_TRUE(HangTimeout::FromWire(absl::ZeroDuration()).derived());
 }
 
 TEST(RealProcReaderTest, ReadsThisProcess) {
@@ -231,7 +243,7 @@ TEST(RealProcReaderTest, ReadsThisProcess) {
 // first (it keeps the first verdict).
 TEST_F(LivenessTest, WithOtherNodesOnlyAStoppedRankIsDeclaredAtTheTimeout) {
   HangPolicy policy;
-  policy.timeout = absl::Seconds(10);
+  policy.timeout = HangTimeout::After(absl::Seconds(10));
   policy.other_nodes = true;
   // This node: rank 0, waiting in a collective on rank 1 of another node.
   Liveness waiting(policy, {0}, clock_.Now());
@@ -261,7 +273,7 @@ TEST_F(LivenessTest, WithOtherNodesOnlyAStoppedRankIsDeclaredAtTheTimeout) {
   EXPECT_EQ(late->idle, absl::Seconds(15));
 
   // One node alone judges at the timeout, stopped rank or not.
-  Liveness alone({absl::Seconds(10)}, {0}, clock_.Now());
+  Liveness alone({HangTimeout::After(absl::Seconds(10))}, {0}, clock_.Now());
   EXPECT_EQ(alone.SettleTime(), absl::ZeroDuration());
   clock_.Advance(absl::Seconds(10));
   EXPECT_TRUE(alone.Check(clock_.Now()));

@@ -68,7 +68,7 @@ v1::JobSpec MultinodeJobSpec(const RunOptions& o, int nproc,
   for (const std::string& a : argv) spec.add_argv(a);
   *spec.mutable_last_call_timeout() = rendezvous::ToProto(o.rdzv_conf.last_call_timeout);
   *spec.mutable_join_timeout() = rendezvous::ToProto(o.rdzv_conf.join_timeout);
-  *spec.mutable_hang_timeout() = rendezvous::ToProto(o.hang_timeout);
+  *spec.mutable_hang_timeout() = rendezvous::ToProto(o.hang_timeout.ToWire());
   spec.set_wait_for_nodes(true);
   return spec;
 }

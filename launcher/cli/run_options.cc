@@ -201,7 +201,7 @@ absl::Status Apply(const std::string& flag, const std::string& value,
   } else if (flag == "shutdown-timeout") {
     ASSIGN_OR_RETURN(o.shutdown_timeout, ParseDuration(value, shown));
   } else if (flag == "hang-timeout") {
-    ASSIGN_OR_RETURN(o.hang_timeout, ParseHangTimeout(value, shown));
+    ASSIGN_OR_RETURN(o.hang_timeout, HangTimeout::Parse(value, shown));
   } else if (flag == "standalone") {
     ASSIGN_OR_RETURN(o.standalone, ParseBool(value, shown));
   } else if (flag == "standby") {

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/strings.h"
+#include "launcher/agent/liveness.h"
 #include "launcher/agent/output.h"
 #include "launcher/cli/this_host.h"
 
@@ -107,9 +108,9 @@ struct RunOptions {
   // --shutdown-timeout: grace between the stop signal and SIGKILL.
   absl::Duration shutdown_timeout = absl::Seconds(30);
   // --hang-timeout: a rank without progress this long is declared hung and
-  // the group restarts (liveness.h); 0: derived from the step time (at
-  // least 5 minutes); negative (`off`): never.
-  absl::Duration hang_timeout = absl::ZeroDuration();
+  // the group restarts (liveness.h); by default derived from the step time
+  // (at least 5 minutes).
+  HangTimeout hang_timeout = HangTimeout::Derived();
   // The program and its arguments.
   std::vector<std::string> program;
   // --help was asked for.

@@ -326,10 +326,12 @@ TEST(RunOptionsTest, HelpListsExactlyTheFlagsThatParse) {
 }
 
 TEST(RunOptionsTest, HangTimeout) {
-  EXPECT_EQ(Parse({"w"})->hang_timeout, absl::ZeroDuration());  // derived
-  EXPECT_EQ(Parse({"--hang-timeout", "2s", "w"})->hang_timeout, absl::Seconds(2));
-  EXPECT_EQ(Parse({"--hang_timeout=90", "w"})->hang_timeout, absl::Seconds(90));
-  EXPECT_LT(Parse({"--hang-timeout", "off", "w"})->hang_timeout, absl::ZeroDuration());
+  EXPECT_EQ(Parse({"w"})->hang_timeout, HangTimeout::Derived());
+  EXPECT_EQ(Parse({"--hang-timeout", "2s", "w"})->hang_timeout,
+            HangTimeout::After(absl::Seconds(2)));
+  EXPECT_EQ(Parse({"--hang_timeout=90", "w"})->hang_timeout,
+            HangTimeout::After(absl::Seconds(90)));
+  EXPECT_TRUE(Parse({"--hang-timeout", "off", "w"})->hang_timeout.off());
   EXPECT_THAT(Error(Parse({"--hang-timeout", "later", "w"})),
               HasSubstr("--hang-timeout"));
 }

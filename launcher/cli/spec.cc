@@ -106,18 +106,17 @@ absl::StatusOr<google::protobuf::Duration> CheckTimeout(absl::string_view text,
   return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
 }
 
-// A hang timeout: "off" is -1 s (detection off), 0 derived, else at most
-// kMaxTimeout.
+// A hang timeout (HangTimeout::Parse) of at most kMaxTimeout, in its wire
+// form.
 absl::StatusOr<google::protobuf::Duration> CheckHangTimeout(absl::string_view text,
                                                             absl::string_view what) {
-  ASSIGN_OR_RETURN(absl::Duration d, launcher::ParseHangTimeout(text, what));
-  if (d < absl::ZeroDuration()) d = absl::Seconds(-1);
-  if (d > kMaxTimeout) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s is too long (at most %s)",
-                                                      what, absl::FormatDuration(d),
-                                                      absl::FormatDuration(kMaxTimeout)));
+  ASSIGN_OR_RETURN(launcher::HangTimeout t, launcher::HangTimeout::Parse(text, what));
+  if (t.fixed() > kMaxTimeout) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s is too long (at most %s)", what, absl::FormatDuration(t.fixed()),
+        absl::FormatDuration(kMaxTimeout)));
   }
-  return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
+  return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(t.ToWire()));
 }
 
 // "FILE:LINE:COL: FIELD: why" for a value of the job file.

@@ -294,8 +294,9 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
   group.nproc_per_node = me->local_world_size();
   group.max_restarts = start.max_restarts();
   group.agent_socket = options_.agent_socket;
-  // Unset or 0: derived; negative: off (rendezvous/job_spec.cc checked it).
-  group.hang_timeout = rendezvous::FromProto(start.spec().hang_timeout());
+  // rendezvous/job_spec.cc checked it.
+  group.hang_timeout =
+      HangTimeout::FromWire(rendezvous::FromProto(start.spec().hang_timeout()));
   group.python_path = FindPythonHelperDir();
   ending_.erase(start.job_id());  // the job is (back) here
   const std::string cwd = start.spec().working_dir().empty() ? options_.working_dir
