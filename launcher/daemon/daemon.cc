@@ -47,7 +47,8 @@ Daemon::Daemon(DaemonOptions options, RendezvousClient* client, AttemptRunner* r
     : options_(std::move(options)),
       client_(client),
       runner_(runner),
-      snapshots_(options_.snapshot_base, options_.node_id) {}
+      snapshots_(options_.snapshot_base, options_.node_id),
+      reports_(client, &lanes_, options_.before_reports) {}
 
 void Daemon::OnCommand(const v1::Command& command) {
   switch (command.kind_case()) {
@@ -212,13 +213,14 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
                  << " workers: " << others << " of this node's " << options_.slots
                  << " slots are taken by " << HoldersLocked(job);
       MarkRanLocked(JobKeyLocked(job), round);
-      reports_.push_back(FailureReport(
+      reports_.Add(FailureReport(
           options_.node_id, job, round,
-          NotStartedFailure(options_.node_id, round,
-                            absl::StrCat("elastrund on ", options_.node_id, ": ", options_.slots,
-                                         " slots, ", others, " taken by ", HoldersLocked(job),
-                                         "; no room for ", nproc, " workers"),
-                            /*cannot_start=*/false)));
+          NotStartedFailure(
+              options_.node_id, round,
+              absl::StrCat("elastrund on ", options_.node_id, ": ", options_.slots,
+                           " slots, ", others, " taken by ", HoldersLocked(job),
+                           "; no room for ", nproc, " workers"),
+              /*cannot_start=*/false)));
       MaybeForgetLocked(job);
       refused = true;
     } else if (j.current) {
@@ -312,11 +314,12 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
     if (folder.ok()) attempt_dir = *std::move(folder);
   }
   if (!made.ok()) {
-    reports_.push_back(FailureReport(
+    reports_.Add(FailureReport(
         options_.node_id, start.job_id(), a.round(),
-        NotStartedFailure(options_.node_id, a.round(),
-                          absl::StrCat("elastrund on ", options_.node_id, ": ", made.message()),
-                          /*cannot_start=*/true)));
+        NotStartedFailure(
+            options_.node_id, a.round(),
+            absl::StrCat("elastrund on ", options_.node_id, ": ", made.message()),
+            /*cannot_start=*/true)));
     return std::nullopt;
   }
   const rendezvous::RoundAssignment round = rendezvous::FromProto(a);

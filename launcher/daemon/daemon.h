@@ -32,7 +32,8 @@
 // When an attempt ends on its own it is reported once: the first worker
 // failure (exit code or signal, plus the worker's error file), or success
 // when every worker exited 0. Reports the service could not take (it is
-// away) are kept and re-sent by SendReports after the next registration.
+// away) are kept and re-sent by SendReports after the next registration
+// (ExitReports, exit_reports.h: its own queue and lock).
 //
 // Service calls never run on the caller's thread: JoinRound goes on its
 // job's lane (lanes.h), ReportExit on the reports lane, so that a slow or
@@ -62,6 +63,7 @@
 #include "elastrun/v1/rendezvous.pb.h"
 #include "launcher/agent/agent.h"
 #include "launcher/daemon/client.h"
+#include "launcher/daemon/exit_reports.h"
 #include "launcher/daemon/job_snapshots.h"
 #include "launcher/daemon/lanes.h"
 #include "launcher/daemon/metrics.h"
@@ -240,8 +242,6 @@ class Daemon {
   // JoinRound `r` (a short retry while the service is briefly away), on
   // the job's lane; a join that fails for good frees its slots.
   void CallJoinRound(const v1::JoinRoundRequest& r);
-  // Sends the queued reports in order (SendReports' lane).
-  void SendReportsNow();
   void HandleStart(const v1::StartAttempt& start);
   void HandleStop(const std::string& job_id, std::optional<int64_t> round);
   // Builds attempt `start`, its workers run as `user` (ResolveWorkerUser,
@@ -298,9 +298,6 @@ class Daemon {
   void MarkRanLocked(const std::string& job, int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // MASTER_PORTs offered lately: their sockets may linger, so skip them.
   std::deque<int> recent_ports_ ABSL_GUARDED_BY(mu_);
-  std::deque<v1::ReportExitRequest> reports_ ABSL_GUARDED_BY(mu_);
-  // A SendReportsNow is queued on the reports lane and has not begun.
-  bool send_queued_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   JobSnapshots snapshots_ ABSL_GUARDED_BY(mu_);
   // Jobs that ended here, whose folder goes when their attempt has ended.
@@ -314,6 +311,9 @@ class Daemon {
   // When each job's workers last failed here, until its next attempt
   // starts (the restart latency metric).
   std::map<std::string, absl::Time> failed_at_ ABSL_GUARDED_BY(mu_);
+  // The ends of attempts, to be reported (added under mu_; their own lock
+  // inside it), sent on lanes_.
+  ExitReports reports_;
   // The service calls, off the callers' threads. Last: destroyed first, so
   // its queued calls finish while the rest of the Daemon is still there.
   Lanes lanes_;

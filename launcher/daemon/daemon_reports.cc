@@ -1,7 +1,7 @@
 // The Daemon's reports and what its workers send (daemon.h): the end of
-// each attempt queued as a ReportExit and sent in order (kept while the
-// service is away), the attempts it runs (told on every registration), and
-// workers' progress and barriers routed to their job's attempt.
+// each attempt made into a ReportExit (sent by ExitReports), the attempts
+// it runs (told on every registration), and workers' progress and barriers
+// routed to their job's attempt.
 #include <set>
 #include <utility>
 
@@ -14,7 +14,6 @@
 namespace elastrun::launcher {
 
 using internal::FailureReport;
-using internal::Retriable;
 
 void Daemon::QueueEndReport(const Attempt& a, const AttemptOutcome& outcome) {
   if (!outcome.unreaped.empty()) {
@@ -28,19 +27,19 @@ void Daemon::QueueEndReport(const Attempt& a, const AttemptOutcome& outcome) {
   // A worker that failed before any stop was asked is a root cause even
   // when a stop followed; exits caused by the stop are not failures.
   if (outcome.kind == Kind::kFailed && !outcome.spawn_error.ok()) {
-    reports_.push_back(FailureReport(
-        options_.node_id, a.job_id, a.round,
-        NotStartedFailure(options_.node_id, a.round, std::string(outcome.spawn_error.message()),
-                          /*cannot_start=*/true)));
+    reports_.Add(
+        FailureReport(options_.node_id, a.job_id, a.round,
+                      NotStartedFailure(options_.node_id, a.round,
+                                        std::string(outcome.spawn_error.message()),
+                                        /*cannot_start=*/true)));
   } else if (outcome.kind == Kind::kFailed && outcome.first_failure) {
     const WorkerExit& e = *outcome.first_failure;
     LOG(INFO) << "job " << a.job_id << " round " << a.round << ": "
               << (e.hung
                       ? DescribeHang(e.rank, e.hung_step, e.hung_for)
                       : absl::StrCat("rank ", e.rank, " failed with ", DescribeExit(e)));
-    reports_.push_back(FailureReport(options_.node_id, a.job_id, a.round,
-                                     MakeFailure(options_.node_id, a.round, e,
-                                                 a.attempt_dir)));
+    reports_.Add(FailureReport(options_.node_id, a.job_id, a.round,
+                               MakeFailure(options_.node_id, a.round, e, a.attempt_dir)));
   } else if (outcome.kind == Kind::kSucceeded && !a.stop_requested) {
     LOG(INFO) << "job " << a.job_id << " round " << a.round << ": every worker exited 0";
     v1::ReportExitRequest r;
@@ -48,59 +47,13 @@ void Daemon::QueueEndReport(const Attempt& a, const AttemptOutcome& outcome) {
     r.set_round(a.round);
     r.set_node_id(options_.node_id);
     r.set_succeeded(true);
-    reports_.push_back(std::move(r));
+    reports_.Add(std::move(r));
   } else {
     LOG(INFO) << "job " << a.job_id << " round " << a.round << " stopped";
   }
 }
 
-namespace {
-// The lane of the exit reports (a job id is never empty).
-constexpr char kReportsLane[] = "";
-}  // namespace
-
-void Daemon::SendReports() {
-  {
-    absl::MutexLock lock(&mu_);
-    // One send queued is enough: it takes every report queued by then.
-    if (send_queued_) return;
-    send_queued_ = true;
-  }
-  lanes_.Post(kReportsLane, [this] { SendReportsNow(); });
-}
-
-void Daemon::SendReportsNow() {
-  {
-    absl::MutexLock lock(&mu_);
-    send_queued_ = false;
-    if (reports_.empty()) return;
-  }
-  if (options_.before_reports) options_.before_reports();
-  for (;;) {
-    v1::ReportExitRequest r;
-    {
-      absl::MutexLock lock(&mu_);
-      if (reports_.empty()) return;
-      r = reports_.front();
-    }
-    absl::Status st = client_->ReportExit(r);
-    absl::MutexLock lock(&mu_);
-    if (!st.ok() && Retriable(st)) {
-      LOG(WARNING) << "ReportExit job " << r.job_id() << " round " << r.round()
-                   << " kept for later: " << st;
-      return;
-    }
-    if (!st.ok()) {
-      LOG(WARNING) << "ReportExit job " << r.job_id() << " round " << r.round()
-                   << " refused: " << st;
-    }
-    // The front may have been dropped by an EndJob meanwhile.
-    if (!reports_.empty() && reports_.front().job_id() == r.job_id() &&
-        reports_.front().round() == r.round()) {
-      reports_.pop_front();
-    }
-  }
-}
+void Daemon::SendReports() { reports_.Send(); }
 
 std::vector<v1::RunningAttempt> Daemon::Running() const {
   absl::MutexLock lock(&mu_);
@@ -119,14 +72,11 @@ std::vector<v1::RunningAttempt> Daemon::Running() const {
   for (const auto& [job, j] : jobs_) {
     if (j.next) add(job, j.next->assignment().round(), true);
   }
-  for (const v1::ReportExitRequest& r : reports_) add(r.job_id(), r.round(), true);
+  for (const auto& [job, round] : reports_.Rounds()) add(job, round, true);
   return out;
 }
 
-size_t Daemon::pending_reports() const {
-  absl::MutexLock lock(&mu_);
-  return reports_.size();
-}
+size_t Daemon::pending_reports() const { return reports_.size(); }
 
 void Daemon::OnProgress(const ProgressReport& report) {
   std::optional<std::pair<std::string, int64_t>> to;
