@@ -1,25 +1,17 @@
 #include "launcher/daemon/daemon.h"
 
-#include <errno.h>
 #include <signal.h>
-#include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/files.h"
 #include "glog/logging.h"
-#include "launcher/agent/attempt.h"
-#include "launcher/agent/liveness.h"
 #include "launcher/agent/port.h"
+#include "launcher/daemon/attempt_start.h"
 #include "launcher/daemon/reports.h"
-#include "launcher/daemon/worker_user.h"
-#include "launcher/round/context.h"
 #include "launcher/round/failure.h"
-#include "rendezvous/codec.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -47,6 +39,8 @@ Daemon::Daemon(DaemonOptions options, RendezvousClient* client, AttemptRunner* r
     : options_(std::move(options)),
       client_(client),
       runner_(runner),
+      node_{options_.node_id, options_.log_dir, options_.base_env, options_.working_dir,
+            options_.agent_socket},
       snapshots_(options_.snapshot_base, options_.node_id),
       reports_(client, &lanes_, options_.before_reports) {}
 
@@ -291,55 +285,23 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
                << " does not name this node; ignored";
     return std::nullopt;
   }
-  GroupSpec group;
-  group.argv.assign(start.spec().argv().begin(), start.spec().argv().end());
-  group.nproc_per_node = me->local_world_size();
-  group.max_restarts = start.max_restarts();
-  group.agent_socket = options_.agent_socket;
-  // rendezvous/job_spec.cc checked it.
-  group.hang_timeout =
-      HangTimeout::FromWire(rendezvous::FromProto(start.spec().hang_timeout()));
-  group.python_path = FindPythonHelperDir();
   ending_.erase(start.job_id());  // the job is (back) here
-  const std::string cwd = start.spec().working_dir().empty() ? options_.working_dir
-                                                             : start.spec().working_dir();
-  absl::Status made = user.status();
-  if (made.ok()) made = CheckWorkingDir(cwd, start.job_id(), options_.node_id);
-  std::string attempt_dir;
-  if (made.ok()) {
-    absl::StatusOr<std::string> folder =
-        MakeAttemptFolders(options_.log_dir, start.job_id(), job_key, a.round(),
-                           group.nproc_per_node, *user);
-    made = folder.status();
-    if (folder.ok()) attempt_dir = *std::move(folder);
-  }
-  if (!made.ok()) {
-    reports_.Add(FailureReport(
-        options_.node_id, start.job_id(), a.round(),
-        NotStartedFailure(
-            options_.node_id, a.round(),
-            absl::StrCat("elastrund on ", options_.node_id, ": ", made.message()),
-            /*cannot_start=*/true)));
+  const absl::StatusOr<std::string> folder =
+      user.ok() ? PrepareAttemptFolders(start, node_, job_key, *user)
+                : absl::StatusOr<std::string>(user.status());
+  if (!folder.ok()) {
+    reports_.Add(
+        FailureReport(options_.node_id, start.job_id(), a.round(),
+                      NotStartedFailure(options_.node_id, a.round(),
+                                        absl::StrCat("elastrund on ", options_.node_id,
+                                                     ": ", folder.status().message()),
+                                        /*cannot_start=*/true)));
     return std::nullopt;
   }
-  const rendezvous::RoundAssignment round = rendezvous::FromProto(a);
-  // The job's run id (the service sets one unique to the job; an older
-  // service none: the job id).
-  const std::string& run_id =
-      start.spec().run_id().empty() ? start.job_id() : start.spec().run_id();
-  const AttemptContext ctx =
-      ContextFor(run_id, round, *round.Find(options_.node_id), attempt_dir);
-  group.snapshot_dir = snapshots_.FolderFor(start.job_id(), user->uid, user->gid);
+  const std::string& attempt_dir = *folder;
   AttemptSpec spec =
-      BuildAttempt(group, ctx, WorkerBaseEnv(options_.base_env, start.spec(), *user));
-  for (WorkerSpec& w : spec.workers) {
-    w.process.cwd = cwd;
-    w.process.run_as = user->run_as;
-  }
-  spec.standby_cwd = cwd;
-  spec.standby_run_as = user->run_as;
-  spec.job_id = start.job_id();
-  spec.new_log_files = true;  // in folders made just now: nothing may be there
+      BuildNodeAttempt(start, node_, *user, attempt_dir,
+                       snapshots_.FolderFor(start.job_id(), user->uid, user->gid));
   if (options_.on_output_line) {
     // Tagged here, per attempt: lines of several jobs interleave.
     spec.on_output_line = [hook = options_.on_output_line, job = start.job_id(),
@@ -350,7 +312,7 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
   attempt.id = next_id_++;
   attempt.job_id = start.job_id();
   attempt.round = a.round();
-  attempt.nproc = group.nproc_per_node;
+  attempt.nproc = me->local_world_size();
   attempt.attempt_dir = attempt_dir;
   jobs_[start.job_id()].current = attempt;
   LOG(INFO) << "starting job " << start.job_id() << " round " << a.round() << ": group rank "

@@ -62,12 +62,12 @@
 #include "common/progress.h"
 #include "elastrun/v1/rendezvous.pb.h"
 #include "launcher/agent/agent.h"
+#include "launcher/daemon/attempt_start.h"
 #include "launcher/daemon/client.h"
 #include "launcher/daemon/exit_reports.h"
 #include "launcher/daemon/job_snapshots.h"
 #include "launcher/daemon/lanes.h"
 #include "launcher/daemon/metrics.h"
-#include "launcher/daemon/worker_user.h"
 
 namespace elastrun::launcher {
 
@@ -277,6 +277,8 @@ class Daemon {
   const DaemonOptions options_;
   RendezvousClient* const client_;
   AttemptRunner* const runner_;
+  // What options_ gives every attempt (attempt_start.h).
+  const NodeSettings node_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);

@@ -1,14 +1,15 @@
-// Who a job's workers run as on this node, from its spec's owner (set by
-// the service from the submitter's verified identity): a root elastrund runs
-// them as the owner, as Slurm does, never as root for another user; a
-// non-root elastrund runs only its own user's jobs. And the folders and
-// environment that follow from it: the attempt's log folders (the workers'
-// own per-rank folder, where they write their error file) and the
-// environment they start from.
+// The start of one attempt of a job on this node, in one place (the Daemon
+// keeps only its books): who its workers run as, from the job spec's owner
+// (set by the service from the submitter's verified identity): a root
+// elastrund runs them as the owner, as Slurm does, never as root for
+// another user; a non-root elastrund runs only its own user's jobs. And
+// what follows from it: the working folder, the attempt's log folders (the
+// workers' own per-rank folder, where they write their error file), the
+// environment they start from, and the AttemptSpec the runner runs.
 //
 // Thread-compatible: plain functions.
-#ifndef ELASTRUN_LAUNCHER_DAEMON_WORKER_USER_H_
-#define ELASTRUN_LAUNCHER_DAEMON_WORKER_USER_H_
+#ifndef ELASTRUN_LAUNCHER_DAEMON_ATTEMPT_START_H_
+#define ELASTRUN_LAUNCHER_DAEMON_ATTEMPT_START_H_
 
 #include <sys/types.h>
 
@@ -20,7 +21,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "elastrun/v1/rendezvous.pb.h"
 #include "elastrun/v1/types.pb.h"
+#include "launcher/agent/attempt_spec.h"
 #include "launcher/agent/process.h"
 
 namespace elastrun::launcher {
@@ -85,6 +88,40 @@ absl::StatusOr<std::string> MakeAttemptFolders(const std::string& log_dir,
 absl::Status CheckWorkingDir(const std::string& dir, const std::string& job_id,
                              const std::string& node_id);
 
+// What a node gives every attempt it starts (the Daemon's options).
+struct NodeSettings {
+  std::string node_id;
+  // Logs go to <log_dir>/<job>/attempt_<round>/<local_rank>/.
+  std::string log_dir;
+  // The environment workers start from ("NAME=value").
+  std::vector<std::string> base_env;
+  // The workers' folder when the job names none; empty: the daemon's own.
+  std::string working_dir;
+  // The agent's progress socket (ELASTRUN_AGENT_SOCKET); empty: none.
+  std::string agent_socket;
+};
+
+// The folder attempt `start` runs in on this node: the job's working_dir,
+// else the node's.
+std::string WorkingDirOf(const v1::StartAttempt& start, const NodeSettings& node);
+
+// Readies the folders of attempt `start` (its workers run as `user`): checks
+// its working folder and makes its log folders (MakeAttemptFolders under
+// the job's unique name `job_key`). Returns the attempt's folder; the error
+// says why the attempt cannot start here, naming the node.
+absl::StatusOr<std::string> PrepareAttemptFolders(const v1::StartAttempt& start,
+                                                  const NodeSettings& node,
+                                                  const std::string& job_key,
+                                                  const WorkerUser& user);
+
+// The spec the runner runs for this node's part of attempt `start` (which
+// names this node): its workers' ranks and torchrun's environment over
+// WorkerBaseEnv, run as `user` in WorkingDirOf, their logs in
+// `attempt_dir`, the job's snapshot folder `snapshot_dir` (empty: none).
+AttemptSpec BuildNodeAttempt(const v1::StartAttempt& start, const NodeSettings& node,
+                             const WorkerUser& user, const std::string& attempt_dir,
+                             const std::string& snapshot_dir);
+
 }  // namespace elastrun::launcher
 
-#endif  // ELASTRUN_LAUNCHER_DAEMON_WORKER_USER_H_
+#endif  // ELASTRUN_LAUNCHER_DAEMON_ATTEMPT_START_H_

@@ -1,4 +1,4 @@
-#include "launcher/daemon/worker_user.h"
+#include "launcher/daemon/attempt_start.h"
 
 #include <pwd.h>
 #include <stdlib.h>
@@ -93,16 +93,23 @@ TEST(WorkerUserTest, AnotherUsersWorkersGetOnlyTheAllowListOfTheDaemonsEnvironme
   other.run_as = ProcessCredentials{65534, 65534, {}};
   other.uid = other.gid = 65534;
   other.env = {"HOME=/nonexistent"};
-  const std::vector<std::string> daemon = {
-      "PATH=/usr/bin:/bin",      "LANG=C.UTF-8",        "LC_ALL=C",
-      "TZ=UTC",                  "TMPDIR=/scratch",     "CUDA_VISIBLE_DEVICES=0,1",
-      "LD_LIBRARY_PATH=/opt/lib", "NCCL_SOCKET_IFNAME=eth0", "DB_PASSWORD=hunter2",
-      "INVOCATION_ID=abc",       "AWS_SECRET_ACCESS_KEY=x", "HOME=/root"};
+  const std::vector<std::string> daemon = {"PATH=/usr/bin:/bin",
+                                           "LANG=C.UTF-8",
+                                           "LC_ALL=C",
+                                           "TZ=UTC",
+                                           "TMPDIR=/scratch",
+                                           "CUDA_VISIBLE_DEVICES=0,1",
+                                           "LD_LIBRARY_PATH=/opt/lib",
+                                           "NCCL_SOCKET_IFNAME=eth0",
+                                           "DB_PASSWORD=hunter2",
+                                           "INVOCATION_ID=abc",
+                                           "AWS_SECRET_ACCESS_KEY=x",
+                                           "HOME=/root"};
   EXPECT_THAT(WorkerBaseEnv(daemon, spec, other),
               ElementsAre("PATH=/usr/bin:/bin", "LANG=C.UTF-8", "LC_ALL=C", "TZ=UTC",
                           "TMPDIR=/scratch", "CUDA_VISIBLE_DEVICES=0,1",
-                          "LD_LIBRARY_PATH=/opt/lib", "NCCL_SOCKET_IFNAME=eth0", "MINE=job",
-                          "HOME=/nonexistent"));
+                          "LD_LIBRARY_PATH=/opt/lib", "NCCL_SOCKET_IFNAME=eth0",
+                          "MINE=job", "HOME=/nonexistent"));
   // The daemon's own user's workers keep the whole environment.
   EXPECT_EQ(WorkerBaseEnv(daemon, v1::JobSpec(), WorkerUser()), daemon);
 }
@@ -152,6 +159,53 @@ TEST(WorkerUserTest, MissingWorkingFolderNamesFolderJobAndNode) {
   EXPECT_THAT(
       CheckWorkingDir("/nonexistent/p", "j-1", "n1").message(),
       HasSubstr("working folder /nonexistent/p of job j-1 is missing on node n1"));
+}
+
+// This node's part of a two-node round: its ranks, torchrun's environment,
+// the job's folder, snapshot folder and hang timeout, all from the one
+// StartAttempt.
+TEST(BuildNodeAttemptTest, TheNodesRanksEnvironmentFolderAndHangTimeout) {
+  v1::StartAttempt start;
+  start.set_job_id("j-7");
+  start.mutable_spec()->add_argv("train");
+  start.mutable_spec()->set_working_dir("/");
+  start.mutable_spec()->set_run_id("run-xyz");
+  start.mutable_spec()->mutable_hang_timeout()->set_seconds(90);
+  start.set_max_restarts(3);
+  v1::Assignment* a = start.mutable_assignment();
+  a->set_round(2);
+  a->set_restart_count(1);
+  a->set_master_addr("10.0.0.1");
+  a->set_master_port(29500);
+  a->set_world_size(4);
+  a->set_group_world_size(2);
+  for (int g = 0; g < 2; ++g) {
+    v1::NodeAssignment* n = a->add_nodes();
+    n->set_node_id(g == 0 ? "a" : "b");
+    n->set_group_rank(g);
+    n->set_local_world_size(2);
+    n->set_rank_offset(2 * g);
+  }
+  NodeSettings node;
+  node.node_id = "b";
+  node.base_env = {"PATH=/usr/bin"};
+  node.working_dir = "/tmp";
+  const AttemptSpec spec =
+      BuildNodeAttempt(start, node, WorkerUser(), "/logs/j-7/attempt_2", "/snap/j-7");
+  ASSERT_EQ(spec.workers.size(), 2u);
+  EXPECT_EQ(spec.workers[0].rank, 2);
+  EXPECT_EQ(spec.workers[1].rank, 3);
+  EXPECT_THAT(
+      spec.workers[1].process.env,
+      ::testing::IsSupersetOf(
+          {"PATH=/usr/bin", "RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=4", "GROUP_RANK=1",
+           "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "TORCHELASTIC_RESTART_COUNT=1",
+           "TORCHELASTIC_RUN_ID=run-xyz", "ELASTRUN_SNAPSHOT=/snap/j-7"}));
+  EXPECT_EQ(spec.workers[0].process.cwd, "/") << "the job's folder, not the node's";
+  EXPECT_FALSE(spec.workers[0].process.run_as.has_value());
+  EXPECT_EQ(spec.hang_timeout, HangTimeout::After(absl::Seconds(90)));
+  EXPECT_EQ(spec.job_id, "j-7");
+  EXPECT_TRUE(spec.new_log_files);
 }
 
 }  // namespace

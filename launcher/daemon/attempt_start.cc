@@ -1,4 +1,4 @@
-#include "launcher/daemon/worker_user.h"
+#include "launcher/daemon/attempt_start.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
+#include "launcher/agent/attempt.h"
 #include "launcher/agent/output.h"
+#include "launcher/round/context.h"
+#include "rendezvous/codec.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -81,11 +84,11 @@ absl::StatusOr<WorkerUser> ResolveWorkerUser(const v1::JobSpec& spec,
 
 bool IsPassedToOtherUsers(std::string_view name) {
   static constexpr std::string_view kNames[] = {
-      "PATH",        "LANG",        "TZ",         "TMPDIR",      "LD_LIBRARY_PATH",
-      "HTTP_PROXY",  "HTTPS_PROXY", "NO_PROXY",   "http_proxy",  "https_proxy",
+      "PATH",       "LANG",        "TZ",       "TMPDIR",     "LD_LIBRARY_PATH",
+      "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
       "no_proxy"};
-  static constexpr std::string_view kPrefixes[] = {"LC_",   "CUDA_", "NVIDIA_",   "NCCL_",
-                                                   "GLOO_", "OMP_",  "MKL_",      "OPENBLAS_"};
+  static constexpr std::string_view kPrefixes[] = {
+      "LC_", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "OMP_", "MKL_", "OPENBLAS_"};
   for (std::string_view n : kNames) {
     if (name == n) return true;
   }
@@ -110,7 +113,8 @@ std::vector<std::string> WorkerBaseEnv(const std::vector<std::string>& base_env,
   };
   if (!spec.replace_env()) {
     for (const std::string& e : base_env) {
-      if (!user.run_as || IsPassedToOtherUsers(std::string_view(e).substr(0, e.find('=')))) {
+      if (!user.run_as ||
+          IsPassedToOtherUsers(std::string_view(e).substr(0, e.find('=')))) {
         set(e);
       }
     }
@@ -222,6 +226,62 @@ absl::Status CheckWorkingDir(const std::string& dir, const std::string& job_id,
                                                       node_id));
   }
   return absl::OkStatus();
+}
+
+std::string WorkingDirOf(const v1::StartAttempt& start, const NodeSettings& node) {
+  return start.spec().working_dir().empty() ? node.working_dir
+                                            : start.spec().working_dir();
+}
+
+absl::StatusOr<std::string> PrepareAttemptFolders(const v1::StartAttempt& start,
+                                                  const NodeSettings& node,
+                                                  const std::string& job_key,
+                                                  const WorkerUser& user) {
+  if (absl::Status st =
+          CheckWorkingDir(WorkingDirOf(start, node), start.job_id(), node.node_id);
+      !st.ok()) {
+    return st;
+  }
+  int nproc = 0;
+  for (const v1::NodeAssignment& n : start.assignment().nodes()) {
+    if (n.node_id() == node.node_id) nproc = n.local_world_size();
+  }
+  return MakeAttemptFolders(node.log_dir, start.job_id(), job_key,
+                            start.assignment().round(), nproc, user);
+}
+
+AttemptSpec BuildNodeAttempt(const v1::StartAttempt& start, const NodeSettings& node,
+                             const WorkerUser& user, const std::string& attempt_dir,
+                             const std::string& snapshot_dir) {
+  const rendezvous::RoundAssignment round = rendezvous::FromProto(start.assignment());
+  const rendezvous::NodeAssignment& me = *round.Find(node.node_id);
+  GroupSpec group;
+  group.argv.assign(start.spec().argv().begin(), start.spec().argv().end());
+  group.nproc_per_node = me.local_world_size;
+  group.max_restarts = start.max_restarts();
+  group.agent_socket = node.agent_socket;
+  // rendezvous/job_spec.cc checked it.
+  group.hang_timeout =
+      HangTimeout::FromWire(rendezvous::FromProto(start.spec().hang_timeout()));
+  group.python_path = FindPythonHelperDir();
+  group.snapshot_dir = snapshot_dir;
+  // The job's run id (the service sets one unique to the job; an older
+  // service none: the job id).
+  const std::string& run_id =
+      start.spec().run_id().empty() ? start.job_id() : start.spec().run_id();
+  const AttemptContext ctx = ContextFor(run_id, round, me, attempt_dir);
+  AttemptSpec spec =
+      BuildAttempt(group, ctx, WorkerBaseEnv(node.base_env, start.spec(), user));
+  const std::string cwd = WorkingDirOf(start, node);
+  for (WorkerSpec& w : spec.workers) {
+    w.process.cwd = cwd;
+    w.process.run_as = user.run_as;
+  }
+  spec.standby_cwd = cwd;
+  spec.standby_run_as = user.run_as;
+  spec.job_id = start.job_id();
+  spec.new_log_files = true;  // in folders made just now: nothing may be there
+  return spec;
 }
 
 }  // namespace elastrun::launcher
