@@ -8,14 +8,14 @@
 #include <map>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "absl/strings/match.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
-#include "launcher/round/failure.h"
+#include "launcher/protocol/failure.h"
 #include "rendezvous/codec.h"
 
 namespace elastrun::launcher {

@@ -46,7 +46,7 @@ Json ProtoJson(const google::protobuf::Message& message);
 // (or "killed by signal 9 (SIGKILL)").
 std::string FormatFailure(const v1::WorkerFailure& f);
 
-// The root-cause block of launcher/round/failure.h (torchrun's layout) for
+// The root-cause block of launcher/protocol/failure.h (torchrun's layout) for
 // a failure the service reported; `attempt_dir` is where that attempt's
 // log folders are on the failed worker's node.
 std::string FormatRootCauseBlock(const v1::WorkerFailure& f, const std::string& attempt_dir);

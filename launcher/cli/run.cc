@@ -1,4 +1,3 @@
-#include "common/host.h"
 #include "launcher/cli/run.h"
 
 #include <dirent.h>
@@ -25,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/files.h"
+#include "common/host.h"
 #include "common/worker_env.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/attempt.h"
@@ -33,8 +33,8 @@
 #include "launcher/agent/liveness.h"
 #include "launcher/agent/port.h"
 #include "launcher/agent/snapshot_dir.h"
-#include "launcher/round/context.h"
-#include "launcher/round/failure.h"
+#include "launcher/protocol/context.h"
+#include "launcher/protocol/failure.h"
 #include "rendezvous/core.h"
 
 extern char** environ;

@@ -27,7 +27,7 @@ absl::StatusOr<std::string> FindRunJob(const RunOptions& o, int nproc, JobsClien
 // Says how the job ended (success; or the state, why, and the root cause
 // with its traceback) and returns the exit code: 0, the root cause's exit
 // code, 128+signal when it was killed, 127 when it could not start, else 1.
-// The root cause is the block every form prints (launcher/round/failure.h);
+// The root cause is the block every form prints (launcher/protocol/failure.h);
 // its logs are under `run_dir` on its node.
 int FinishedExitCode(const RunOptions& o, const v1::JobStatus& s, const std::string& run_dir);
 

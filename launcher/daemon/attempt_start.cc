@@ -14,7 +14,7 @@
 #include "common/files.h"
 #include "launcher/agent/attempt.h"
 #include "launcher/agent/output.h"
-#include "launcher/round/context.h"
+#include "launcher/protocol/context.h"
 #include "rendezvous/codec.h"
 
 namespace elastrun::launcher {

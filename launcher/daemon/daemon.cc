@@ -11,7 +11,7 @@
 #include "launcher/agent/port.h"
 #include "launcher/daemon/attempt_start.h"
 #include "launcher/daemon/reports.h"
-#include "launcher/round/failure.h"
+#include "launcher/protocol/failure.h"
 
 namespace elastrun::launcher {
 namespace {
@@ -124,7 +124,7 @@ void Daemon::HandleJoin(const v1::JoinRoundCommand& join) {
     port = *picked;
     recent_ports_.push_back(port);
     if (recent_ports_.size() > kRecentPorts) recent_ports_.pop_front();
-    JobState& j = jobs_[job];
+    JobHere& j = jobs_[job];
     j.joined_nproc = nproc;
     j.joined_round = join.round();
   }
@@ -197,7 +197,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
     if (RanLocked(JobKeyLocked(job), round)) return;  // already ran: never twice
-    JobState& j = jobs_[job];
+    JobHere& j = jobs_[job];
     if (j.current && j.current->round >= round) return;  // it runs, or a newer one
     if (j.next && j.next->assignment().round() >= round) return;
     const int others = SlotsOfOthersLocked(job, /*live_only=*/true);
@@ -226,7 +226,7 @@ void Daemon::HandleStart(const v1::StartAttempt& start) {
         LOG(WARNING) << "attempt " << job << "/" << j.current->round
                      << " still runs; stopping it for round " << round;
         j.current->stop_requested = true;
-        if (j.current->on_runner) stop_id = j.current->id;
+        if (j.current->on_runner) stop_id = j.current->runner_id;
       }
     } else if (SlotsOfOthersLocked(job, /*live_only=*/false) + nproc > options_.slots) {
       LOG(INFO) << "job " << job << " round " << round << " waits for "
@@ -309,7 +309,7 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
   }
 
   Attempt attempt;
-  attempt.id = next_id_++;
+  attempt.runner_id = next_runner_id_++;
   attempt.job_id = start.job_id();
   attempt.round = a.round();
   attempt.nproc = me->local_world_size();
@@ -326,7 +326,7 @@ std::optional<Daemon::Launched> Daemon::Launch(const v1::StartAttempt& start,
     }
     failed_at_.erase(failed);
   }
-  return Launched{attempt.id, attempt.job_id, attempt.round, std::move(spec)};
+  return Launched{attempt.runner_id, attempt.job_id, attempt.round, std::move(spec)};
 }
 
 std::vector<Daemon::Launched> Daemon::LaunchQueuedLocked() {
@@ -355,14 +355,15 @@ void Daemon::StartOnRunner(std::vector<Launched> launches) {
     if (options_.metrics != nullptr) {
       options_.metrics->AttemptStarted(static_cast<int>(launch.spec.workers.size()));
     }
-    const uint64_t id = launch.id;
+    const uint64_t id = launch.runner_id;
     runner_->Start(id, std::move(launch.spec),
                    [this, id](const AttemptOutcome& outcome) { OnAttemptEnded(id, outcome); });
     int stop_signal = 0;
     {
       absl::MutexLock lock(&mu_);
       auto it = jobs_.find(launch.job_id);
-      if (it != jobs_.end() && it->second.current && it->second.current->id == id) {
+      if (it != jobs_.end() && it->second.current &&
+          it->second.current->runner_id == id) {
         Attempt& a = *it->second.current;
         a.on_runner = true;
         if (a.stop_requested) stop_signal = a.stop_signal;
@@ -380,13 +381,13 @@ void Daemon::HandleStop(const std::string& job_id, std::optional<int64_t> round)
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return;
-    JobState& j = it->second;
+    JobHere& j = it->second;
     // A stop for round g also covers older rounds: they are stale too.
     if (j.next && (!round || j.next->assignment().round() <= *round)) j.next.reset();
     if (j.joined_nproc > 0 && (!round || j.joined_round <= *round)) j.joined_nproc = 0;
     if (j.current && (!round || j.current->round <= *round) && !j.current->stop_requested) {
       j.current->stop_requested = true;
-      if (j.current->on_runner) stop_id = j.current->id;
+      if (j.current->on_runner) stop_id = j.current->runner_id;
       LOG(INFO) << "stopping job " << job_id << " round " << j.current->round;
     }
     MaybeForgetLocked(job_id);
@@ -399,7 +400,9 @@ void Daemon::OnAttemptEnded(uint64_t id, const AttemptOutcome& outcome) {
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.begin();
-    while (it != jobs_.end() && !(it->second.current && it->second.current->id == id)) ++it;
+    while (it != jobs_.end() &&
+           !(it->second.current && it->second.current->runner_id == id))
+      ++it;
     if (it == jobs_.end()) {
       LOG(ERROR) << "end of unknown attempt " << id << " ignored";
       return;
@@ -446,7 +449,7 @@ void Daemon::Shutdown(int sig) {
       if (j.current && !j.current->stop_requested) {
         j.current->stop_requested = true;
         j.current->stop_signal = sig;
-        if (j.current->on_runner) stop_ids.push_back(j.current->id);
+        if (j.current->on_runner) stop_ids.push_back(j.current->runner_id);
       }
     }
     // The node leaves every job: folders go as their attempts end.
@@ -526,7 +529,7 @@ void Daemon::CallJobsDone() {
 void Daemon::MaybeForgetLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
-  const JobState& j = it->second;
+  const JobHere& j = it->second;
   if (!j.current && !j.next && j.joined_nproc == 0) jobs_.erase(it);
 }
 

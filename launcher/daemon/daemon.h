@@ -205,7 +205,10 @@ class Daemon {
  private:
   // An attempt the runner runs (or is about to run).
   struct Attempt {
-    uint64_t id = 0;
+    // Its id with the runner (AttemptRunner::Start): unique in this Daemon.
+    // Not its round (the service's number of the job's attempt, in folder
+    // names and ELASTRUN_ROUND), nor the agent's own id of it.
+    uint64_t runner_id = 0;
     std::string job_id;
     int64_t round = 0;
     int nproc = 0;  // slots it takes
@@ -217,8 +220,9 @@ class Daemon {
     bool on_runner = false;
     int stop_signal = SIGTERM;
   };
-  // What this node does for one job.
-  struct JobState {
+  // What this node does for one job (not rendezvous::JobState, the job's
+  // state at the service).
+  struct JobHere {
     std::optional<Attempt> current;
     // A StartAttempt waiting for `current` to end, or for slots that other
     // jobs' attempts being stopped still take.
@@ -232,7 +236,7 @@ class Daemon {
   };
   // An attempt built and made current, to hand to the runner.
   struct Launched {
-    uint64_t id = 0;
+    uint64_t runner_id = 0;
     std::string job_id;
     int64_t round = 0;
     AttemptSpec spec;
@@ -281,8 +285,8 @@ class Daemon {
   const NodeSettings node_;
 
   mutable absl::Mutex mu_;
-  std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, JobHere> jobs_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_runner_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Attempts that ran: a re-sent StartAttempt never runs one twice. The
   // newest round that ran per job (by JobKeyLocked; rounds only grow), the
   // jobs in the order they first ran, at most options_.ran_jobs_kept.

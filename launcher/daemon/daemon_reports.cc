@@ -9,7 +9,7 @@
 #include "glog/logging.h"
 #include "launcher/daemon/daemon.h"
 #include "launcher/daemon/reports.h"
-#include "launcher/round/failure.h"
+#include "launcher/protocol/failure.h"
 
 namespace elastrun::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/round/context.h"
+#include "launcher/protocol/context.h"
 
 namespace elastrun::launcher {
 

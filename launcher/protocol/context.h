@@ -2,8 +2,8 @@
 // between the rendezvous core's assignment (group rank, global rank offset,
 // master address) and the agent's torch-free AttemptContext. Shared by
 // `elastrun run` and elastrund.
-#ifndef ELASTRUN_LAUNCHER_ROUND_CONTEXT_H_
-#define ELASTRUN_LAUNCHER_ROUND_CONTEXT_H_
+#ifndef ELASTRUN_LAUNCHER_PROTOCOL_CONTEXT_H_
+#define ELASTRUN_LAUNCHER_PROTOCOL_CONTEXT_H_
 
 #include <string>
 
@@ -20,4 +20,4 @@ AttemptContext ContextFor(const std::string& run_id, const rendezvous::RoundAssi
 
 }  // namespace elastrun::launcher
 
-#endif  // ELASTRUN_LAUNCHER_ROUND_CONTEXT_H_
+#endif  // ELASTRUN_LAUNCHER_PROTOCOL_CONTEXT_H_

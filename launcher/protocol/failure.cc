@@ -1,4 +1,4 @@
-#include "launcher/round/failure.h"
+#include "launcher/protocol/failure.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -76,12 +76,14 @@ std::string FormatRootCause(const rendezvous::Failure& f, const std::string& hos
   absl::StrAppend(&out, "  rank       : ", f.rank, " (local_rank: ", f.local_rank, ")\n");
   absl::StrAppend(&out, "  exit       : ", DescribeExit(as_exit), "\n");
   if (f.hung) {
-    absl::StrAppend(&out, "  hang       : ", f.message, "; its stacks are in its stderr.log\n");
+    absl::StrAppend(&out, "  hang       : ", f.message,
+                    "; its stacks are in its stderr.log\n");
   } else if (f.message.empty()) {
     absl::StrAppend(&out, "  error_file : <N/A> (the worker wrote none",
                     f.signal != 0 ? "; it was killed by a signal" : "", ")\n");
   } else {
-    absl::StrAppend(&out, "  error_file : ", ErrorFilePath(attempt_dir, f.local_rank), "\n");
+    absl::StrAppend(&out, "  error_file : ", ErrorFilePath(attempt_dir, f.local_rank),
+                    "\n");
     absl::StrAppend(&out, "  message    : ", f.message, "\n");
     if (!f.traceback.empty()) {
       absl::StrAppend(&out, "  traceback  :\n", Indent(f.traceback, "    "));
@@ -102,13 +104,15 @@ std::string FormatFailureSummary(const std::string& run_id, const std::string& n
   absl::StrAppend(&out, FormatRootCause(*root, node, attempt_dir));
   std::string others;
   for (const WorkerExit& e : last_attempt.exits) {
-    if (e.ok() || (last_attempt.first_failure && e.pid == last_attempt.first_failure->pid)) {
+    if (e.ok() ||
+        (last_attempt.first_failure && e.pid == last_attempt.first_failure->pid)) {
       continue;
     }
-    absl::StrAppend(&others, "  rank ", e.rank, " (local_rank: ", e.local_rank, "): ",
-                    DescribeExit(e), " (stopped after the root cause)\n");
+    absl::StrAppend(&others, "  rank ", e.rank, " (local_rank: ", e.local_rank,
+                    "): ", DescribeExit(e), " (stopped after the root cause)\n");
   }
-  if (!others.empty()) absl::StrAppend(&out, "Other workers of the last attempt:\n", others);
+  if (!others.empty())
+    absl::StrAppend(&out, "Other workers of the last attempt:\n", others);
   return out;
 }
 

@@ -1,8 +1,8 @@
 // What the user reads when a run fails: the root cause (rank, exit code or
 // signal, the worker's own error message and traceback from its error file)
 // and the other failures, in the spirit of torchrun's ChildFailedError.
-#ifndef ELASTRUN_LAUNCHER_ROUND_FAILURE_H_
-#define ELASTRUN_LAUNCHER_ROUND_FAILURE_H_
+#ifndef ELASTRUN_LAUNCHER_PROTOCOL_FAILURE_H_
+#define ELASTRUN_LAUNCHER_PROTOCOL_FAILURE_H_
 
 #include <string>
 
@@ -50,4 +50,4 @@ std::string FormatFailureSummary(const std::string& run_id, const std::string& n
 
 }  // namespace elastrun::launcher
 
-#endif  // ELASTRUN_LAUNCHER_ROUND_FAILURE_H_
+#endif  // ELASTRUN_LAUNCHER_PROTOCOL_FAILURE_H_
