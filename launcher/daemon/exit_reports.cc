@@ -22,7 +22,9 @@ void ExitReports::Add(v1::ReportExitRequest report) {
 void ExitReports::Send() {
   {
     absl::MutexLock lock(&mu_);
-    if (send_queued_) return;
+    // Nothing to send (every Add is followed by a Send), or a send queued
+    // already: no thread for the lane.
+    if (queue_.empty() || send_queued_) return;
     send_queued_ = true;
   }
   lanes_->Post(kReportsLane, [this] { SendNow(); });
