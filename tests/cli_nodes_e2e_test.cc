@@ -21,23 +21,21 @@
 namespace elastrun {
 namespace {
 
-using daemon_testing::Cluster;
+using daemon_testing::ClusterTest;
 using daemon_testing::kDeadline;
 using daemon_testing::PollUntil;
 using ::testing::HasSubstr;
 
-class CliNodesE2eTest : public ::testing::Test {
+class CliNodesE2eTest : public ClusterTest {
  protected:
   void SetUp() override {
-    dir_ = testing::MakeTempDir("cli_nodes_e2e");
-    cluster_ = std::make_unique<Cluster>(dir_, "ELASTRUN_TEST_MARKER=" + dir_);
+    MakeCluster("cli_nodes_e2e");
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
     ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());  // node0, 2 slots
     ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon());  // node1, 2 slots
     ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 2; }))
         << cluster_->DaemonOutput();
   }
-  void TearDown() override { cluster_->StopAll(); }
 
   // `elastrun ARGS` against the service; stdout and stderr together.
   testing::RunResult Cli(std::vector<std::string> args) {
@@ -69,9 +67,6 @@ class CliNodesE2eTest : public ::testing::Test {
         << cluster_->DaemonOutput();
     return st.nodes_size() == 1 ? st.nodes(0).node_id() : "";
   }
-
-  std::string dir_;
-  std::unique_ptr<Cluster> cluster_;
 };
 
 TEST_F(CliNodesE2eTest, DrainKeepsNewJobsOffRemoveForgetsAndTheDaemonComesBackFresh) {

@@ -30,7 +30,7 @@
 namespace elastrun {
 namespace {
 
-using daemon_testing::Cluster;
+using daemon_testing::ClusterTest;
 using daemon_testing::kDeadline;
 using daemon_testing::PollUntil;
 using testing::BinDir;
@@ -42,7 +42,7 @@ std::string Trimmed(const std::string& text) {
   return std::string(absl::StripAsciiWhitespace(text));
 }
 
-class DaemonCgroupE2eTest : public ::testing::Test {
+class DaemonCgroupE2eTest : public ClusterTest {
  protected:
   void SetUp() override {
     absl::StatusOr<std::string> own = testing::UsableOwnCgroup();
@@ -51,19 +51,14 @@ class DaemonCgroupE2eTest : public ::testing::Test {
                    << "; elastrund falls back to process groups";
     }
     own_ = *own;
-    dir_ = testing::MakeTempDir("daemon_cgroup_e2e");
-    base_ = dir_ + "/base";
-    seen_ = dir_ + "/seen";
-    ASSERT_EQ(mkdir(base_.c_str(), 0755), 0);
-    ASSERT_EQ(mkdir(seen_.c_str(), 0755), 0);
-    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
+    MakeCluster("daemon_cgroup_e2e");
+    base_ = Subfolder("base");
+    seen_ = Subfolder("seen");
     // Unique on this machine: tests running at once never share a folder.
     node_ = absl::StrCat("cg", getpid());
-    cluster_ = std::make_unique<Cluster>(dir_, marker_);
   }
   void TearDown() override {
-    if (cluster_ == nullptr) return;  // skipped
-    cluster_->StopAll();              // checks that nothing is left
+    ClusterTest::TearDown();
     for (pid_t pid : daemon_pids_) {
       (void)launcher::KillCgroup(absl::StrCat(own_, "/elastrun-node-", node_, "@", pid));
     }
@@ -85,8 +80,7 @@ class DaemonCgroupE2eTest : public ::testing::Test {
     return cluster_->SubmitShell("cgroup", 1, 0, script);
   }
 
-  std::string own_, dir_, base_, seen_, marker_, node_;
-  std::unique_ptr<Cluster> cluster_;
+  std::string own_, base_, seen_, node_;
   std::vector<pid_t> daemon_pids_;  // their cgroups are removed at the end
 };
 

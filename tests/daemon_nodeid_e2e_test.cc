@@ -25,7 +25,7 @@
 namespace elastrun {
 namespace {
 
-using daemon_testing::Cluster;
+using daemon_testing::ClusterTest;
 using daemon_testing::kDeadline;
 using daemon_testing::PollUntil;
 using testing::BinDir;
@@ -33,18 +33,13 @@ using testing::FileExists;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class DaemonNodeIdE2eTest : public ::testing::Test {
+class DaemonNodeIdE2eTest : public ClusterTest {
  protected:
   void SetUp() override {
-    dir_ = testing::MakeTempDir("daemon_nodeid_e2e");
-    base_ = dir_ + "/base";
-    seen_ = dir_ + "/seen";
-    ASSERT_EQ(mkdir(base_.c_str(), 0755), 0);
-    ASSERT_EQ(mkdir(seen_.c_str(), 0755), 0);
-    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
-    cluster_ = std::make_unique<Cluster>(dir_, marker_);
+    MakeCluster("daemon_nodeid_e2e");
+    base_ = Subfolder("base");
+    seen_ = Subfolder("seen");
   }
-  void TearDown() override { cluster_->StopAll(); }  // checks that nothing is left
 
   // Starts an elastrund "n1"; every one shares the log folder and snapshot
   // base, as two daemons started with the same flags on one host would.
@@ -65,8 +60,7 @@ class DaemonNodeIdE2eTest : public ::testing::Test {
     return cluster_->SubmitShell("nodeid", 2, 0, script);
   }
 
-  std::string dir_, base_, seen_, marker_;
-  std::unique_ptr<Cluster> cluster_;
+  std::string base_, seen_;
 };
 
 TEST_F(DaemonNodeIdE2eTest, SecondDaemonWithTheNodeIdExitsAndTheFirstFinishesItsJob) {

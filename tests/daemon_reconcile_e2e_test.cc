@@ -30,7 +30,7 @@
 namespace elastrun {
 namespace {
 
-using daemon_testing::Cluster;
+using daemon_testing::ClusterTest;
 using daemon_testing::kDeadline;
 using daemon_testing::PollUntil;
 using testing::BinDir;
@@ -38,21 +38,18 @@ using ::testing::HasSubstr;
 
 bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 
-class DaemonReconcileE2eTest : public ::testing::Test {
+class DaemonReconcileE2eTest : public ClusterTest {
  protected:
   void SetUp() override {
-    dir_ = testing::MakeTempDir("daemon_reconcile_e2e");
-    seen_ = dir_ + "/seen";
-    ASSERT_EQ(mkdir(seen_.c_str(), 0755), 0);
-    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
-    cluster_ = std::make_unique<Cluster>(dir_, marker_);
+    MakeCluster("daemon_reconcile_e2e");
+    seen_ = Subfolder("seen");
     listen_ = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
   }
   void TearDown() override {
     for (pid_t pid : workers_) {
       if (Alive(pid)) kill(pid, SIGKILL);  // a failed test's leftovers
     }
-    cluster_->StopAll();
+    ClusterTest::TearDown();
   }
 
   // `elastrun submit` of a one-node job of two shell workers; its id.
@@ -102,8 +99,7 @@ class DaemonReconcileE2eTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService(listen_, extra));
   }
 
-  std::string dir_, seen_, marker_, listen_;
-  std::unique_ptr<Cluster> cluster_;
+  std::string seen_, listen_;
   std::vector<pid_t> workers_;
 };
 

@@ -25,7 +25,7 @@
 namespace elastrun {
 namespace {
 
-using daemon_testing::Cluster;
+using daemon_testing::ClusterTest;
 using daemon_testing::kDeadline;
 using daemon_testing::PollUntil;
 using testing::BinDir;
@@ -47,20 +47,16 @@ bool HaveNobody() {
   return geteuid() == 0 && pw != nullptr;
 }
 
-class DaemonRunAsE2eTest : public ::testing::Test {
+class DaemonRunAsE2eTest : public ClusterTest {
  protected:
   void SetUp() override {
-    dir_ = testing::MakeTempDir("daemon_runas_e2e");
+    MakeCluster("daemon_runas_e2e");
     // Workers of another user pass through the test's folder to theirs.
     ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
-    base_ = dir_ + "/base";
+    base_ = Subfolder("base");
     state_ = dir_ + "/daemon-state";  // dir_/state is the service's
-    ASSERT_EQ(mkdir(base_.c_str(), 0755), 0);
-    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
-    cluster_ = std::make_unique<Cluster>(dir_, marker_);
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
   }
-  void TearDown() override { cluster_->StopAll(); }  // checks that nothing is left
 
   // Starts elastrund "n1" with --state-dir `state_` (logs inside).
   void StartDaemon() {
@@ -108,8 +104,7 @@ class DaemonRunAsE2eTest : public ::testing::Test {
         absl::StrCat(state_, "/logs/", job, "/attempt_0/0/stdout.log"));
   }
 
-  std::string dir_, base_, state_, marker_;
-  std::unique_ptr<Cluster> cluster_;
+  std::string base_, state_;
   testing::Subprocess* daemon_ = nullptr;  // the cluster's
 };
 

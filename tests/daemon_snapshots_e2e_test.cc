@@ -25,7 +25,7 @@
 namespace elastrun {
 namespace {
 
-using daemon_testing::Cluster;
+using daemon_testing::ClusterTest;
 using daemon_testing::kDeadline;
 using daemon_testing::PollUntil;
 using testing::BinDir;
@@ -52,20 +52,15 @@ std::string Worker(const std::string& seen, const std::string& then) {
       "/$TORCHELASTIC_RESTART_COUNT.$RANK; ", then);
 }
 
-class DaemonSnapshotsE2eTest : public ::testing::Test {
+class DaemonSnapshotsE2eTest : public ClusterTest {
  protected:
   void SetUp() override {
-    dir_ = testing::MakeTempDir("daemon_snapshots_e2e");
-    base_ = dir_ + "/base";
-    seen_ = dir_ + "/seen";
-    ASSERT_EQ(mkdir(base_.c_str(), 0755), 0);
-    ASSERT_EQ(mkdir(seen_.c_str(), 0755), 0);
+    MakeCluster("daemon_snapshots_e2e");
+    base_ = Subfolder("base");
+    seen_ = Subfolder("seen");
     root_ = absl::StrCat(base_, "/elastrun-", geteuid());
-    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
-    cluster_ = std::make_unique<Cluster>(dir_, marker_);
     ASSERT_NO_FATAL_FAILURE(cluster_->StartService("127.0.0.1:0"));
   }
-  void TearDown() override { cluster_->StopAll(); }  // checks that nothing is left
 
   // Starts elastrund "n1" with the test's snapshot base; returns once its
   // Watch stream is open. Registered is not enough: the daemon removes its
@@ -94,8 +89,7 @@ class DaemonSnapshotsE2eTest : public ::testing::Test {
         testing::ReadFile(absl::StrCat(seen_, "/", restart, ".", rank))));
   }
 
-  std::string dir_, base_, seen_, root_, marker_;
-  std::unique_ptr<Cluster> cluster_;
+  std::string base_, seen_, root_;
   testing::Subprocess* daemon_ = nullptr;  // the cluster's
 };
 

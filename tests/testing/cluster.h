@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -351,6 +352,33 @@ inline v1::JobSpec Spec(const std::string& name, int min_nodes, int max_nodes, i
   s.set_max_restarts(max_restarts);
   return s;
 }
+
+// The fixture of an e2e test with a cluster of its own: a fresh folder
+// dir_, the marker its processes carry (marker_, naming the folder) and a
+// Cluster in it, stopped at the end (StopAll checks that nothing is left).
+// The service and daemons are the test's to start.
+class ClusterTest : public ::testing::Test {
+ protected:
+  // Makes dir_ (a temporary folder named after `name`), marker_ and
+  // cluster_.
+  void MakeCluster(const std::string& name) {
+    dir_ = testing::MakeTempDir(name);
+    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
+    cluster_ = std::make_unique<Cluster>(dir_, marker_);
+  }
+  // Makes folder dir_/`name` (0755); returns its path.
+  std::string Subfolder(const std::string& name) {
+    const std::string path = dir_ + "/" + name;
+    EXPECT_EQ(mkdir(path.c_str(), 0755), 0) << path;
+    return path;
+  }
+  void TearDown() override {
+    if (cluster_ != nullptr) cluster_->StopAll();  // null: skipped early
+  }
+
+  std::string dir_, marker_;
+  std::unique_ptr<Cluster> cluster_;
+};
 
 }  // namespace elastrun::daemon_testing
 
