@@ -106,6 +106,7 @@ NodeRecord& NodeRegistry::Register(const v1::RegisterNodeRequest& r, absl::Time 
   n.lease_expiry = now + options_.lease_timeout;
   n.confirmed = true;
   n.reported_running.assign(r.running().begin(), r.running().end());
+  Reindex(r.node_id(), n);
   return n;
 }
 
@@ -136,6 +137,7 @@ absl::StatusOr<absl::Time> NodeRegistry::Heartbeat(absl::string_view node_id,
   NodeRecord* n = Find(node_id);
   n->lease_expiry = now + options_.lease_timeout;
   n->confirmed = true;
+  Reindex(n->stored.node_id(), *n);
   return n->lease_expiry;
 }
 
@@ -147,45 +149,57 @@ void NodeRegistry::MarkLost(absl::string_view node_id, absl::string_view reason,
   n->stored.set_lost_reason(std::string(reason));
   *n->stored.mutable_lost_time() = ToProto(now);
   n->reported_running.clear();
+  Reindex(n->stored.node_id(), *n);
+}
+
+void NodeRegistry::Unindex(const std::string& id, NodeRecord& n) {
+  if (n.indexed_lease) leases_.erase({*n.indexed_lease, id});
+  if (n.indexed_lost_due) lost_due_.erase({*n.indexed_lost_due, id});
+  n.indexed_lease.reset();
+  n.indexed_lost_due.reset();
+}
+
+void NodeRegistry::Reindex(const std::string& id, NodeRecord& n) {
+  Unindex(id, n);
+  if (n.alive()) {
+    leases_.emplace(n.lease_expiry, id);
+    n.indexed_lease = n.lease_expiry;
+  } else if (options_.node_expiry != absl::InfiniteDuration()) {
+    const absl::Time due = FromProto(n.stored.lost_time()) + options_.node_expiry;
+    lost_due_.emplace(due, id);
+    n.indexed_lost_due = due;
+  }
 }
 
 std::vector<std::string> NodeRegistry::Expired(absl::Time now) const {
   std::vector<std::string> out;
-  for (const auto& [id, n] : nodes_) {
-    if (n.alive() && n.lease_expiry <= now) out.push_back(id);
+  for (const auto& [expiry, id] : leases_) {
+    if (expiry > now) break;
+    out.push_back(id);
   }
   return out;
 }
 
 std::optional<absl::Time> NodeRegistry::NextExpiry() const {
-  std::optional<absl::Time> next;
-  for (const auto& [id, n] : nodes_) {
-    if (n.alive() && (!next || n.lease_expiry < *next)) next = n.lease_expiry;
-  }
-  return next;
+  if (leases_.empty()) return std::nullopt;
+  return leases_.begin()->first;
 }
 
 std::vector<std::string> NodeRegistry::ExpiredLost(absl::Time now) const {
   std::vector<std::string> out;
-  if (options_.node_expiry == absl::InfiniteDuration()) return out;
-  for (const auto& [id, n] : nodes_) {
-    if (!n.alive() && n.jobs.empty() &&
-        FromProto(n.stored.lost_time()) + options_.node_expiry <= now) {
-      out.push_back(id);
-    }
+  for (const auto& [due, id] : lost_due_) {
+    if (due > now) break;
+    if (Find(id)->jobs.empty()) out.push_back(id);
   }
   return out;
 }
 
 std::optional<absl::Time> NodeRegistry::NextLostExpiry() const {
-  std::optional<absl::Time> next;
-  if (options_.node_expiry == absl::InfiniteDuration()) return next;
-  for (const auto& [id, n] : nodes_) {
-    if (n.alive() || !n.jobs.empty()) continue;
-    const absl::Time due = FromProto(n.stored.lost_time()) + options_.node_expiry;
-    if (!next || due < *next) next = due;
+  // The few lost nodes that still hold a job's slots are passed over.
+  for (const auto& [due, id] : lost_due_) {
+    if (Find(id)->jobs.empty()) return due;
   }
-  return next;
+  return std::nullopt;
 }
 
 std::optional<std::string> NodeRegistry::OldestLost() const {
@@ -204,7 +218,9 @@ std::optional<std::string> NodeRegistry::OldestLost() const {
 
 void NodeRegistry::Remove(absl::string_view node_id) {
   auto it = nodes_.find(node_id);
-  if (it != nodes_.end()) nodes_.erase(it);
+  if (it == nodes_.end()) return;
+  Unindex(it->first, it->second);
+  nodes_.erase(it);
 }
 
 absl::Status NodeRegistry::SetDraining(absl::string_view node_id, bool draining) {
@@ -218,9 +234,11 @@ absl::Status NodeRegistry::SetDraining(absl::string_view node_id, bool draining)
 
 void NodeRegistry::Restore(const v1::StoredNode& stored, absl::Time now) {
   NodeRecord& n = nodes_[stored.node_id()];
+  Unindex(stored.node_id(), n);
   n.stored = stored;
   n.lease_expiry = now + options_.lease_timeout;
   if (!n.alive() && !n.stored.has_lost_time()) *n.stored.mutable_lost_time() = ToProto(now);
+  Reindex(stored.node_id(), n);
 }
 
 void NodeRegistry::Reserve(const std::string& node_id, const std::string& job_id,

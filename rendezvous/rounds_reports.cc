@@ -72,7 +72,11 @@ absl::StatusOr<v1::JoinRoundResponse> Rounds::Join(Outbox& out,
   join.wanted_group_rank = r.has_group_rank() ? r.group_rank() : -1;
   ASSIGN_OR_RETURN(std::vector<Event> events, job->core->Join(join, now));
   resp.set_spare(InWaiting(job->core->state_snapshot().spares, r.node_id()));
-  HandleEvents(out, *job, events);
+  // A bare join (no event) changes no round: every placed node was asked
+  // for this one already, so the Reconcile in HandleEvents (a walk over the
+  // placed nodes) is skipped; after each of N joins it was O(N^2), and 4000
+  // nodes' joins held the lock for a second.
+  if (!events.empty()) HandleEvents(out, *job, events);
   std::vector<Event> early = CloseIfNobodyElseCanJoin(*job, now);
   if (!early.empty()) HandleEvents(out, *job, early);
   // Written when the join changed more than the open round's member list
