@@ -138,6 +138,10 @@ class RendezvousCore {
   const std::string& finish_reason() const { return s_.finish_reason; }
   int joined_count() const { return static_cast<int>(s_.joined.size()); }
   int spare_count() const { return static_cast<int>(s_.spares.size()); }
+  // Whether `node_id` joined the open round / waits as a spare for the
+  // next one (from the indexes: O(1), where InWaiting walks the list).
+  bool joined(absl::string_view node_id) const { return joined_index_.contains(node_id); }
+  bool spare(absl::string_view node_id) const { return spare_index_.contains(node_id); }
   // Every round so far, oldest first; back() is the current one.
   const std::vector<RoundRecord>& history() const { return s_.rounds; }
   // The whole state, to persist.

@@ -286,7 +286,6 @@ void Rounds::TickJob(Outbox& out, JobRecord& job, absl::Time now) {
 
 void Rounds::Reconcile(Outbox& out, JobRecord& job) {
   if (!job.core || job.core->finished()) return;
-  const RendezvousState& s = job.core->state_snapshot();
   const RoundAssignment* running = job.core->assignment();
   const int64_t round = job.core->round();
   for (const std::string& node : job.placed) {
@@ -295,7 +294,7 @@ void Rounds::Reconcile(Outbox& out, JobRecord& job) {
     // the lock for seconds, so heartbeats queued and leases expired).
     auto asked = job.asked.find(node);
     if (asked != job.asked.end() && asked->second == round) continue;
-    if (InWaiting(s.joined, node) || InWaiting(s.spares, node)) continue;
+    if (job.core->joined(node) || job.core->spare(node)) continue;
     if (running != nullptr && running->Find(node) != nullptr) continue;
     job.asked[node] = round;
     streams_.Send(out, node, JoinCommand(job));

@@ -54,13 +54,12 @@ absl::StatusOr<v1::JoinRoundResponse> Rounds::Join(Outbox& out,
   }
   v1::JoinRoundResponse resp;
   resp.set_round(job->core->round());
-  const RendezvousState& s = job->core->state_snapshot();
   const RoundAssignment* running = job->core->assignment();
-  if (InWaiting(s.joined, r.node_id()) ||
+  if (job->core->joined(r.node_id()) ||
       (running != nullptr && running->Find(r.node_id()) != nullptr)) {
     return resp;  // a retry: already in
   }
-  if (InWaiting(s.spares, r.node_id())) {
+  if (job->core->spare(r.node_id())) {
     resp.set_spare(true);
     return resp;
   }
@@ -71,7 +70,7 @@ absl::StatusOr<v1::JoinRoundResponse> Rounds::Join(Outbox& out,
   join.local_world_size = r.local_world_size();
   join.wanted_group_rank = r.has_group_rank() ? r.group_rank() : -1;
   ASSIGN_OR_RETURN(std::vector<Event> events, job->core->Join(join, now));
-  resp.set_spare(InWaiting(job->core->state_snapshot().spares, r.node_id()));
+  resp.set_spare(job->core->spare(r.node_id()));
   // A bare join (no event) changes no round: every placed node was asked
   // for this one already, so the Reconcile in HandleEvents (a walk over the
   // placed nodes) is skipped; after each of N joins it was O(N^2), and 4000
