@@ -289,9 +289,9 @@ void Rounds::Reconcile(Outbox& out, JobRecord& job) {
   const RoundAssignment* running = job.core->assignment();
   const int64_t round = job.core->round();
   for (const std::string& node : job.placed) {
-    // Cheapest test first: Reconcile runs after every JoinRound, and the
-    // waiting lists are linear scans (O(N^2) per join at 1000 nodes held
-    // the lock for seconds, so heartbeats queued and leases expired).
+    // Cheapest test first: Reconcile runs after every event of a job
+    // (a round opened or closed, a node lost or placed), over every placed
+    // node; a node asked for this round already is passed at once.
     auto asked = job.asked.find(node);
     if (asked != job.asked.end() && asked->second == round) continue;
     if (job.core->joined(node) || job.core->spare(node)) continue;
