@@ -150,8 +150,9 @@ class NodeRegistry {
   // The ALIVE nodes by lease expiry and the LOST ones by when they are due
   // to be forgotten, so that the timer's questions (Expired, NextExpiry,
   // ExpiredLost, NextLostExpiry) cost what they find, not a walk over every
-  // node: the timer runs after every change, and 10,000 nodes walked four
-  // times a tick starved the heartbeats until the leases expired.
+  // node: the timer runs after every change, and four walks per tick over
+  // thousands of nodes would hold the lock until heartbeats queue and
+  // leases expire.
   std::set<std::pair<absl::Time, std::string>> leases_;
   std::set<std::pair<absl::Time, std::string>> lost_due_;
   // Files `n` (id `id`) in the index its state and times call for.

@@ -73,8 +73,8 @@ absl::StatusOr<v1::JoinRoundResponse> Rounds::Join(Outbox& out,
   resp.set_spare(job->core->spare(r.node_id()));
   // A bare join (no event) changes no round: every placed node was asked
   // for this one already, so the Reconcile in HandleEvents (a walk over the
-  // placed nodes) is skipped; after each of N joins it was O(N^2), and 4000
-  // nodes' joins held the lock for a second.
+  // placed nodes) is skipped; after each of N joins it would make a round
+  // O(N^2) under the lock.
   if (!events.empty()) HandleEvents(out, *job, events);
   std::vector<Event> early = CloseIfNobodyElseCanJoin(*job, now);
   if (!early.empty()) HandleEvents(out, *job, early);
