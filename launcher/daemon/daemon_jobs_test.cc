@@ -305,10 +305,13 @@ TEST_F(DaemonJobsTest, ASlowJoinRoundHoldsUpNoOtherJob) {
     daemon_->OnCommand(Start("job-other", 0, 1));
     other_started.Notify();
   });
-  ASSERT_TRUE(client_.held.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // No ASSERT before the join: a joinable thread left behind would abort
+  // the test binary instead of failing this test.
+  const bool held = client_.held.WaitForNotificationWithTimeout(absl::Seconds(60));
   const bool started = other_started.WaitForNotificationWithTimeout(absl::Seconds(20));
   client_.Release();
   watch.join();
+  ASSERT_TRUE(held) << "the service never got job-slow's call";
   EXPECT_TRUE(started) << "job-other's StartAttempt waited for job-slow's JoinRound";
   Settle(*daemon_);
   ASSERT_EQ(runner_.started.size(), 1u);
@@ -335,10 +338,13 @@ TEST_F(DaemonJobsTest, ASlowExitReportHoldsUpNoOtherAttemptsEnd) {
     runner_.Finish(other, Stopped());
     both_ended.Notify();
   });
-  ASSERT_TRUE(client_.held.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // No ASSERT before the join: a joinable thread left behind would abort
+  // the test binary instead of failing this test.
+  const bool held = client_.held.WaitForNotificationWithTimeout(absl::Seconds(60));
   const bool ended = both_ended.WaitForNotificationWithTimeout(absl::Seconds(20));
   client_.Release();
   callbacks.join();
+  ASSERT_TRUE(held) << "the service never got job-slow's call";
   EXPECT_TRUE(ended) << "job-other's attempt end waited for job-slow's ReportExit";
   Settle(*daemon_);
   ASSERT_EQ(runner_.started.size(), 3u);
