@@ -2,6 +2,9 @@
 
 #include "common/flags.h"
 #include "common/strings.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -29,6 +32,26 @@ reconnect when the service is back.
 )";
 
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> ParseEtcdUrl(absl::string_view url) {
+  constexpr absl::string_view kScheme = "etcd://";
+  if (!absl::StartsWith(url, kScheme)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--store \"", url, "\": give etcd://HOST:PORT[,HOST:PORT...] (SQLite is --state-dir)"));
+  }
+  std::vector<std::string> endpoints;
+  for (absl::string_view e : absl::StrSplit(url.substr(kScheme.size()), ',')) {
+    std::string host;
+    int port = 0;
+    if (absl::Status st = SplitHostPort(std::string(e), "--store", &host, &port);
+        !st.ok() || port == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--store \"", url, "\": endpoint \"", e,
+                                                     "\" is not HOST:PORT"));
+    }
+    endpoints.emplace_back(e);
+  }
+  return endpoints;
+}
 
 std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                                      std::ostream& out, std::ostream& err,
@@ -105,6 +128,44 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                 "it such a listener needs --tls-cert: in plaintext the\n"
                 "token, root on every root daemon, travels in clear\n"
                 "(for a network only the cluster's machines reach).");
+  std::string leader_lease;
+  app->add_option("--store", flags->store,
+                  "etcd://HOST:PORT[,HOST:PORT...]: keep the state and\n"
+                  "the logs in etcd (v3), shared by several replicas of\n"
+                  "this service: one leads and serves, the others wait\n"
+                  "and take over within --leader-lease when it is lost.\n"
+                  "Default: SQLite in --state-dir (or memory).")
+      ->type_name("URL");
+  app->add_option("--etcd-prefix", flags->etcd_prefix,
+                  "every key of this cluster lives under this prefix\n"
+                  "(default /elastrun): clusters may share one etcd.")
+      ->type_name("PREFIX");
+  app->add_option("--etcd-ca", flags->etcd_tls.ca,
+                  "talk TLS to etcd, trusting this PEM CA.")
+      ->type_name("FILE");
+  app->add_option("--etcd-cert", flags->etcd_tls.cert,
+                  "mutual TLS to etcd: this PEM client certificate\n"
+                  "(needs --etcd-key and --etcd-ca).")
+      ->type_name("FILE");
+  app->add_option("--etcd-key", flags->etcd_tls.key, "the PEM private key of --etcd-cert.")
+      ->type_name("FILE");
+  app->add_option("--etcd-user", flags->etcd_user,
+                  "etcd's authentication: this user, with the password\n"
+                  "in --etcd-password-file.")
+      ->type_name("NAME");
+  app->add_option("--etcd-password-file", flags->etcd_password_file,
+                  "the file holding --etcd-user's password (one line).")
+      ->type_name("FILE");
+  app->add_option("--leader-lease", leader_lease,
+                  "with etcd: the leadership's lease (default 2s; etcd\n"
+                  "grants no less). A leader that cannot renew it stops\n"
+                  "serving; a follower leads once it expired.")
+      ->type_name("DUR");
+  app->add_option("--advertise", flags->advertise,
+                  "with etcd: the address clients reach this replica at,\n"
+                  "named as the leader's in the log (default: --listen\n"
+                  "as bound).")
+      ->type_name("HOST:PORT");
   if (std::optional<int> exit = flags::Parse(*app, args, out, err)) return exit;
 
   // An error about a value from the config file names its file and line.
@@ -127,6 +188,34 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
     absl::StatusOr<absl::Duration> d = ParseDuration(expiry, "--node-expiry");
     if (!d.ok()) return usage(d.status());
     flags->node_expiry = *d == absl::ZeroDuration() ? absl::InfiniteDuration() : *d;
+  }
+  if (!leader_lease.empty()) {
+    absl::StatusOr<absl::Duration> d = ParseDuration(leader_lease, "--leader-lease");
+    if (!d.ok()) return usage(d.status());
+    if (*d < absl::Seconds(1)) {
+      return usage(absl::InvalidArgumentError("--leader-lease must be at least 1s"));
+    }
+    flags->leader_lease = *d;
+  }
+  if (!flags->store.empty()) {
+    absl::StatusOr<std::vector<std::string>> endpoints = ParseEtcdUrl(flags->store);
+    if (!endpoints.ok()) return usage(endpoints.status());
+    flags->etcd_endpoints = *std::move(endpoints);
+    if (!flags->state_dir.empty()) {
+      return usage(absl::InvalidArgumentError(
+          "--store etcd://... and --state-dir: the state lives in one place; give one"));
+    }
+  } else if (!flags->etcd_tls.ca.empty() || !flags->etcd_tls.cert.empty() ||
+             !flags->etcd_user.empty() || !flags->etcd_password_file.empty()) {
+    return usage(absl::InvalidArgumentError("the --etcd-* flags need --store etcd://..."));
+  }
+  if (!flags->etcd_tls.cert.empty() != !flags->etcd_tls.key.empty() ||
+      (!flags->etcd_tls.cert.empty() && flags->etcd_tls.ca.empty())) {
+    return usage(absl::InvalidArgumentError(
+        "--etcd-cert and --etcd-key go together, and with --etcd-ca"));
+  }
+  if (flags->etcd_user.empty() != flags->etcd_password_file.empty()) {
+    return usage(absl::InvalidArgumentError("--etcd-user and --etcd-password-file go together"));
   }
   // Half a pair, or a CA without the pair, is a usage error now; the files
   // themselves are read when the server starts.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
 
@@ -36,7 +38,31 @@ struct ServiceFlags {
   // --token-file; empty: the default (auth::DefaultTokenFile). Read, or
   // created when missing, by main.cc.
   std::string token_file;
+
+  // --store etcd://HOST:PORT[,HOST:PORT...]: the state (and logs) in etcd,
+  // shared by several replicas of which one leads at a time; empty: SQLite
+  // in --state-dir (or memory).
+  std::string store;
+  // The etcd endpoints of --store ("HOST:PORT" each); empty without etcd.
+  std::vector<std::string> etcd_endpoints;
+  // --etcd-prefix: every key of this cluster lives under it.
+  std::string etcd_prefix = "/elastrun";
+  // --etcd-ca / --etcd-cert / --etcd-key: TLS (and mutual TLS) to etcd.
+  tls::TlsFiles etcd_tls;
+  // --etcd-user and --etcd-password-file: etcd's own authentication.
+  std::string etcd_user;
+  std::string etcd_password_file;
+  // --leader-lease: how long a leader that stopped renewing (dead, paused,
+  // cut off) keeps the leadership; a follower takes over after it.
+  absl::Duration leader_lease = absl::Seconds(2);
+  // --advertise HOST:PORT: where clients reach this replica (stored as the
+  // leader's address); empty: the bound --listen address.
+  std::string advertise;
 };
+
+// The endpoints of `url`, "etcd://HOST:PORT[,HOST:PORT...]"; InvalidArgument
+// naming what is wrong.
+absl::StatusOr<std::vector<std::string>> ParseEtcdUrl(absl::string_view url);
 
 // Parses `args` (without argv[0]) into *flags. Returns an exit code when
 // the program should exit now (0 after --help or --version printed to

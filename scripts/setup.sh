@@ -35,6 +35,9 @@ PACKAGES=(
   prometheus
   # systemd-analyze verifies the units in deploy/systemd (deploy/systemd_test.py)
   systemd
+  # etcd (issue 24): a real etcd for the HA tests and benches, and the API
+  # definitions (.proto) that the service's own etcd client is generated from
+  etcd-server etcd-client golang-etcd-server-dev
   # the .deb (cpack -G DEB): dpkg-shlibdeps computes its Depends; CPack finds
   # the programs to give it with `file`
   dpkg-dev file
