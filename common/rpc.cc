@@ -1,7 +1,17 @@
 #include "common/rpc.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/strings.h"
 
 namespace elastrun::rpc {
 
@@ -15,6 +25,49 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());
+}
+
+namespace {
+
+// The addresses of `host` ("1.2.3.4", "::1", a name), as they go into an
+// ipv4:/ipv6: target with `port`: IPv4 ones into *v4, IPv6 into *v6.
+void Addresses(const std::string& host, int port, std::vector<std::string>* v4,
+               std::vector<std::string>* v6) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    if (a->ai_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, text,
+                sizeof text);
+      v4->push_back(absl::StrCat(text, ":", port));
+    } else if (a->ai_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, text,
+                sizeof text);
+      v6->push_back(absl::StrCat("[", text, "]:", port));
+    }
+  }
+  freeaddrinfo(found);
+}
+
+}  // namespace
+
+std::string ChannelTarget(const std::string& endpoints) {
+  if (endpoints.find(',') == std::string::npos) return endpoints;
+  std::vector<std::string> v4, v6;
+  for (absl::string_view e : absl::StrSplit(endpoints, ',', absl::SkipWhitespace())) {
+    std::string host;
+    int port = 0;
+    if (!SplitHostPort(absl::StripAsciiWhitespace(e), "endpoint", &host, &port).ok()) continue;
+    Addresses(host, port, &v4, &v6);
+  }
+  // One family per target (gRPC's ipv4: and ipv6: schemes); IPv4 first.
+  if (!v4.empty()) return absl::StrCat("ipv4:", absl::StrJoin(v4, ","));
+  if (!v6.empty()) return absl::StrCat("ipv6:", absl::StrJoin(v6, ","));
+  return endpoints;  // nothing resolved: gRPC's error names the target
 }
 
 std::shared_ptr<grpc::Channel> NewChannel(const ChannelOptions& options) {
@@ -37,9 +90,15 @@ std::shared_ptr<grpc::Channel> NewChannel(const ChannelOptions& options) {
     for (const auto& [key, value] : kKeepalive) args.SetInt(key, value);
   }
   for (const auto& [key, value] : kBackoff) args.SetInt(key, value);
+  const std::string target = ChannelTarget(options.target);
+  if (target != options.target) {
+    // The authority (and TLS's name) of a list is its first endpoint's.
+    args.SetString(GRPC_ARG_DEFAULT_AUTHORITY,
+                   std::string(options.target.substr(0, options.target.find(','))));
+  }
   tls::AddChannelArgs(options.tls, &args);
   return grpc::CreateCustomChannel(
-      options.target,
+      target,
       options.credentials ? options.credentials : grpc::InsecureChannelCredentials(),
       args);
 }

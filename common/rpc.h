@@ -23,8 +23,18 @@ namespace elastrun::rpc {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// gRPC's target for `endpoints`: "HOST:PORT" as it is (a name that
+// resolves to several addresses gives them all), several comma-separated
+// ("a:1,b:2,c:3": the replicas of a service, the members of etcd) as one
+// list of addresses (names resolved now), of which a channel uses the first
+// that accepts a connection and moves on when it is lost. So a client of
+// replicated services reaches whichever listens: the rendezvous service's
+// leader (its followers do not listen), any live member of etcd.
+std::string ChannelTarget(const std::string& endpoints);
+
 struct ChannelOptions {
-  std::string target;  // "HOST:PORT"
+  // "HOST:PORT", or several comma-separated (ChannelTarget).
+  std::string target;
   tls::TlsFiles tls;
   // From tls::MakeChannelCredentials; null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;

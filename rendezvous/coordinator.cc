@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   }
   if (options.clock == nullptr) options.clock = &RealClock();
   const std::string path = options.state_path.empty() ? ":memory:" : options.state_path;
-  ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
+                   options.open_store ? options.open_store() : Store::Open(path));
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), std::move(store)));
   absl::MutexLock lock(&c->mu_);
   RETURN_IF_ERROR(c->Load());
@@ -60,7 +61,7 @@ absl::Status Coordinator::Load() {
   RETURN_IF_ERROR(jobs_.Restore(contents));
   Outbox out;  // nothing can be sent yet: no stream is attached
   rounds_.Restored(out);
-  LOG(INFO) << "state " << store_->path() << ": " << contents.nodes.size() << " nodes, "
+  LOG(INFO) << store_->where() << ": " << contents.nodes.size() << " nodes, "
             << contents.jobs.size() << " jobs";
   if (absl::IsUnavailable(out.store_status)) {
     // A full disk: serve what is stored (reads work, each write fails

@@ -51,6 +51,8 @@ struct CoordinatorOptions {
   // The SQLite file; empty: state lives in memory only (tests, `--state-dir`
   // not given).
   std::string state_path;
+  // Opens the store instead of state_path when set (etcd: etcd_store.h).
+  std::function<absl::StatusOr<std::unique_ptr<Store>>()> open_store;
   // At most this many nodes, alive or lost, are kept (> 0). A registration
   // of a new node id beyond it makes room by forgetting the node lost
   // longest, or, when none is lost, is refused (ResourceExhausted): it
@@ -68,7 +70,7 @@ struct CoordinatorOptions {
 
 // Thread-safe: one mutex guards all state; commands, stream closes and
 // barrier completions run after it is released. Store writes happen under
-// it (they are local disk writes, not RPCs); progress reports write at most
+// it (local disk writes, or one etcd transaction each); progress reports write at most
 // one small row per job per interval.
 class Coordinator {
  public:

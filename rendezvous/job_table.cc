@@ -53,8 +53,8 @@ absl::Status JobTable::Restore(const Store::Contents& contents) {
           state.ok() ? RendezvousCore::Restore(*std::move(state))
                      : absl::StatusOr<std::unique_ptr<RendezvousCore>>(state.status());
       if (!core.ok()) {
-        return absl::DataLossError(absl::StrFormat("state database %s: job \"%s\": %s",
-                                                   store_->path(), job->id,
+        return absl::DataLossError(absl::StrFormat("%s: job \"%s\": %s",
+                                                   store_->where(), job->id,
                                                    core.status().message()));
       }
       job->core = *std::move(core);

@@ -23,11 +23,11 @@ std::string Dirname(const std::string& path) {
 
 }  // namespace
 
-absl::Status LogDb::Error(int rc, absl::string_view what) const {
+absl::Status SqliteLogDb::Error(int rc, absl::string_view what) const {
   return SqliteStatus(db_, rc, absl::StrCat("log database ", path_), what);
 }
 
-absl::Status LogDb::CheckFreeSpace(int64_t adding) const {
+absl::Status SqliteLogDb::CheckFreeSpace(int64_t adding) const {
   if (keep_free_ <= 0) return absl::OkStatus();
   struct statvfs fs;
   if (statvfs(Dirname(path_).c_str(), &fs) != 0) return absl::OkStatus();
@@ -41,11 +41,17 @@ absl::Status LogDb::CheckFreeSpace(int64_t adding) const {
 
 absl::StatusOr<std::unique_ptr<LogDb>> LogDb::Open(const std::string& path,
                                                    int64_t keep_free) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteLogDb> db, SqliteLogDb::Open(path, keep_free));
+  return db;
+}
+
+absl::StatusOr<std::unique_ptr<SqliteLogDb>> SqliteLogDb::Open(const std::string& path,
+                                                   int64_t keep_free) {
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
       nullptr);
-  std::unique_ptr<LogDb> out(new LogDb(path, db));
+  std::unique_ptr<SqliteLogDb> out(new SqliteLogDb(path, db));
   if (rc != SQLITE_OK) return out->Error(rc, "cannot open");
   if (path != ":memory:") {
     out->keep_free_ = keep_free;
@@ -84,12 +90,12 @@ absl::StatusOr<std::unique_ptr<LogDb>> LogDb::Open(const std::string& path,
   return out;
 }
 
-LogDb::~LogDb() {
+SqliteLogDb::~SqliteLogDb() {
   for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
   if (db_ != nullptr) sqlite3_close_v2(db_);
 }
 
-absl::StatusOr<sqlite3_stmt*> LogDb::Statement(const char* sql) {
+absl::StatusOr<sqlite3_stmt*> SqliteLogDb::Statement(const char* sql) {
   auto it = statements_.find(sql);
   if (it != statements_.end()) return it->second;
   sqlite3_stmt* stmt = nullptr;
@@ -99,7 +105,7 @@ absl::StatusOr<sqlite3_stmt*> LogDb::Statement(const char* sql) {
   return stmt;
 }
 
-absl::Status LogDb::StepOnce(const char* sql) {
+absl::Status SqliteLogDb::StepOnce(const char* sql) {
   ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Statement(sql));
   const int rc = sqlite3_step(stmt);
   sqlite3_reset(stmt);
@@ -107,13 +113,13 @@ absl::Status LogDb::StepOnce(const char* sql) {
   return absl::OkStatus();
 }
 
-absl::Status LogDb::Exec(const char* sql) {
+absl::Status SqliteLogDb::Exec(const char* sql) {
   const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) return Error(rc, absl::StrFormat("executing \"%.40s\"", sql));
   return absl::OkStatus();
 }
 
-absl::Status LogDb::Write(const Batch& batch) {
+absl::Status SqliteLogDb::Write(const Batch& batch) {
   if (batch.empty()) return absl::OkStatus();
   if (!batch.chunks.empty()) {
     int64_t adding = 0;
@@ -129,7 +135,7 @@ absl::Status LogDb::Write(const Batch& batch) {
   return st;
 }
 
-absl::Status LogDb::WriteLocked(const Batch& batch) {
+absl::Status SqliteLogDb::WriteLocked(const Batch& batch) {
   // One statement per kind, prepared once and bound again per row; none
   // run for an empty kind (most batches only add chunks and a sender).
   auto run = [this](const char* sql, const auto& bind) -> absl::Status {
@@ -211,7 +217,7 @@ absl::Status LogDb::WriteLocked(const Batch& batch) {
       "ON CONFLICT (job) DO UPDATE SET below = max(below, ?2)");
 }
 
-absl::StatusOr<std::map<std::string, int64_t>> LogDb::LoadTrims() {
+absl::StatusOr<std::map<std::string, int64_t>> SqliteLogDb::LoadTrims() {
   std::map<std::string, int64_t> out;
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, "SELECT job, below FROM trims", -1, &stmt, nullptr);
@@ -225,7 +231,7 @@ absl::StatusOr<std::map<std::string, int64_t>> LogDb::LoadTrims() {
   return out;
 }
 
-absl::Status LogDb::LimitGrowthForTest(int64_t more_pages) {
+absl::Status SqliteLogDb::LimitGrowthForTest(int64_t more_pages) {
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, "PRAGMA page_count", -1, &stmt, nullptr);
   if (rc != SQLITE_OK) return Error(rc, "reading the page count");
@@ -235,7 +241,7 @@ absl::Status LogDb::LimitGrowthForTest(int64_t more_pages) {
   return Exec(absl::StrCat("PRAGMA max_page_count=", pages + more_pages).c_str());
 }
 
-absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> LogDb::Load() {
+absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> SqliteLogDb::Load() {
   std::map<std::string, std::vector<v1::LogChunk>> out;
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, "SELECT job, data FROM chunks ORDER BY job, seq", -1,
@@ -257,7 +263,7 @@ absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> LogDb::Load() {
   return out;
 }
 
-absl::StatusOr<LogDb::Senders> LogDb::LoadSenders() {
+absl::StatusOr<LogDb::Senders> SqliteLogDb::LoadSenders() {
   Senders out;
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, "SELECT job, node, incarnation, chunk FROM senders", -1,

@@ -23,24 +23,15 @@ struct sqlite3_stmt;
 
 namespace elastrun::rendezvous {
 
-// Not thread-safe: one writer at a time (the LogStore's). The file is
-// locked for this process, like the state database.
+// Where the worker-log tail is kept: SQLite beside the state database
+// (SqliteLogDb, below) or etcd (etcd_store.h). Not thread-safe: one writer
+// at a time (the LogStore's).
 class LogDb {
  public:
-  // Space kept free on the file's disk for the service's job state: a
-  // write that adds log lines is refused (Unavailable, "disk full") while
-  // less than this is free, so that worker output never takes the room a
-  // job's end needs. Logs are the copy that can wait: the nodes keep them
-  // and send them again.
-  static constexpr int64_t kAutoKeepFree = -1;  // a quarter of the disk, at most 64 MiB
-  // Opens or creates the file, also on a full disk when it exists. Errors
-  // name it: cannot be created or opened (PermissionDenied), not a database
-  // or damaged (DataLoss), in use by another process (Unavailable).
+  // SqliteLogDb::Open.
   static absl::StatusOr<std::unique_ptr<LogDb>> Open(const std::string& path,
-                                                     int64_t keep_free = kAutoKeepFree);
-  ~LogDb();
-  LogDb(const LogDb&) = delete;
-  LogDb& operator=(const LogDb&) = delete;
+                                                     int64_t keep_free = -1);
+  virtual ~LogDb() = default;
 
   // Where a node's pushes to a job stand: the daemon incarnation that sent
   // them and the highest chunk number of it stored (PushLogsRequest).
@@ -64,20 +55,49 @@ class LogDb {
              trim_below.empty();
     }
   };
-  // All or nothing. Unavailable for a full or failing disk, or one with
-  // less than the kept space free for a batch that adds chunks (the caller
-  // keeps the batch's deletions and tries again), else an error naming the
-  // file.
-  absl::Status Write(const Batch& batch);
+  // All or nothing. Unavailable when it cannot be stored now (a full or
+  // failing disk, or one with less than the kept space free for a batch
+  // that adds chunks; etcd out of reach): the caller keeps the batch's
+  // deletions and tries again. Else an error naming the store.
+  virtual absl::Status Write(const Batch& batch) = 0;
 
-  // Every stored chunk, per job, in seq order. DataLoss naming the file and
-  // job for a chunk that does not parse.
-  absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> Load();
+  // Every stored chunk, per job, in seq order. DataLoss naming the store
+  // and job for a chunk that does not parse.
+  virtual absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> Load() = 0;
   // Every stored sender row, per job and node.
-  absl::StatusOr<Senders> LoadSenders();
+  virtual absl::StatusOr<Senders> LoadSenders() = 0;
   // Per job, the seq below which its chunks were trimmed (Batch::trim_below
   // kept with them): a reader behind it missed output.
-  absl::StatusOr<std::map<std::string, int64_t>> LoadTrims();
+  virtual absl::StatusOr<std::map<std::string, int64_t>> LoadTrims() = 0;
+
+  // What and where, for messages ("logs PATH").
+  virtual std::string where() const = 0;
+};
+
+// The file is locked for this process, like the state database.
+class SqliteLogDb final : public LogDb {
+ public:
+  // Space kept free on the file's disk for the service's job state: a
+  // write that adds log lines is refused (Unavailable, "disk full") while
+  // less than this is free, so that worker output never takes the room a
+  // job's end needs. Logs are the copy that can wait: the nodes keep them
+  // and send them again.
+  static constexpr int64_t kAutoKeepFree = -1;  // a quarter of the disk, at most 64 MiB
+  // Opens or creates the file, also on a full disk when it exists. Errors
+  // name it: cannot be created or opened (PermissionDenied), not a database
+  // or damaged (DataLoss), in use by another process (Unavailable).
+  static absl::StatusOr<std::unique_ptr<SqliteLogDb>> Open(const std::string& path,
+                                                           int64_t keep_free = kAutoKeepFree);
+  ~SqliteLogDb() override;
+  SqliteLogDb(const SqliteLogDb&) = delete;
+  SqliteLogDb& operator=(const SqliteLogDb&) = delete;
+
+  absl::Status Write(const Batch& batch) override;
+  absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> Load() override;
+  absl::StatusOr<Senders> LoadSenders() override;
+  absl::StatusOr<std::map<std::string, int64_t>> LoadTrims() override;
+  std::string where() const override { return "logs " + path_; }
+
 
   const std::string& path() const { return path_; }
 
@@ -87,7 +107,7 @@ class LogDb {
   absl::Status LimitGrowthForTest(int64_t more_pages);
 
  private:
-  LogDb(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  SqliteLogDb(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   absl::Status Exec(const char* sql);
   // `sql` prepared once (the writes run thousands of times a second:
   // preparing costs as much as a small commit).

@@ -243,7 +243,7 @@ absl::Status LogStore::Persist(std::unique_ptr<LogDb> db) {
       }
     }
   }
-  LOG(INFO) << "logs " << db->path() << ": " << loaded << " chunks of " << stored->size()
+  LOG(INFO) << db->where() << ": " << loaded << " chunks of " << stored->size()
             << " jobs";
   {
     absl::MutexLock lock(&write_mu_);

@@ -210,9 +210,9 @@ TEST_F(LogStorePersistTest, AResendOfACommittedPushAfterAKillIsStoredOnce) {
 // not kept: the daemon's resend, with the same numbers, is stored.
 TEST_F(LogStorePersistTest, AResendOfAFailedNumberedPushIsStored) {
   auto store = std::make_unique<LogStore>(LogStore::Options{});
-  absl::StatusOr<std::unique_ptr<LogDb>> opened = LogDb::Open(path_);
+  absl::StatusOr<std::unique_ptr<SqliteLogDb>> opened = SqliteLogDb::Open(path_);
   ASSERT_TRUE(opened.ok()) << opened.status();
-  LogDb* db = opened->get();
+  SqliteLogDb* db = opened->get();
   ASSERT_TRUE(store->Persist(*std::move(opened)).ok());
   const LogStore::Origin from{"n1", "inc-a", 1};
   const std::vector<v1::LogChunk> big = {Chunk(0, std::string(64 << 10, 'x') + "\n")};
@@ -234,9 +234,9 @@ TEST_F(LogStorePersistTest, AResendOfAFailedNumberedPushIsStored) {
 TEST_F(LogStorePersistTest, AFailedWriteIsRefusedNotShownAndAResendIsStoredOnce) {
   LogStore::Options o;
   auto store = std::make_unique<LogStore>(o);
-  absl::StatusOr<std::unique_ptr<LogDb>> opened = LogDb::Open(path_);
+  absl::StatusOr<std::unique_ptr<SqliteLogDb>> opened = SqliteLogDb::Open(path_);
   ASSERT_TRUE(opened.ok()) << opened.status();
-  LogDb* db = opened->get();
+  SqliteLogDb* db = opened->get();
   ASSERT_TRUE(store->Persist(*std::move(opened)).ok());
   ASSERT_TRUE(store->Append("j", {Chunk(0, "before\n")}).ok());
 

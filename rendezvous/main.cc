@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -19,9 +20,11 @@
 #include "common/host.h"
 #include "glog/logging.h"
 #include "rendezvous/flags.h"
+#include "rendezvous/replica.h"
 #include "rendezvous/server.h"
 
 using elastrun::GetEnv;
+using elastrun::rendezvous::Replica;
 
 namespace {
 
@@ -113,8 +116,35 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // The stop signal ends the wait to lead, or the serving.
+  std::atomic<bool> stopping{false};
+  absl::Mutex server_mu;
+  elastrun::rendezvous::RendezvousServer* serving = nullptr;
+  std::thread([&] {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    LOG(INFO) << "signal " << sig << ": shutting down";
+    stopping = true;
+    absl::MutexLock lock(&server_mu);
+    if (serving != nullptr) serving->Shutdown();
+  }).detach();
+
+  std::unique_ptr<Replica> replica;
+  elastrun::rendezvous::ServerOptions serve_options = options;
+  if (!flags.store.empty()) {
+    absl::StatusOr<std::unique_ptr<Replica>> led = Replica::Lead(flags, argv, stopping);
+    if (absl::IsCancelled(led.status())) return 0;
+    if (!led.ok()) {
+      std::fprintf(stderr, "elastrun-rendezvous: %s\n",
+                   std::string(led.status().message()).c_str());
+      return 1;
+    }
+    replica = *std::move(led);
+    replica->Configure(serve_options);
+  }
+
   absl::StatusOr<std::unique_ptr<elastrun::rendezvous::RendezvousServer>> server =
-      elastrun::rendezvous::RendezvousServer::Create(options);
+      elastrun::rendezvous::RendezvousServer::Create(serve_options);
   if (!server.ok()) {
     if (absl::IsInvalidArgument(server.status())) {  // e.g. --listen without a token
       std::cerr << elastrun::flags::UsageError("elastrun-rendezvous",
@@ -137,12 +167,17 @@ int main(int argc, char** argv) {
                       : "; clients must present a certificate signed by " + flags.tls.ca);
   }
 
-  std::thread([&stop, s = server->get()] {
-    int sig = 0;
-    sigwait(&stop, &sig);
-    LOG(INFO) << "signal " << sig << ": shutting down";
-    s->Shutdown();
-  }).detach();
+  {
+    absl::MutexLock lock(&server_mu);
+    serving = server->get();
+    if (stopping) serving->Shutdown();
+  }
   (*server)->Wait();
+  {
+    absl::MutexLock lock(&server_mu);
+    serving = nullptr;
+  }
+  server->reset();
+  replica.reset();  // resigns: a follower leads at once
   return 0;
 }

@@ -362,8 +362,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
   AuthPolicy policy;
   policy.token = s->options_.token;
   if (s->options_.coordinator.clock != nullptr) policy.clock = s->options_.coordinator.clock;
-  if (!s->options_.logs_path.empty()) {
-    ASSIGN_OR_RETURN(std::unique_ptr<LogDb> db, LogDb::Open(s->options_.logs_path));
+  if (s->options_.open_logs || !s->options_.logs_path.empty()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<LogDb> db, s->options_.open_logs
+                                                    ? s->options_.open_logs()
+                                                    : LogDb::Open(s->options_.logs_path));
     RETURN_IF_ERROR(s->logs_.Persist(std::move(db)));
   }
   s->rendezvous_service_ =

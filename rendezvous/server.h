@@ -7,6 +7,7 @@
 #ifndef ELASTRUN_RENDEZVOUS_SERVER_H_
 #define ELASTRUN_RENDEZVOUS_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +48,8 @@ struct ServerOptions {
   // SQLite file keeping the worker-log tail (LogStore) so `elastrun logs`
   // works after a restart; empty: logs in memory only.
   std::string logs_path;
+  // Opens the log store instead of logs_path when set (etcd: etcd_store.h).
+  std::function<absl::StatusOr<std::unique_ptr<LogDb>>()> open_logs;
   // Jobs whose logs the service keeps (LogStore::Options::max_jobs); live
   // jobs' logs are kept beyond it.
   size_t logs_max_jobs = 256;

@@ -48,16 +48,21 @@ absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what_file,
   }
 }
 
-absl::Status Store::Error(int rc, absl::string_view what) const {
+absl::Status SqliteStore::Error(int rc, absl::string_view what) const {
   return SqliteStatus(db_, rc, absl::StrCat("state database ", path_), what);
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(path));
+  return store;
+}
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
-  std::unique_ptr<Store> store(new Store(path, db));
+  std::unique_ptr<SqliteStore> store(new SqliteStore(path, db));
   if (rc != SQLITE_OK) return store->Error(rc, "cannot open");
   sqlite3_busy_timeout(db, 0);
   // Exclusive locking first: taken at the first read below, held until close.
@@ -112,7 +117,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   return store;
 }
 
-absl::Status Store::InsertMissing(const char* key, const char* value_sql) {
+absl::Status SqliteStore::InsertMissing(const char* key, const char* value_sql) {
   ASSIGN_OR_RETURN(
       const int64_t present,
       PragmaInt(
@@ -123,7 +128,7 @@ absl::Status Store::InsertMissing(const char* key, const char* value_sql) {
           .c_str());
 }
 
-absl::StatusOr<int64_t> Store::PragmaInt(const char* sql) {
+absl::StatusOr<int64_t> SqliteStore::PragmaInt(const char* sql) {
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
   if (rc != SQLITE_OK) return Error(rc, sql);
@@ -133,7 +138,7 @@ absl::StatusOr<int64_t> Store::PragmaInt(const char* sql) {
   return sqlite3_column_int64(stmt, 0);
 }
 
-absl::StatusOr<bool> Store::EnableAutoVacuum() {
+absl::StatusOr<bool> SqliteStore::EnableAutoVacuum() {
   // Read before setting it: once set, the pragma reports the new mode even
   // where it has not taken effect.
   ASSIGN_OR_RETURN(const int64_t tables, PragmaInt("SELECT count(*) FROM sqlite_master"));
@@ -150,11 +155,11 @@ absl::StatusOr<bool> Store::EnableAutoVacuum() {
   return tables > 0;
 }
 
-Store::~Store() {
+SqliteStore::~SqliteStore() {
   if (db_ != nullptr) sqlite3_close_v2(db_);
 }
 
-absl::Status Store::Exec(const char* sql) {
+absl::Status SqliteStore::Exec(const char* sql) {
   char* err = nullptr;
   int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
   sqlite3_free(err);  // sqlite3_errmsg(db_) says the same
@@ -162,7 +167,7 @@ absl::Status Store::Exec(const char* sql) {
   return absl::OkStatus();
 }
 
-absl::Status Store::Put(const char* sql, const std::string& key, int64_t seq,
+absl::Status SqliteStore::Put(const char* sql, const std::string& key, int64_t seq,
                         const std::string& blob) {
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
@@ -176,25 +181,25 @@ absl::Status Store::Put(const char* sql, const std::string& key, int64_t seq,
   return absl::OkStatus();
 }
 
-absl::Status Store::PutNode(const v1::StoredNode& node) {
+absl::Status SqliteStore::PutNode(const v1::StoredNode& node) {
   ++writes_.nodes;
   return Put("INSERT OR REPLACE INTO nodes (id, seq, data) VALUES (?1, ?2, ?3)",
              node.node_id(), 0, node.SerializeAsString());
 }
 
-absl::Status Store::PutJob(const v1::StoredJob& job) {
+absl::Status SqliteStore::PutJob(const v1::StoredJob& job) {
   ++writes_.jobs;
   return Put("INSERT OR REPLACE INTO jobs (id, seq, data) VALUES (?1, ?2, ?3)", job.job_id(),
              job.seq(), job.SerializeAsString());
 }
 
-absl::Status Store::PutProgress(const std::string& job_id, const v1::Progress& progress) {
+absl::Status SqliteStore::PutProgress(const std::string& job_id, const v1::Progress& progress) {
   ++writes_.progress;
   return Put("INSERT OR REPLACE INTO progress (id, seq, data) VALUES (?1, ?2, ?3)", job_id,
              0, progress.SerializeAsString());
 }
 
-absl::Status Store::DeleteNodes(const std::vector<std::string>& node_ids) {
+absl::Status SqliteStore::DeleteNodes(const std::vector<std::string>& node_ids) {
   if (node_ids.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(Exec("BEGIN"));
   absl::Cleanup rollback = [this] { Exec("ROLLBACK").IgnoreError(); };
@@ -221,7 +226,7 @@ absl::Status Store::DeleteNodes(const std::vector<std::string>& node_ids) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Store::Contents> Store::Load() {
+absl::StatusOr<Store::Contents> SqliteStore::Load() {
   Contents out;
   auto scan = [&](const char* sql, const char* table, auto add) -> absl::Status {
     // `add` gets the row's id (never null) and its blob.

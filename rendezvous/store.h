@@ -35,33 +35,27 @@ absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view what_file,
 
 namespace elastrun::rendezvous {
 
-// Not thread-safe: the owner serializes calls. The file is locked for this
-// process (SQLite exclusive locking mode): a second service on the same file
-// gets an error instead of silently sharing it.
+// Where the service's durable state lives: SQLite on this machine
+// (SqliteStore, below) or etcd, shared by replicas (etcd_store.h). Not
+// thread-safe: the owner (the Coordinator, under its lock) serializes calls.
+// A write that cannot be made now (a full disk, etcd out of reach) fails
+// Unavailable and is retried by the caller; one refused because this
+// replica no longer leads fails FailedPrecondition.
 class Store {
  public:
-  // Opens or creates the database at `path` (":memory:" for a store that
-  // lives only as long as the object). A state opens on a full disk too:
-  // it is read, and its writes fail Unavailable until there is space
-  // again. Errors name the file: it cannot be
-  // created or opened, it is not an SQLite database or is corrupt
-  // (DataLoss), it is in use by another process (Unavailable).
+  // SQLite at `path` (SqliteStore::Open).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
-  ~Store();
-  Store(const Store&) = delete;
-  Store& operator=(const Store&) = delete;
+  virtual ~Store() = default;
 
-  // Insert or replace by node_id / job_id. Errors name the file.
-  absl::Status PutNode(const v1::StoredNode& node);
-  absl::Status PutJob(const v1::StoredJob& job);
-  // The job's last progress, in its own table (one small row per job).
-  absl::Status PutProgress(const std::string& job_id, const v1::Progress& progress);
-  // Deletes these nodes in one transaction (all or none), then gives the
-  // freed pages back to the file system. Unknown ids are no-ops. Errors
-  // name the file.
-  absl::Status DeleteNodes(const std::vector<std::string>& node_ids);
+  // Insert or replace by node_id / job_id. Errors name the store.
+  virtual absl::Status PutNode(const v1::StoredNode& node) = 0;
+  virtual absl::Status PutJob(const v1::StoredJob& job) = 0;
+  // The job's last progress, apart from the job (a small record per job).
+  virtual absl::Status PutProgress(const std::string& job_id, const v1::Progress& progress) = 0;
+  // Deletes these nodes, all or none. Unknown ids are no-ops.
+  virtual absl::Status DeleteNodes(const std::vector<std::string>& node_ids) = 0;
 
-  // Rows written since Open, by table: what callers may check to show a
+  // Records written since Open, by kind: what callers may check to show a
   // write did or did not happen.
   struct Writes {
     int64_t nodes = 0;
@@ -76,17 +70,51 @@ class Store {
     std::vector<v1::StoredJob> jobs;    // by submission seq
     std::map<std::string, v1::Progress> progress;  // by job id
   };
-  // Everything stored. DataLoss naming the file and the row for a row that
-  // does not parse: a damaged database is reported, never skipped.
-  absl::StatusOr<Contents> Load();
+  // Everything stored. DataLoss naming the store and the record for one
+  // that does not parse: damage is reported, never skipped.
+  virtual absl::StatusOr<Contents> Load() = 0;
 
-  const std::string& path() const { return path_; }
-  // The cluster this state is: 16 hex digits drawn when the state was made
-  // (for ":memory:", at every Open), kept with it ever after.
+  // What and where the store is, for messages ("state database PATH").
+  virtual std::string where() const = 0;
+  // The cluster this state is: 16 hex digits drawn when the state was made,
+  // kept with it ever after.
   const std::string& cluster_id() const { return cluster_id_; }
 
+ protected:
+  Writes writes_;
+  std::string cluster_id_;
+};
+
+// Not thread-safe: the owner serializes calls. The file is locked for this
+// process (SQLite exclusive locking mode): a second service on the same file
+// gets an error instead of silently sharing it.
+class SqliteStore final : public Store {
+ public:
+  // Opens or creates the database at `path` (":memory:" for a store that
+  // lives only as long as the object). A state opens on a full disk too:
+  // it is read, and its writes fail Unavailable until there is space
+  // again. Errors name the file: it cannot be
+  // created or opened, it is not an SQLite database or is corrupt
+  // (DataLoss), it is in use by another process (Unavailable).
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  ~SqliteStore() override;
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  absl::Status PutNode(const v1::StoredNode& node) override;
+  absl::Status PutJob(const v1::StoredJob& job) override;
+  absl::Status PutProgress(const std::string& job_id, const v1::Progress& progress) override;
+  // In one transaction, then gives the freed pages back to the file system.
+  absl::Status DeleteNodes(const std::vector<std::string>& node_ids) override;
+  // DataLoss naming the file and the row for a row that does not parse.
+  absl::StatusOr<Contents> Load() override;
+  std::string where() const override { return "state database " + path_; }
+
+  const std::string& path() const { return path_; }
+  // cluster_id(): for ":memory:", drawn at every Open.
+
  private:
-  Store(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  SqliteStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   // Runs SQL with no result rows.
   absl::Status Exec(const char* sql);
   absl::Status Put(const char* sql, const std::string& key, int64_t seq,
@@ -105,8 +133,6 @@ class Store {
 
   std::string path_;
   sqlite3* db_;  // owned
-  std::string cluster_id_;
-  Writes writes_;
 };
 
 }  // namespace elastrun::rendezvous

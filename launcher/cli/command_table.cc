@@ -39,9 +39,10 @@ const char kMoreHelp[] =
     "`elastrun COMMAND --help` or `elastrun help COMMAND` describes a command.\n";
 
 constexpr FlagInfo kServiceFlagTable[] = {
-    {"--rendezvous", "HOST:PORT",
+    {"--rendezvous", "HOST:PORT[,...]",
      "the elastrun-rendezvous service (default\n"
-     "$ELASTRUN_RENDEZVOUS, else 127.0.0.1:29400)"},
+     "$ELASTRUN_RENDEZVOUS, else 127.0.0.1:29400); its\n"
+     "replicas comma-separated: the leader is used"},
     {"--token", "TOKEN",
      "sent as \"authorization: Bearer TOKEN\" (default\n"
      "$ELASTRUN_TOKEN; visible in ps: prefer --token-file)"},

@@ -100,8 +100,10 @@ void AddCredentialFlags(CLI::App* app, DaemonFlags* f, Raw* raw) {
 std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
   std::unique_ptr<CLI::App> app = flags::NewApp(kBinary, kIntro, kFooter);
   app->add_option("--rendezvous", f->rendezvous,
-                  "the service (default: $ELASTRUN_RENDEZVOUS).")
-      ->type_name("HOST:PORT");
+                  "the service (default: $ELASTRUN_RENDEZVOUS); its\n"
+                  "replicas comma-separated (a:1,b:2,c:3): the daemon\n"
+                  "follows whichever leads.")
+      ->type_name("HOST:PORT[,...]");
   app->add_option("--node-id", f->node_id,
                   "this node's stable id (default: the host name); one\n"
                   "live daemon per id: a second one exits 1.")
@@ -164,10 +166,19 @@ absl::Status Finish(const Raw& raw, const EnvLookup& env, const std::string& hos
     return absl::InvalidArgumentError(
         "--rendezvous HOST:PORT (or $ELASTRUN_RENDEZVOUS) is required");
   }
-  if (absl::Status st =
-          SplitHostPort(f->rendezvous, "--rendezvous", &f->rendezvous_host, &f->rendezvous_port);
-      !st.ok()) {
-    return st;
+  // Several endpoints (the service's replicas): each must be HOST:PORT; the
+  // first stands for all in what the node derives from the address (the
+  // route to the service).
+  bool first = true;
+  for (absl::string_view e : absl::StrSplit(f->rendezvous, ',')) {
+    std::string host;
+    int port = 0;
+    if (absl::Status st = SplitHostPort(e, "--rendezvous", &host, &port); !st.ok()) return st;
+    if (first) {
+      f->rendezvous_host = host;
+      f->rendezvous_port = port;
+      first = false;
+    }
   }
   if (f->node_id.empty()) f->node_id = hostname;
   if (f->node_id.empty()) return absl::InvalidArgumentError("--node-id: must not be empty");

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/rpc.h"
 #include "elastrun/v1/jobs.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testing/http.h"
@@ -107,6 +108,15 @@ class Cluster {
     address_ = out.substr(at, out.find('\n', at) - at);
     jobs_ = v1::Jobs::NewStub(
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  }
+
+  // Uses a service the test started itself at `endpoints`: "HOST:PORT", or
+  // the replicas of an HA control plane comma-separated, given to the
+  // daemons and the CLI as they are (the stub here goes to whichever
+  // accepts, the leader).
+  void AttachService(const std::string& endpoints) {
+    address_ = endpoints;
+    jobs_ = v1::Jobs::NewStub(rpc::NewChannel({endpoints}));
   }
 
   // Starts daemon "node<N>" (N: how many were started before), its command

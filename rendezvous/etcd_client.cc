@@ -1,0 +1,252 @@
+#include "rendezvous/etcd_client.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/rpc.h"
+#include "common/status_macros.h"
+
+namespace elastrun::rendezvous {
+
+std::string PrefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty()) {
+    if (static_cast<unsigned char>(end.back()) < 0xff) {
+      ++end.back();
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+EtcdClient::EtcdClient(EtcdOptions options)
+    : options_(std::move(options)),
+      name_(absl::StrCat("etcd at ", absl::StrJoin(options_.endpoints, ","))) {}
+
+absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
+  if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoint");
+  std::unique_ptr<EtcdClient> c(new EtcdClient(std::move(options)));
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (!c->options_.tls.ca.empty()) {
+    ASSIGN_OR_RETURN(credentials, tls::MakeChannelCredentials(c->options_.tls));
+  }
+  c->channel_ = rpc::NewChannel({absl::StrJoin(c->options_.endpoints, ","), c->options_.tls,
+                                 credentials});
+  // No keepalive pings: etcd refuses pings more often than every 5 s
+  // (GOAWAY too_many_pings); a call's deadline finds a dead member.
+  c->kv_ = etcdserverpb::KV::NewStub(c->channel_);
+  c->lease_ = etcdserverpb::Lease::NewStub(c->channel_);
+  c->auth_ = etcdserverpb::Auth::NewStub(c->channel_);
+  c->election_ = v3electionpb::Election::NewStub(c->channel_);
+  return c;
+}
+
+absl::Status EtcdClient::Check(const grpc::Status& status, const char* what) {
+  if (status.ok()) return absl::OkStatus();
+  const std::string message =
+      absl::StrCat(name_, ": ", what, ": ", status.error_message());
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::CANCELLED:
+      return absl::UnavailableError(message);
+    case grpc::StatusCode::UNAUTHENTICATED: {
+      absl::MutexLock lock(&mu_);
+      token_.clear();  // expired or revoked: authenticate again
+      return absl::UnauthenticatedError(message);
+    }
+    default:
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
+  }
+}
+
+absl::Status EtcdClient::Prepare(grpc::ClientContext& ctx, absl::Duration timeout) {
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  if (options_.user.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (token_.empty()) {
+    etcdserverpb::AuthenticateRequest req;
+    req.set_name(options_.user);
+    req.set_password(options_.password);
+    etcdserverpb::AuthenticateResponse resp;
+    grpc::ClientContext auth_ctx;
+    auth_ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+    grpc::Status st = auth_->Authenticate(&auth_ctx, req, &resp);
+    if (!st.ok()) {
+      return absl::Status(
+          st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+              ? absl::StatusCode::kUnavailable
+              : static_cast<absl::StatusCode>(st.error_code()),
+          absl::StrCat(name_, ": authenticating as \"", options_.user,
+                       "\": ", st.error_message()));
+    }
+    token_ = resp.token();
+  }
+  ctx.AddMetadata("token", token_);
+  return absl::OkStatus();
+}
+
+absl::Status EtcdClient::Call(const char* what,
+                              const std::function<grpc::Status(grpc::ClientContext&)>& call,
+                              absl::Duration timeout) {
+  absl::Status st;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext ctx;
+    RETURN_IF_ERROR(Prepare(ctx, timeout));
+    st = Check(call(ctx), what);
+    // A refused token is retried once with a new one; a refused password
+    // fails in Prepare.
+    if (!absl::IsUnauthenticated(st) || options_.user.empty()) return st;
+  }
+  return st;
+}
+
+absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::GetPrefix(const std::string& prefix,
+                                                                    int64_t page) {
+  std::vector<mvccpb::KeyValue> out;
+  etcdserverpb::RangeRequest req;
+  req.set_key(prefix);
+  req.set_range_end(PrefixEnd(prefix));
+  req.set_limit(page);
+  while (true) {
+    etcdserverpb::RangeResponse resp;
+    RETURN_IF_ERROR(Call(
+        "reading", [&](grpc::ClientContext& ctx) { return kv_->Range(&ctx, req, &resp); },
+        options_.timeout));
+    for (mvccpb::KeyValue& kv : *resp.mutable_kvs()) out.push_back(std::move(kv));
+    if (!resp.more() || out.empty()) return out;
+    // The next page from just after the last key, at the same revision.
+    req.set_key(out.back().key() + std::string(1, '\0'));
+    req.set_revision(resp.header().revision());
+  }
+}
+
+absl::StatusOr<mvccpb::KeyValue> EtcdClient::Get(const std::string& key) {
+  etcdserverpb::RangeRequest req;
+  req.set_key(key);
+  etcdserverpb::RangeResponse resp;
+  RETURN_IF_ERROR(Call(
+      "reading", [&](grpc::ClientContext& ctx) { return kv_->Range(&ctx, req, &resp); },
+      options_.timeout));
+  if (resp.kvs_size() == 0) return absl::NotFoundError(absl::StrCat(name_, ": no key ", key));
+  return resp.kvs(0);
+}
+
+absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(
+    const etcdserverpb::TxnRequest& request) {
+  etcdserverpb::TxnResponse resp;
+  RETURN_IF_ERROR(Call(
+      "writing", [&](grpc::ClientContext& ctx) { return kv_->Txn(&ctx, request, &resp); },
+      options_.timeout));
+  return resp;
+}
+
+absl::Status EtcdClient::Compact(int64_t revision) {
+  etcdserverpb::CompactionRequest req;
+  req.set_revision(revision);
+  etcdserverpb::CompactionResponse resp;
+  return Call(
+      "compacting", [&](grpc::ClientContext& ctx) { return kv_->Compact(&ctx, req, &resp); },
+      options_.timeout);
+}
+
+absl::StatusOr<int64_t> EtcdClient::Grant(absl::Duration ttl) {
+  etcdserverpb::LeaseGrantRequest req;
+  req.set_ttl(absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1))));
+  etcdserverpb::LeaseGrantResponse resp;
+  RETURN_IF_ERROR(Call(
+      "granting a lease",
+      [&](grpc::ClientContext& ctx) { return lease_->LeaseGrant(&ctx, req, &resp); },
+      options_.timeout));
+  if (!resp.error().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": granting a lease: ", resp.error()));
+  }
+  return resp.id();
+}
+
+absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease) {
+  etcdserverpb::LeaseKeepAliveResponse resp;
+  bool answered = false;
+  RETURN_IF_ERROR(Call(
+      "renewing a lease",
+      [&](grpc::ClientContext& ctx) {
+        std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::LeaseKeepAliveRequest,
+                                                 etcdserverpb::LeaseKeepAliveResponse>>
+            stream = lease_->LeaseKeepAlive(&ctx);
+        etcdserverpb::LeaseKeepAliveRequest req;
+        req.set_id(lease);
+        if (stream->Write(req)) answered = stream->Read(&resp);
+        stream->WritesDone();
+        grpc::Status st = stream->Finish();
+        if (st.ok() && !answered) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no answer");
+        }
+        return st;
+      },
+      options_.timeout));
+  return absl::Seconds(resp.ttl());
+}
+
+absl::Status EtcdClient::Revoke(int64_t lease) {
+  etcdserverpb::LeaseRevokeRequest req;
+  req.set_id(lease);
+  etcdserverpb::LeaseRevokeResponse resp;
+  return Call(
+      "revoking a lease",
+      [&](grpc::ClientContext& ctx) { return lease_->LeaseRevoke(&ctx, req, &resp); },
+      options_.timeout);
+}
+
+absl::StatusOr<v3electionpb::LeaderKey> EtcdClient::Campaign(const std::string& name,
+                                                             int64_t lease,
+                                                             const std::string& value,
+                                                             absl::Duration timeout) {
+  v3electionpb::CampaignRequest req;
+  req.set_name(name);
+  req.set_lease(lease);
+  req.set_value(value);
+  v3electionpb::CampaignResponse resp;
+  grpc::Status raw;
+  absl::Status st = Call(
+      "campaigning",
+      [&](grpc::ClientContext& ctx) {
+        raw = election_->Campaign(&ctx, req, &resp);
+        return raw;
+      },
+      timeout);
+  if (raw.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(st.message());  // still a follower
+  }
+  RETURN_IF_ERROR(st);
+  return resp.leader();
+}
+
+absl::StatusOr<std::string> EtcdClient::Leader(const std::string& name) {
+  v3electionpb::LeaderRequest req;
+  req.set_name(name);
+  v3electionpb::LeaderResponse resp;
+  absl::Status st = Call(
+      "asking for the leader",
+      [&](grpc::ClientContext& ctx) { return election_->Leader(&ctx, req, &resp); },
+      options_.timeout);
+  if (!st.ok() && absl::StrContains(st.message(), "no leader")) {
+    return absl::NotFoundError(absl::StrCat(name_, ": election ", name, " has no leader"));
+  }
+  RETURN_IF_ERROR(st);
+  return resp.kv().value();
+}
+
+absl::Status EtcdClient::Resign(const v3electionpb::LeaderKey& leader) {
+  v3electionpb::ResignRequest req;
+  *req.mutable_leader() = leader;
+  v3electionpb::ResignResponse resp;
+  return Call(
+      "resigning", [&](grpc::ClientContext& ctx) { return election_->Resign(&ctx, req, &resp); },
+      options_.timeout);
+}
+
+}  // namespace elastrun::rendezvous
