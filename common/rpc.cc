@@ -90,6 +90,8 @@ std::shared_ptr<grpc::Channel> NewChannel(const ChannelOptions& options) {
     for (const auto& [key, value] : kKeepalive) args.SetInt(key, value);
   }
   for (const auto& [key, value] : kBackoff) args.SetInt(key, value);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.connect_timeout)));
   const std::string target = ChannelTarget(options.target);
   if (target != options.target) {
     // The authority (and TLS's name) of a list is its first endpoint's.

@@ -41,6 +41,10 @@ struct ChannelOptions {
   // Pings every second, also without calls, so that a long-lived stream
   // (a daemon's Watch) notices a dead peer within seconds.
   bool keepalive = false;
+  // How long one connection attempt may take, TCP and HTTP/2 handshake
+  // (gRPC's min reconnect backoff, which is also its least connect
+  // timeout).
+  absl::Duration connect_timeout = absl::Milliseconds(100);
 };
 // A channel that reconnects within about a second of the service's return
 // (gRPC's own backoff grows to 120 s).

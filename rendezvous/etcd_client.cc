@@ -1,5 +1,6 @@
 #include "rendezvous/etcd_client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -9,6 +10,13 @@
 #include "common/status_macros.h"
 
 namespace elastrun::rendezvous {
+namespace {
+
+// The longest one try of a call waits: etcd elects a new leader in about a
+// second, so a try stuck on the old one is given up after a little more.
+constexpr absl::Duration kAttempt = absl::Milliseconds(1500);
+
+}  // namespace
 
 std::string PrefixEnd(const std::string& prefix) {
   std::string end = prefix;
@@ -29,30 +37,57 @@ EtcdClient::EtcdClient(EtcdOptions options)
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
   if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoint");
   std::unique_ptr<EtcdClient> c(new EtcdClient(std::move(options)));
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (!c->options_.tls.ca.empty()) {
-    ASSIGN_OR_RETURN(credentials, tls::MakeChannelCredentials(c->options_.tls));
+    ASSIGN_OR_RETURN(c->credentials_, tls::MakeChannelCredentials(c->options_.tls));
   }
-  c->channel_ = rpc::NewChannel({absl::StrJoin(c->options_.endpoints, ","), c->options_.tls,
-                                 credentials});
-  // No keepalive pings: etcd refuses pings more often than every 5 s
-  // (GOAWAY too_many_pings); a call's deadline finds a dead member.
-  c->kv_ = etcdserverpb::KV::NewStub(c->channel_);
-  c->lease_ = etcdserverpb::Lease::NewStub(c->channel_);
-  c->auth_ = etcdserverpb::Auth::NewStub(c->channel_);
-  c->election_ = v3electionpb::Election::NewStub(c->channel_);
+  absl::MutexLock lock(&c->mu_);
+  c->stubs_ = c->NewStubs();
+  c->made_ = absl::Now();
   return c;
 }
 
+std::shared_ptr<const EtcdClient::Stubs> EtcdClient::NewStubs() const {
+  rpc::ChannelOptions co{absl::StrJoin(options_.endpoints, ","), options_.tls, credentials_};
+  co.connect_timeout = absl::Seconds(2);
+  // No keepalive pings: etcd refuses pings more often than every 5 s
+  // (GOAWAY too_many_pings); a call's deadline finds a dead member.
+  auto s = std::make_shared<Stubs>();
+  s->channel = rpc::NewChannel(co);
+  s->kv = etcdserverpb::KV::NewStub(s->channel);
+  s->lease = etcdserverpb::Lease::NewStub(s->channel);
+  s->auth = etcdserverpb::Auth::NewStub(s->channel);
+  s->election = v3electionpb::Election::NewStub(s->channel);
+  return s;
+}
+
+std::shared_ptr<const EtcdClient::Stubs> EtcdClient::stubs() {
+  absl::MutexLock lock(&mu_);
+  return stubs_;
+}
+
 absl::Status EtcdClient::Check(const grpc::Status& status, const char* what) {
-  if (status.ok()) return absl::OkStatus();
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    failing_since_ = absl::InfinitePast();
+    return absl::OkStatus();
+  }
   const std::string message =
       absl::StrCat(name_, ": ", what, ": ", status.error_message());
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::CANCELLED: {
+      // Out of reach for a while: a new channel (etcd's members may have
+      // come back while this one's connection attempts are stuck).
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      if (failing_since_ == absl::InfinitePast()) failing_since_ = now;
+      if (now - failing_since_ >= absl::Seconds(2) && now - made_ >= absl::Seconds(2)) {
+        stubs_ = NewStubs();
+        made_ = now;
+      }
       return absl::UnavailableError(message);
+    }
     case grpc::StatusCode::UNAUTHENTICATED: {
       absl::MutexLock lock(&mu_);
       token_.clear();  // expired or revoked: authenticate again
@@ -63,7 +98,8 @@ absl::Status EtcdClient::Check(const grpc::Status& status, const char* what) {
   }
 }
 
-absl::Status EtcdClient::Prepare(grpc::ClientContext& ctx, absl::Duration timeout) {
+absl::Status EtcdClient::Prepare(grpc::ClientContext& ctx, const Stubs& stubs,
+                                 absl::Duration timeout) {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   if (options_.user.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
@@ -74,7 +110,7 @@ absl::Status EtcdClient::Prepare(grpc::ClientContext& ctx, absl::Duration timeou
     etcdserverpb::AuthenticateResponse resp;
     grpc::ClientContext auth_ctx;
     auth_ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
-    grpc::Status st = auth_->Authenticate(&auth_ctx, req, &resp);
+    grpc::Status st = stubs.auth->Authenticate(&auth_ctx, req, &resp);
     if (!st.ok()) {
       return absl::Status(
           st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
@@ -89,19 +125,28 @@ absl::Status EtcdClient::Prepare(grpc::ClientContext& ctx, absl::Duration timeou
   return absl::OkStatus();
 }
 
-absl::Status EtcdClient::Call(const char* what,
-                              const std::function<grpc::Status(grpc::ClientContext&)>& call,
-                              absl::Duration timeout) {
-  absl::Status st;
-  for (int attempt = 0; attempt < 2; ++attempt) {
+absl::Status EtcdClient::Call(
+    const char* what, const std::function<grpc::Status(grpc::ClientContext&, const Stubs&)>& call,
+    absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  bool authenticated_again = false;
+  while (true) {
     grpc::ClientContext ctx;
-    RETURN_IF_ERROR(Prepare(ctx, timeout));
-    st = Check(call(ctx), what);
+    const std::shared_ptr<const Stubs> s = stubs();
+    RETURN_IF_ERROR(Prepare(ctx, *s, std::min(kAttempt, end - absl::Now())));
+    absl::Status st = Check(call(ctx, *s), what);
     // A refused token is retried once with a new one; a refused password
     // fails in Prepare.
-    if (!absl::IsUnauthenticated(st) || options_.user.empty()) return st;
+    if (absl::IsUnauthenticated(st) && !options_.user.empty() && !authenticated_again) {
+      authenticated_again = true;
+      continue;
+    }
+    // etcd drops a request whose proposal was with a leader that died: it
+    // would answer only after its own timeout (seconds). Each attempt gets
+    // kAttempt, and a write is sent again (every write here is idempotent:
+    // a put of a value, a delete, fenced by the same compare).
+    if (!absl::IsUnavailable(st) || end - absl::Now() < absl::Milliseconds(100)) return st;
   }
-  return st;
 }
 
 absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::GetPrefix(const std::string& prefix,
@@ -114,7 +159,7 @@ absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::GetPrefix(const std::s
   while (true) {
     etcdserverpb::RangeResponse resp;
     RETURN_IF_ERROR(Call(
-        "reading", [&](grpc::ClientContext& ctx) { return kv_->Range(&ctx, req, &resp); },
+        "reading", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.kv->Range(&ctx, req, &resp); },
         options_.timeout));
     for (mvccpb::KeyValue& kv : *resp.mutable_kvs()) out.push_back(std::move(kv));
     if (!resp.more() || out.empty()) return out;
@@ -129,7 +174,7 @@ absl::StatusOr<mvccpb::KeyValue> EtcdClient::Get(const std::string& key) {
   req.set_key(key);
   etcdserverpb::RangeResponse resp;
   RETURN_IF_ERROR(Call(
-      "reading", [&](grpc::ClientContext& ctx) { return kv_->Range(&ctx, req, &resp); },
+      "reading", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.kv->Range(&ctx, req, &resp); },
       options_.timeout));
   if (resp.kvs_size() == 0) return absl::NotFoundError(absl::StrCat(name_, ": no key ", key));
   return resp.kvs(0);
@@ -139,7 +184,7 @@ absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(
     const etcdserverpb::TxnRequest& request) {
   etcdserverpb::TxnResponse resp;
   RETURN_IF_ERROR(Call(
-      "writing", [&](grpc::ClientContext& ctx) { return kv_->Txn(&ctx, request, &resp); },
+      "writing", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.kv->Txn(&ctx, request, &resp); },
       options_.timeout));
   return resp;
 }
@@ -149,7 +194,7 @@ absl::Status EtcdClient::Compact(int64_t revision) {
   req.set_revision(revision);
   etcdserverpb::CompactionResponse resp;
   return Call(
-      "compacting", [&](grpc::ClientContext& ctx) { return kv_->Compact(&ctx, req, &resp); },
+      "compacting", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.kv->Compact(&ctx, req, &resp); },
       options_.timeout);
 }
 
@@ -159,7 +204,7 @@ absl::StatusOr<int64_t> EtcdClient::Grant(absl::Duration ttl) {
   etcdserverpb::LeaseGrantResponse resp;
   RETURN_IF_ERROR(Call(
       "granting a lease",
-      [&](grpc::ClientContext& ctx) { return lease_->LeaseGrant(&ctx, req, &resp); },
+      [&](grpc::ClientContext& ctx, const Stubs& s) { return s.lease->LeaseGrant(&ctx, req, &resp); },
       options_.timeout));
   if (!resp.error().empty()) {
     return absl::FailedPreconditionError(
@@ -173,10 +218,10 @@ absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease) {
   bool answered = false;
   RETURN_IF_ERROR(Call(
       "renewing a lease",
-      [&](grpc::ClientContext& ctx) {
+      [&](grpc::ClientContext& ctx, const Stubs& s) {
         std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::LeaseKeepAliveRequest,
                                                  etcdserverpb::LeaseKeepAliveResponse>>
-            stream = lease_->LeaseKeepAlive(&ctx);
+            stream = s.lease->LeaseKeepAlive(&ctx);
         etcdserverpb::LeaseKeepAliveRequest req;
         req.set_id(lease);
         if (stream->Write(req)) answered = stream->Read(&resp);
@@ -197,7 +242,7 @@ absl::Status EtcdClient::Revoke(int64_t lease) {
   etcdserverpb::LeaseRevokeResponse resp;
   return Call(
       "revoking a lease",
-      [&](grpc::ClientContext& ctx) { return lease_->LeaseRevoke(&ctx, req, &resp); },
+      [&](grpc::ClientContext& ctx, const Stubs& s) { return s.lease->LeaseRevoke(&ctx, req, &resp); },
       options_.timeout);
 }
 
@@ -213,13 +258,15 @@ absl::StatusOr<v3electionpb::LeaderKey> EtcdClient::Campaign(const std::string& 
   grpc::Status raw;
   absl::Status st = Call(
       "campaigning",
-      [&](grpc::ClientContext& ctx) {
-        raw = election_->Campaign(&ctx, req, &resp);
-        return raw;
+      [&](grpc::ClientContext& ctx, const Stubs& s) {
+        raw = s.election->Campaign(&ctx, req, &resp);
+        // Still a follower when the time is up: an answer, not a failure
+        // (no new channel for it).
+        return raw.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? grpc::Status::OK : raw;
       },
       timeout);
   if (raw.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return absl::DeadlineExceededError(st.message());  // still a follower
+    return absl::DeadlineExceededError(absl::StrCat(name_, ": campaigning: not leading yet"));
   }
   RETURN_IF_ERROR(st);
   return resp.leader();
@@ -231,7 +278,7 @@ absl::StatusOr<std::string> EtcdClient::Leader(const std::string& name) {
   v3electionpb::LeaderResponse resp;
   absl::Status st = Call(
       "asking for the leader",
-      [&](grpc::ClientContext& ctx) { return election_->Leader(&ctx, req, &resp); },
+      [&](grpc::ClientContext& ctx, const Stubs& s) { return s.election->Leader(&ctx, req, &resp); },
       options_.timeout);
   if (!st.ok() && absl::StrContains(st.message(), "no leader")) {
     return absl::NotFoundError(absl::StrCat(name_, ": election ", name, " has no leader"));
@@ -245,7 +292,7 @@ absl::Status EtcdClient::Resign(const v3electionpb::LeaderKey& leader) {
   *req.mutable_leader() = leader;
   v3electionpb::ResignResponse resp;
   return Call(
-      "resigning", [&](grpc::ClientContext& ctx) { return election_->Resign(&ctx, req, &resp); },
+      "resigning", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.election->Resign(&ctx, req, &resp); },
       options_.timeout);
 }
 

@@ -78,27 +78,42 @@ class EtcdClient {
   absl::Status Resign(const v3electionpb::LeaderKey& leader);
 
  private:
+  // A channel to etcd and its stubs, made anew when etcd stays out of reach
+  // (a gRPC channel that first connected while etcd was starting can keep
+  // failing its handshakes after etcd is ready).
+  struct Stubs {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<etcdserverpb::KV::Stub> kv;
+    std::unique_ptr<etcdserverpb::Lease::Stub> lease;
+    std::unique_ptr<etcdserverpb::Auth::Stub> auth;
+    std::unique_ptr<v3electionpb::Election::Stub> election;
+  };
+
   explicit EtcdClient(EtcdOptions options);
+  std::shared_ptr<const Stubs> NewStubs() const;
+  std::shared_ptr<const Stubs> stubs();
   // Sets the deadline and the auth token; authenticates first when needed.
-  absl::Status Prepare(grpc::ClientContext& ctx, absl::Duration timeout);
+  absl::Status Prepare(grpc::ClientContext& ctx, const Stubs& stubs, absl::Duration timeout);
   // The call's status as absl's, naming etcd. An expired auth token is
   // forgotten (the next Prepare authenticates).
   absl::Status Check(const grpc::Status& status, const char* what);
   // Runs `call` (which prepares its own context), once more after a
   // refused auth token.
-  absl::Status Call(const char* what, const std::function<grpc::Status(grpc::ClientContext&)>& call,
+  absl::Status Call(const char* what,
+                    const std::function<grpc::Status(grpc::ClientContext&, const Stubs&)>& call,
                     absl::Duration timeout);
 
   EtcdOptions options_;
   std::string name_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<etcdserverpb::KV::Stub> kv_;
-  std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
-  std::unique_ptr<etcdserverpb::Auth::Stub> auth_;
-  std::unique_ptr<v3electionpb::Election::Stub> election_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
 
   absl::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Stubs> stubs_ ABSL_GUARDED_BY(mu_);
+  // Since when calls fail Unavailable (InfinitePast: they do not), and
+  // when the stubs were last made.
+  absl::Time failing_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time made_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace elastrun::rendezvous

@@ -26,8 +26,14 @@ absl::StatusOr<std::string> ReadPassword(const std::string& path) {
   return std::string(absl::StripTrailingAsciiWhitespace(line));
 }
 
-// Stops serving at once: the process becomes a fresh follower.
-[[noreturn]] void StepDown(char** argv, const std::string& why) {
+// Stops serving at once: the process becomes a fresh follower, or, when it
+// was told to stop meanwhile, ends.
+[[noreturn]] void StepDown(char** argv, const std::string& why, bool stopping) {
+  if (stopping) {
+    LOG(ERROR) << "lost the leadership while stopping: " << why << "; exiting";
+    google::FlushLogFiles(google::GLOG_INFO);
+    _exit(0);
+  }
   LOG(ERROR) << "lost the leadership: " << why << "; stepping down (restarting as a follower)";
   google::FlushLogFiles(google::GLOG_INFO);
   execv("/proc/self/exe", argv);
@@ -54,7 +60,7 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Lead(const ServiceFlags& flags
   lo.prefix = flags.etcd_prefix;
   lo.value = flags.advertise.empty() ? flags.listen : flags.advertise;
   lo.lease = flags.leader_lease;
-  lo.on_lost = [argv](const std::string& why) { StepDown(argv, why); };
+  lo.on_lost = [argv, &stop](const std::string& why) { StepDown(argv, why, stop.load()); };
   std::string said;  // the last thing said while waiting: said again only when it changes
   lo.on_waiting = [&said](const absl::Status& etcd, const std::string& leader) {
     const std::string now =

@@ -23,7 +23,9 @@ class Replica {
   // Connects to etcd and blocks until this replica leads (Cancelled once
   // `stop` turned true first). While it waits it logs who leads, or that
   // etcd cannot be reached and why. `argv` is what it re-executes when the
-  // leadership is lost. Errors: the password file, the TLS files.
+  // leadership is lost (or exits 0, when `stop` turned true meanwhile:
+  // `stop` must outlive the Replica). Errors: the password file, the TLS
+  // files.
   static absl::StatusOr<std::unique_ptr<Replica>> Lead(const ServiceFlags& flags, char** argv,
                                                        const std::atomic<bool>& stop);
   // Points `options` at the state and logs in etcd, fenced by this

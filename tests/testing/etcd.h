@@ -88,6 +88,21 @@ class EtcdCluster {
     return false;
   }
 
+  // The member that is etcd's raft leader now, or -1.
+  int LeaderMember() const {
+    for (size_t i = 0; i < client_ports_.size(); ++i) {
+      absl::StatusOr<RunResult> r =
+          Run({kEtcdctlBinary, "--endpoints", absl::StrCat("127.0.0.1:", client_ports_[i]),
+               "--command-timeout", "2s", "endpoint", "status"},
+              {"ETCDCTL_API=3", marker_}, absl::Seconds(10));
+      // "ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, ..."
+      if (r.ok() && r->exit_code == 0 && r->output.find(", true, ") != std::string::npos) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
   // "127.0.0.1:P1,127.0.0.1:P2,..."
   std::string endpoints() const {
     std::vector<std::string> e;
