@@ -6,7 +6,9 @@ waited for by the lines they print, and stopped by their PIDs."""
 import os
 import queue
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,27 +49,36 @@ class Process:
             self._queue.put(line.rstrip("\n"))
         self._queue.put(None)  # end of output: the process exited
 
-    def wait_for(self, pattern):
-        """The first match of `pattern` in a line of output; fails the test
-        (with the output so far) when the process exits or the deadline
+    def wait_for(self, pattern, count=1):
+        """The `count`th match of `pattern` in the lines of output; fails the
+        test (with the output so far) when the process exits or the deadline
         passes first."""
         regex = re.compile(pattern)
         for line in self.lines:
-            if m := regex.search(line):
+            if (m := regex.search(line)) and (count := count - 1) == 0:
                 return m
         end = time.monotonic() + DEADLINE_S
         while True:
-            try:
-                line = self._queue.get(timeout=max(0.0, end - time.monotonic()))
-            except queue.Empty:
-                line = None
+            line = self.next_line(end)
             if line is None:
                 self.stop()
                 fail(f"no line matching {pattern!r} from {' '.join(self.args)}; "
                      f"exit {self.proc.returncode}; output:\n" + "\n".join(self.lines))
-            self.lines.append(line)
-            if m := regex.search(line):
+            if (m := regex.search(line)) and (count := count - 1) == 0:
                 return m
+
+    def next_line(self, end):
+        """The next line of output (kept in `lines`), or None when the
+        process ended or the time `end` (time.monotonic()) came first."""
+        try:
+            line = self._queue.get(timeout=max(0.0, end - time.monotonic()))
+        except queue.Empty:
+            return None
+        if line is None:
+            self._queue.put(None)  # still ended for the next caller
+            return None
+        self.lines.append(line)
+        return line
 
     def stop(self):
         """SIGTERM to the process's own group, then SIGKILL after the grace."""
@@ -106,10 +117,12 @@ def start_service(bin_dir, args, tmp):
 
 def start_daemon(bin_dir, args, tmp, port, node_id):
     """elastrund with `args` (its --config among them) registered with the
-    service at `port` as `node_id`; its state in `tmp`, no credential
-    socket. Returns the process once the service accepted the node."""
+    service at `port` (a loopback port, or "HOST:PORT,..." for replicas) as
+    `node_id`; its state in `tmp`, no credential socket. Returns the process
+    once the service accepted the node."""
+    rendezvous = port if isinstance(port, str) else f"127.0.0.1:{port}"
     p = Process([os.path.join(bin_dir, "elastrund"), *args,
-                 "--rendezvous", f"127.0.0.1:{port}", "--token-file", os.path.join(tmp, "token"),
+                 "--rendezvous", rendezvous, "--token-file", os.path.join(tmp, "token"),
                  "--state-dir", os.path.join(tmp, "daemon-" + node_id), "--cred-socket", "none",
                  "--node-id", node_id])
     p.wait_for(r"registered as " + re.escape(node_id))
@@ -138,17 +151,22 @@ def check_listen_security(conf, where):
 def read_conf(path):
     """A config file's `name = value` lines as a dict (as common/flags.cc
     reads them)."""
-    conf = {}
     with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line[0] in "#;":
-                continue
-            key, _, value = line.partition("=")
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] == '"':
-                value = value[1:-1]
-            conf[key.strip()] = value
+        return parse_conf(f.read())
+
+
+def parse_conf(text):
+    """read_conf of a config file's text."""
+    conf = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        conf[key.strip()] = value
     return conf
 
 
@@ -159,3 +177,98 @@ def seconds(text):
         fail(f"not a duration: {text!r}")
     scale = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
     return float(m.group(1)) * scale
+
+
+def free_port():
+    """A loopback port free now (the kernel's pick, closed again at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Loopback:
+    """Several hosts of a deploy file on this one: each HOST:PORT the files
+    name (after "//", "," or at the start of a value) becomes
+    127.0.0.1:P, the same P wherever the same HOST:PORT appears."""
+
+    PATTERN = re.compile(r"(?<![^/,])([A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9a-fA-F:]+\]):(\d+)")
+
+    def __init__(self):
+        self.ports = {}
+
+    def __call__(self, text):
+        def local(m):
+            key = (m.group(1), m.group(2))
+            if key not in self.ports:
+                self.ports[key] = free_port()
+            return f"127.0.0.1:{self.ports[key]}"
+        return self.PATTERN.sub(local, text)
+
+
+def etcd_binary():
+    """Debian's etcd-server's etcd, or None where it is not installed."""
+    return shutil.which("etcd")
+
+
+def start_etcd(members):
+    """etcd members, each [args] and {env} (on loopback), started together
+    (a member is ready only once a majority runs). Returns the processes
+    once every member serves clients."""
+    procs = [Process([etcd_binary(), *args], env=env) for args, env in members]
+    for p in procs:
+        p.wait_for(r"ready to serve client requests")
+    return procs
+
+
+def wait_any(procs, pattern):
+    """(index, match) of the first of `procs` to print a line matching
+    `pattern`; fails the test when none has by the deadline."""
+    regex = re.compile(pattern)
+    end = time.monotonic() + DEADLINE_S
+    while time.monotonic() < end and any(p.proc.poll() is None for p in procs):
+        for i, p in enumerate(procs):
+            # A short slice each, so that every process is read in turn.
+            line = p.next_line(min(end, time.monotonic() + 0.05))
+            if line is not None and (m := regex.search(line)):
+                return i, m
+    fail(f"none of {len(procs)} processes printed a line matching {pattern!r}:\n"
+         + "\n---\n".join("\n".join(p.lines) for p in procs))
+
+
+def check_replicas(bin_dir, tmp, replicas, daemon_args, rendezvous):
+    """The service's replicas over one etcd: `replicas` are their argument
+    lists (each its --store, --listen, --advertise on loopback; the token
+    file is tmp/token). Exactly one leads (it listens) and the others follow
+    it by its advertised address; a daemon given `rendezvous`, the replicas'
+    addresses, registers; when the leader stops (it resigns) another leads
+    and the daemon registers with it. Returns the processes left running."""
+    token = os.path.join(tmp, "token")
+    if not os.path.exists(token):
+        write_token(token)
+    procs = []
+    try:
+        for args in replicas:
+            procs.append(Process([os.path.join(bin_dir, "elastrun-rendezvous"), *args,
+                                  "--token-file", token]))
+        said = [p.wait_for(r"listening on (\S+)|following the leader at (\S+)") for p in procs]
+        leaders = [i for i, m in enumerate(said) if m.group(1)]
+        if len(leaders) != 1:
+            fail(f"{len(leaders)} replicas lead, want 1:\n"
+                 + "\n---\n".join("\n".join(p.lines) for p in procs))
+        leader = leaders[0]
+        advertised = replicas[leader][replicas[leader].index("--advertise") + 1]
+        for i, m in enumerate(said):
+            if i != leader and m.group(2) != advertised:
+                fail(f"replica {i} follows {m.group(2)}, not the leader's --advertise "
+                     f"{advertised}")
+        daemon = start_daemon(bin_dir, daemon_args, tmp, rendezvous, "ha-node")
+        procs.append(daemon)
+        procs[leader].stop()
+        followers = [p for i, p in enumerate(procs[:-1]) if i != leader]
+        wait_any(followers, r"listening on ")
+        daemon.wait_for(r"registered as ha-node", count=2)
+        return procs
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
