@@ -16,6 +16,7 @@
 #ifndef ELASTRUN_RENDEZVOUS_ETCD_STORE_H_
 #define ELASTRUN_RENDEZVOUS_ETCD_STORE_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,6 +46,12 @@ struct EtcdPlace {
   EtcdClient* client = nullptr;  // not owned; outlives the stores
   std::string prefix;            // "/elastrun", without a trailing slash
   EtcdFence fence;
+  // Writes made through this place (by every copy of it): every
+  // kCompactEvery-th one compacts etcd's history, which no one reads (etcd
+  // keeps every old value until compacted: worker logs would fill its
+  // quota).
+  std::shared_ptr<std::atomic<int64_t>> writes = std::make_shared<std::atomic<int64_t>>(0);
+  static constexpr int64_t kCompactEvery = 1000;
 };
 
 // Runs `ops` as one fenced transaction. FailedPrecondition when the fence

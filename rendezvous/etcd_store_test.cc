@@ -208,6 +208,28 @@ TEST_F(EtcdStoreTest, ALargeLogWriteIsSplitWithinEtcdsLimitsAndLosesNothing) {
   EXPECT_EQ(db.LoadSenders()->size(), 300u);
 }
 
+// etcd keeps every old value until its history is compacted: the stores
+// compact it every kCompactEvery writes, so that rewriting the same keys
+// does not grow etcd without bound.
+TEST_F(EtcdStoreTest, HistoryIsCompactedAsWritesGoOn) {
+  absl::StatusOr<std::unique_ptr<EtcdStore>> store = EtcdStore::Open(Unfenced());
+  ASSERT_TRUE(store.ok());
+  const std::string key = prefix_ + "/jobs/j-1";
+  ASSERT_TRUE((*store)->PutJob(Job("j-1", 1)).ok());
+  absl::StatusOr<mvccpb::KeyValue> first = client_->Get(key);
+  ASSERT_TRUE(first.ok());
+  for (int i = 0; i < EtcdPlace::kCompactEvery; ++i) {
+    ASSERT_TRUE((*store)->PutJob(Job("j-1", 1)).ok());
+  }
+  // The first version is gone from etcd's history.
+  etcdserverpb::TxnRequest old;
+  auto* range = old.add_success()->mutable_request_range();
+  range->set_key(key);
+  range->set_revision(first->mod_revision());
+  absl::StatusOr<etcdserverpb::TxnResponse> read = client_->Txn(old);
+  EXPECT_TRUE(absl::IsOutOfRange(read.status())) << read.status();
+}
+
 // A leader whose lease ended (here revoked, as its expiry would) is deposed:
 // the next leader writes, and the old one's write is refused by etcd, tells
 // the old leadership it is lost, and changes nothing.
