@@ -1,6 +1,7 @@
 #include "rendezvous/etcd_client.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -134,7 +135,15 @@ absl::Status EtcdClient::Call(
     grpc::ClientContext ctx;
     const std::shared_ptr<const Stubs> s = stubs();
     RETURN_IF_ERROR(Prepare(ctx, *s, std::min(kAttempt, end - absl::Now())));
-    absl::Status st = Check(call(ctx, *s), what);
+    // On a thread of our own: the service's store writes run on gRPC's
+    // callback threads (its handlers), and a blocking gRPC call made on the
+    // thread that polls gRPC's sockets stalls every call of the process
+    // until its deadline (measured: 5 s; server.cc keeps the Watch streams'
+    // ends off such threads too). A thread costs tens of microseconds, an
+    // etcd write a millisecond or more.
+    grpc::Status raw;
+    std::thread([&] { raw = call(ctx, *s); }).join();
+    absl::Status st = Check(raw, what);
     // A refused token is retried once with a new one; a refused password
     // fails in Prepare.
     if (absl::IsUnauthenticated(st) && !options_.user.empty() && !authenticated_again) {

@@ -33,13 +33,56 @@ using calls::Unary;
 // Bound on log traffic: one PushLogs request.
 constexpr size_t kMaxPushLogsBytes = 4 << 20;
 
+// Runs tasks in order on a thread of its own; the destructor runs what is
+// queued, then joins. For work that must not run on gRPC's own threads.
+class SerialExecutor {
+ public:
+  SerialExecutor() : thread_([this] { Loop(); }) {}
+  ~SerialExecutor() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+  }
+  void Post(std::function<void()> task) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(task));
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> task;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || !queue_.empty();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;  // stopping, nothing left
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 // One node's Watch stream. Owned by itself (`self_`) until gRPC's OnDone and
 // shared with the Coordinator, which may still hold it in an Outbox: after
 // OnDone, Send and Close are no-ops. One write in flight at a time.
 class WatchReactor : public grpc::ServerWriteReactor<v1::Command>, public NodeStream {
  public:
-  static std::shared_ptr<WatchReactor> Make(Coordinator* coordinator, std::string node_id) {
-    std::shared_ptr<WatchReactor> r(new WatchReactor(coordinator, std::move(node_id)));
+  // `closer` runs the detach from the coordinator when the stream is done.
+  static std::shared_ptr<WatchReactor> Make(Coordinator* coordinator, SerialExecutor* closer,
+                                            std::string node_id) {
+    std::shared_ptr<WatchReactor> r(new WatchReactor(coordinator, closer, std::move(node_id)));
     absl::MutexLock lock(&r->mu_);  // no other thread sees r yet; the analysis wants it
     r->self_ = r;
     return r;
@@ -89,19 +132,25 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::Command>, public NodeSt
   }
 
   void OnDone() override {
-    coordinator_->DetachWatch(node_id_, this);
     std::shared_ptr<WatchReactor> keep;
     {
       absl::MutexLock lock(&mu_);
       done_ = true;
       keep = std::move(self_);
     }
-    // `keep` may be the last reference: this object dies here.
+    // Not here: OnDone may run on the thread that polls gRPC's sockets, and
+    // the detach writes the store (a node lost), which for etcd is a gRPC
+    // call that needs that thread (measured: every etcd call of the
+    // service stalled until its deadline). `keep` holds this object until
+    // then (its address names the stream).
+    closer_->Post([keep = std::move(keep)] {
+      keep->coordinator_->DetachWatch(keep->node_id_, keep.get());
+    });
   }
 
  private:
-  WatchReactor(Coordinator* coordinator, std::string node_id)
-      : coordinator_(coordinator), node_id_(std::move(node_id)) {}
+  WatchReactor(Coordinator* coordinator, SerialExecutor* closer, std::string node_id)
+      : coordinator_(coordinator), closer_(closer), node_id_(std::move(node_id)) {}
 
   // Starts the next write or the Finish, outside the lock (gRPC may run a
   // reaction inline).
@@ -128,6 +177,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::Command>, public NodeSt
   }
 
   Coordinator* const coordinator_;
+  SerialExecutor* const closer_;
   const std::string node_id_;
   absl::Mutex mu_;
   std::shared_ptr<WatchReactor> self_ ABSL_GUARDED_BY(mu_);
@@ -192,7 +242,7 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
   }
   grpc::ServerWriteReactor<v1::Command>* Watch(grpc::CallbackServerContext* ctx,
                                                const v1::WatchRequest* req) override {
-    std::shared_ptr<WatchReactor> r = WatchReactor::Make(c_, req->node_id());
+    std::shared_ptr<WatchReactor> r = WatchReactor::Make(c_, &closer_, req->node_id());
     absl::Status st = CheckCluster(ctx, policy_, "Watch");
     if (st.ok()) st = c_->AttachWatch(*req, r);
     if (!st.ok()) r->Close(st);
@@ -300,6 +350,9 @@ class RendezvousServer::RendezvousService : public v1::Rendezvous::CallbackServi
   Coordinator* const c_;
   LogStore* const logs_;
   const AuthPolicy policy_;
+  // Watch streams' ends, handled off gRPC's threads (WatchReactor::OnDone);
+  // drained before this service (and so before the coordinator) goes.
+  SerialExecutor closer_;
 };
 
 absl::Status CheckListenSecurity(const ServerOptions& options) {

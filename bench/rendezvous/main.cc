@@ -38,7 +38,7 @@ std::string Fmt(double x) {
 struct Row {
   int n;
   Scenario sc;
-  bool sqlite;
+  std::string state;
   std::vector<Trial> trials;
 };
 
@@ -59,9 +59,11 @@ int ParseFlags(int argc, char** argv, Options& o) {
       ->delimiter(',')
       ->check(CLI::IsMember({"join", "loss-close", "loss-lease"}))
       ->capture_default_str();
-  app.add_option("--state", states, "memory,sqlite (sqlite = the service's --state-dir)")
+  app.add_option("--state", states,
+                 "memory,sqlite,etcd (sqlite: the service's --state-dir; etcd: its\n"
+                 "--store, with --etcd)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"memory", "sqlite"}))
+      ->check(CLI::IsMember({"memory", "sqlite", "etcd"}))
       ->capture_default_str();
   app.add_option("--reps", o.reps, "trials per cell")->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -73,6 +75,9 @@ int ParseFlags(int argc, char** argv, Options& o) {
       ->capture_default_str();
   app.add_option("--service", o.service, "elastrun-rendezvous (default: next to this binary)")
       ->check(CLI::ExistingFile);
+  app.add_option("--etcd", o.etcd_endpoints,
+                 "HOST:PORT[,...] of a running etcd for --state etcd (each trial\n"
+                 "under a prefix of its own)");
   app.add_flag("--pin", o.pin,
                "run the service on CPU 0 and the simulated daemons on the other CPUs");
   app.add_flag("--keep", o.keep, "keep every trial's folder (service log, state)");
@@ -89,8 +94,12 @@ int ParseFlags(int argc, char** argv, Options& o) {
                           : s == "loss-close" ? Scenario::kLossClose
                                               : Scenario::kLossLease);
   }
-  o.sqlite.clear();
-  for (const std::string& s : states) o.sqlite.push_back(s == "sqlite");
+  o.states = states;
+  if (o.etcd_endpoints.empty() &&
+      std::find(states.begin(), states.end(), "etcd") != states.end()) {
+    std::fprintf(stderr, "elastrun-rendezvous-bench: --state etcd needs --etcd HOST:PORT\n");
+    return 2;
+  }
   return -1;
 }
 
@@ -98,7 +107,7 @@ void PrintVerbose(const Row& row, int rep, const Trial& t) {
   std::fprintf(stderr,
                "N=%d %s %s rep %d: %s value %.3f s submit %.3f s cpu %.3f s "
                "bench cpu %.3f s hwm %.1f MiB setup %.3f s%s%s\n",
-               row.n, ScenarioName(row.sc), row.sqlite ? "sqlite" : "memory", rep,
+               row.n, ScenarioName(row.sc), row.state.c_str(), rep,
                t.ok ? "ok" : "FAILED", t.value_s, t.submit_s, t.cpu_s, t.bench_cpu_s,
                t.hwm_mib, t.setup_s, t.ok ? "" : ": ", t.error.c_str());
 }
@@ -130,13 +139,13 @@ void PrintRow(const Row& row, std::vector<std::string>& phase_lines) {
     std::snprintf(submit, sizeof submit, "%.3f", Median(sub));
   }
   phase_lines.push_back(std::to_string(row.n) + " " + ScenarioName(row.sc) + " " +
-                        (row.sqlite ? "sqlite" : "memory") + ": last JoinRound command " +
+                        row.state + ": last JoinRound command " +
                         Fmt(Median(cmds)) + ", last JoinRound answered " + Fmt(Median(joined)) +
                         ", first StartAttempt " + Fmt(Median(first)) + ", last StartAttempt " +
                         Fmt(Median(v)));
   const int total = static_cast<int>(row.trials.size());
   std::printf("| %d | %s | %s | %s | %s | %.2f | %.2f | %.0f | %.3f | %d/%d%s |\n", row.n,
-              ScenarioName(row.sc), row.sqlite ? "sqlite" : "memory", time, submit,
+              ScenarioName(row.sc), row.state.c_str(), time, submit,
               Median(cpu), Median(bcpu), hwm, Median(setup), ok, total,
               ok == total ? "" : " FAILED");
 }
@@ -165,10 +174,10 @@ int Main(int argc, char** argv) {
   std::vector<Row> rows;
   for (int n : o.ns) {
     for (Scenario sc : o.scenarios) {
-      for (bool sqlite : o.sqlite) {
-        Row row{n, sc, sqlite, {}};
+      for (const std::string& state : o.states) {
+        Row row{n, sc, state, {}};
         for (int r = 0; r < o.reps; ++r) {
-          Trial t = RunTrial(o, n, sc, sqlite);
+          Trial t = RunTrial(o, n, sc, state);
           if (o.verbose || !t.ok) PrintVerbose(row, r, t);
           row.trials.push_back(std::move(t));
           if (!row.trials.back().ok) break;  // a failed cell stops early

@@ -60,7 +60,8 @@ double SelfCpu() {
          u.ru_stime.tv_usec / 1e6;
 }
 
-bool StartService(const std::string& bin, const std::string& state_dir, const std::string& log,
+bool StartService(const std::string& bin, const std::vector<std::string>& flags,
+                  const std::string& log,
                   int cpu, Service* s, std::string* error) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) {
@@ -68,10 +69,7 @@ bool StartService(const std::string& bin, const std::string& state_dir, const st
     return false;
   }
   std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0", "--token", kBenchToken};
-  if (!state_dir.empty()) {
-    args.push_back("--state-dir");
-    args.push_back(state_dir);
-  }
+  args.insert(args.end(), flags.begin(), flags.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace elastrun::bench {
 
@@ -36,10 +37,11 @@ double SelfCpu();
 inline constexpr char kBenchToken[] = "elastrun-bench-token";
 inline constexpr char kBenchAuthorization[] = "Bearer elastrun-bench-token";
 
-// Starts `bin --listen 127.0.0.1:0 --token T [--state-dir DIR]`, stderr to `log`,
+// Starts `bin --listen 127.0.0.1:0 --token T FLAGS...`, stderr to `log`,
 // and reads "listening on HOST:PORT" (10 s deadline). `cpu` >= 0: the
 // service runs on that CPU only. False with `*error` set on failure.
-bool StartService(const std::string& bin, const std::string& state_dir, const std::string& log,
+bool StartService(const std::string& bin, const std::vector<std::string>& flags,
+                  const std::string& log,
                   int cpu, Service* s, std::string* error);
 
 // SIGTERM, up to 5 s for a clean exit, then SIGKILL. By pid only.

@@ -63,9 +63,15 @@ void SetPhases(Run& r, int64_t round, int64_t t0, int64_t last_ns) {
   r.t.first_start_s = (ph.first_start_ns - t0) / 1e9;
 }
 
-bool SetUp(Run& r, bool sqlite) {
-  if (!StartService(r.o.service, sqlite ? r.dir + "/state" : "", r.dir + "/service.log",
-                    r.o.pin ? 0 : -1, &r.svc, &r.t.error)) {
+bool SetUp(Run& r, const std::string& state) {
+  std::vector<std::string> flags;
+  if (state == "sqlite") flags = {"--state-dir", r.dir + "/state"};
+  if (state == "etcd") {
+    flags = {"--store", "etcd://" + r.o.etcd_endpoints, "--etcd-prefix",
+             "/bench" + r.dir};  // the trial's folder: a fresh, empty cluster
+  }
+  if (!StartService(r.o.service, flags, r.dir + "/service.log", r.o.pin ? 0 : -1, &r.svc,
+                    &r.t.error)) {
     return false;
   }
   r.sim = std::make_unique<Sim>(r.svc.addr, r.n, std::min(r.o.channels, r.n));
@@ -200,7 +206,7 @@ const char* ScenarioName(Scenario s) {
   return "?";
 }
 
-Trial RunTrial(const Options& o, int n, Scenario sc, bool sqlite) {
+Trial RunTrial(const Options& o, int n, Scenario sc, const std::string& state) {
   char tmpl[] = "/tmp/rdzv-bench.XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {
     Trial t;
@@ -208,7 +214,7 @@ Trial RunTrial(const Options& o, int n, Scenario sc, bool sqlite) {
     return t;
   }
   Run r{o, n, sc, tmpl, {}, nullptr, {}};
-  r.t.ok = SetUp(r, sqlite) && RunRound0(r) && (sc == Scenario::kJoin || MeasureLoss(r));
+  r.t.ok = SetUp(r, state) && RunRound0(r) && (sc == Scenario::kJoin || MeasureLoss(r));
   TearDown(r);
   return r.t;
 }

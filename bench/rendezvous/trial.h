@@ -25,7 +25,11 @@ struct Options {
   std::vector<int> ns = {10, 100, 1000};
   std::vector<Scenario> scenarios = {Scenario::kJoin, Scenario::kLossClose,
                                      Scenario::kLossLease};
-  std::vector<bool> sqlite = {false, true};
+  // Where the service keeps its state: "memory", "sqlite" (--state-dir) or
+  // "etcd" (--store etcd://etcd_endpoints, a fresh --etcd-prefix per trial:
+  // one replica, which leads at once).
+  std::vector<std::string> states = {"memory", "sqlite"};
+  std::string etcd_endpoints;
   int reps = 3;
   int channels = 8;
   double timeout_s = 60;
@@ -49,8 +53,8 @@ struct Trial {
 };
 
 // Runs one trial of `sc` with `n` nodes; the service keeps its state in
-// SQLite (--state-dir) when `sqlite`. Never throws; t.ok says how it went.
-Trial RunTrial(const Options& o, int n, Scenario sc, bool sqlite);
+// `state` (Options::states). Never throws; t.ok says how it went.
+Trial RunTrial(const Options& o, int n, Scenario sc, const std::string& state);
 
 }  // namespace elastrun::bench
 
