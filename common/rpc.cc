@@ -61,7 +61,8 @@ std::string ChannelTarget(const std::string& endpoints) {
   for (absl::string_view e : absl::StrSplit(endpoints, ',', absl::SkipWhitespace())) {
     std::string host;
     int port = 0;
-    if (!SplitHostPort(absl::StripAsciiWhitespace(e), "endpoint", &host, &port).ok()) continue;
+    if (!SplitHostPort(absl::StripAsciiWhitespace(e), "endpoint", &host, &port).ok())
+      continue;
     Addresses(host, port, &v4, &v6);
   }
   // One family per target (gRPC's ipv4: and ipv6: schemes); IPv4 first.

@@ -48,7 +48,8 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions optio
 }
 
 std::shared_ptr<const EtcdClient::Stubs> EtcdClient::NewStubs() const {
-  rpc::ChannelOptions co{absl::StrJoin(options_.endpoints, ","), options_.tls, credentials_};
+  rpc::ChannelOptions co{absl::StrJoin(options_.endpoints, ","), options_.tls,
+                         credentials_};
   co.connect_timeout = absl::Seconds(2);
   // No keepalive pings: etcd refuses pings more often than every 5 s
   // (GOAWAY too_many_pings); a call's deadline finds a dead member.
@@ -113,12 +114,11 @@ absl::Status EtcdClient::Prepare(grpc::ClientContext& ctx, const Stubs& stubs,
     auth_ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
     grpc::Status st = stubs.auth->Authenticate(&auth_ctx, req, &resp);
     if (!st.ok()) {
-      return absl::Status(
-          st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
-              ? absl::StatusCode::kUnavailable
-              : static_cast<absl::StatusCode>(st.error_code()),
-          absl::StrCat(name_, ": authenticating as \"", options_.user,
-                       "\": ", st.error_message()));
+      return absl::Status(st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                              ? absl::StatusCode::kUnavailable
+                              : static_cast<absl::StatusCode>(st.error_code()),
+                          absl::StrCat(name_, ": authenticating as \"", options_.user,
+                                       "\": ", st.error_message()));
     }
     token_ = resp.token();
   }
@@ -127,7 +127,8 @@ absl::Status EtcdClient::Prepare(grpc::ClientContext& ctx, const Stubs& stubs,
 }
 
 absl::Status EtcdClient::Call(
-    const char* what, const std::function<grpc::Status(grpc::ClientContext&, const Stubs&)>& call,
+    const char* what,
+    const std::function<grpc::Status(grpc::ClientContext&, const Stubs&)>& call,
     absl::Duration timeout) {
   const absl::Time end = absl::Now() + timeout;
   bool authenticated_again = false;
@@ -154,12 +155,13 @@ absl::Status EtcdClient::Call(
     // would answer only after its own timeout (seconds). Each attempt gets
     // kAttempt, and a write is sent again (every write here is idempotent:
     // a put of a value, a delete, fenced by the same compare).
-    if (!absl::IsUnavailable(st) || end - absl::Now() < absl::Milliseconds(100)) return st;
+    if (!absl::IsUnavailable(st) || end - absl::Now() < absl::Milliseconds(100))
+      return st;
   }
 }
 
-absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::GetPrefix(const std::string& prefix,
-                                                                    int64_t page) {
+absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::GetPrefix(
+    const std::string& prefix, int64_t page) {
   std::vector<mvccpb::KeyValue> out;
   etcdserverpb::RangeRequest req;
   req.set_key(prefix);
@@ -168,7 +170,10 @@ absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::GetPrefix(const std::s
   while (true) {
     etcdserverpb::RangeResponse resp;
     RETURN_IF_ERROR(Call(
-        "reading", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.kv->Range(&ctx, req, &resp); },
+        "reading",
+        [&](grpc::ClientContext& ctx, const Stubs& s) {
+          return s.kv->Range(&ctx, req, &resp);
+        },
         options_.timeout));
     for (mvccpb::KeyValue& kv : *resp.mutable_kvs()) out.push_back(std::move(kv));
     if (!resp.more() || out.empty()) return out;
@@ -183,9 +188,13 @@ absl::StatusOr<mvccpb::KeyValue> EtcdClient::Get(const std::string& key) {
   req.set_key(key);
   etcdserverpb::RangeResponse resp;
   RETURN_IF_ERROR(Call(
-      "reading", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.kv->Range(&ctx, req, &resp); },
+      "reading",
+      [&](grpc::ClientContext& ctx, const Stubs& s) {
+        return s.kv->Range(&ctx, req, &resp);
+      },
       options_.timeout));
-  if (resp.kvs_size() == 0) return absl::NotFoundError(absl::StrCat(name_, ": no key ", key));
+  if (resp.kvs_size() == 0)
+    return absl::NotFoundError(absl::StrCat(name_, ": no key ", key));
   return resp.kvs(0);
 }
 
@@ -193,7 +202,10 @@ absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(
     const etcdserverpb::TxnRequest& request) {
   etcdserverpb::TxnResponse resp;
   RETURN_IF_ERROR(Call(
-      "writing", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.kv->Txn(&ctx, request, &resp); },
+      "writing",
+      [&](grpc::ClientContext& ctx, const Stubs& s) {
+        return s.kv->Txn(&ctx, request, &resp);
+      },
       options_.timeout));
   return resp;
 }
@@ -203,7 +215,10 @@ absl::Status EtcdClient::Compact(int64_t revision) {
   req.set_revision(revision);
   etcdserverpb::CompactionResponse resp;
   return Call(
-      "compacting", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.kv->Compact(&ctx, req, &resp); },
+      "compacting",
+      [&](grpc::ClientContext& ctx, const Stubs& s) {
+        return s.kv->Compact(&ctx, req, &resp);
+      },
       options_.timeout);
 }
 
@@ -213,7 +228,9 @@ absl::StatusOr<int64_t> EtcdClient::Grant(absl::Duration ttl) {
   etcdserverpb::LeaseGrantResponse resp;
   RETURN_IF_ERROR(Call(
       "granting a lease",
-      [&](grpc::ClientContext& ctx, const Stubs& s) { return s.lease->LeaseGrant(&ctx, req, &resp); },
+      [&](grpc::ClientContext& ctx, const Stubs& s) {
+        return s.lease->LeaseGrant(&ctx, req, &resp);
+      },
       options_.timeout));
   if (!resp.error().empty()) {
     return absl::FailedPreconditionError(
@@ -251,7 +268,9 @@ absl::Status EtcdClient::Revoke(int64_t lease) {
   etcdserverpb::LeaseRevokeResponse resp;
   return Call(
       "revoking a lease",
-      [&](grpc::ClientContext& ctx, const Stubs& s) { return s.lease->LeaseRevoke(&ctx, req, &resp); },
+      [&](grpc::ClientContext& ctx, const Stubs& s) {
+        return s.lease->LeaseRevoke(&ctx, req, &resp);
+      },
       options_.timeout);
 }
 
@@ -271,11 +290,13 @@ absl::StatusOr<v3electionpb::LeaderKey> EtcdClient::Campaign(const std::string& 
         raw = s.election->Campaign(&ctx, req, &resp);
         // Still a follower when the time is up: an answer, not a failure
         // (no new channel for it).
-        return raw.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? grpc::Status::OK : raw;
+        return raw.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? grpc::Status::OK
+                                                                       : raw;
       },
       timeout);
   if (raw.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return absl::DeadlineExceededError(absl::StrCat(name_, ": campaigning: not leading yet"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(name_, ": campaigning: not leading yet"));
   }
   RETURN_IF_ERROR(st);
   return resp.leader();
@@ -287,10 +308,13 @@ absl::StatusOr<std::string> EtcdClient::Leader(const std::string& name) {
   v3electionpb::LeaderResponse resp;
   absl::Status st = Call(
       "asking for the leader",
-      [&](grpc::ClientContext& ctx, const Stubs& s) { return s.election->Leader(&ctx, req, &resp); },
+      [&](grpc::ClientContext& ctx, const Stubs& s) {
+        return s.election->Leader(&ctx, req, &resp);
+      },
       options_.timeout);
   if (!st.ok() && absl::StrContains(st.message(), "no leader")) {
-    return absl::NotFoundError(absl::StrCat(name_, ": election ", name, " has no leader"));
+    return absl::NotFoundError(
+        absl::StrCat(name_, ": election ", name, " has no leader"));
   }
   RETURN_IF_ERROR(st);
   return resp.kv().value();
@@ -301,7 +325,10 @@ absl::Status EtcdClient::Resign(const v3electionpb::LeaderKey& leader) {
   *req.mutable_leader() = leader;
   v3electionpb::ResignResponse resp;
   return Call(
-      "resigning", [&](grpc::ClientContext& ctx, const Stubs& s) { return s.election->Resign(&ctx, req, &resp); },
+      "resigning",
+      [&](grpc::ClientContext& ctx, const Stubs& s) {
+        return s.election->Resign(&ctx, req, &resp);
+      },
       options_.timeout);
 }
 

@@ -93,15 +93,17 @@ class EtcdClient {
   std::shared_ptr<const Stubs> NewStubs() const;
   std::shared_ptr<const Stubs> stubs();
   // Sets the deadline and the auth token; authenticates first when needed.
-  absl::Status Prepare(grpc::ClientContext& ctx, const Stubs& stubs, absl::Duration timeout);
+  absl::Status Prepare(grpc::ClientContext& ctx, const Stubs& stubs,
+                       absl::Duration timeout);
   // The call's status as absl's, naming etcd. An expired auth token is
   // forgotten (the next Prepare authenticates).
   absl::Status Check(const grpc::Status& status, const char* what);
   // Runs `call` (which prepares its own context), once more after a
   // refused auth token.
-  absl::Status Call(const char* what,
-                    const std::function<grpc::Status(grpc::ClientContext&, const Stubs&)>& call,
-                    absl::Duration timeout);
+  absl::Status Call(
+      const char* what,
+      const std::function<grpc::Status(grpc::ClientContext&, const Stubs&)>& call,
+      absl::Duration timeout);
 
   EtcdOptions options_;
   std::string name_;

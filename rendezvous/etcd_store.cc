@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/random/random.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -25,7 +25,8 @@ etcdserverpb::RequestOp PutOp(const std::string& key, const std::string& value) 
   return op;
 }
 
-etcdserverpb::RequestOp DeleteOp(const std::string& key, const std::string& range_end = "") {
+etcdserverpb::RequestOp DeleteOp(const std::string& key,
+                                 const std::string& range_end = "") {
   etcdserverpb::RequestOp op;
   op.mutable_request_delete_range()->set_key(key);
   if (!range_end.empty()) op.mutable_request_delete_range()->set_range_end(range_end);
@@ -37,13 +38,14 @@ std::string SeqKey(int64_t seq) { return absl::StrFormat("%020d", seq); }
 
 // Runs `ops` in fenced transactions of at most kMaxOps operations and
 // about kMaxBytes each, in order.
-absl::Status RunInOrder(const EtcdPlace& place, std::vector<etcdserverpb::RequestOp> ops) {
+absl::Status RunInOrder(const EtcdPlace& place,
+                        std::vector<etcdserverpb::RequestOp> ops) {
   etcdserverpb::TxnRequest txn;
   size_t bytes = 0;
   for (etcdserverpb::RequestOp& op : ops) {
     const size_t size = op.ByteSizeLong();
-    if (txn.success_size() > 0 &&
-        (static_cast<size_t>(txn.success_size()) >= kMaxOps || bytes + size > kMaxBytes)) {
+    if (txn.success_size() > 0 && (static_cast<size_t>(txn.success_size()) >= kMaxOps ||
+                                   bytes + size > kMaxBytes)) {
       RETURN_IF_ERROR(FencedTxn(place, std::move(txn)));
       txn = etcdserverpb::TxnRequest();
       bytes = 0;
@@ -67,9 +69,11 @@ absl::Status FencedTxn(const EtcdPlace& place, etcdserverpb::TxnRequest txn) {
   }
   ASSIGN_OR_RETURN(etcdserverpb::TxnResponse resp, place.client->Txn(txn));
   if (!resp.succeeded()) {
-    const std::string why = absl::StrCat(
-        place.client->name(), ": a write was refused: this replica no longer leads (its "
-        "leader key ", place.fence.key, " is gone)");
+    const std::string why =
+        absl::StrCat(place.client->name(),
+                     ": a write was refused: this replica no longer leads (its "
+                     "leader key ",
+                     place.fence.key, " is gone)");
     if (place.fence.on_refused) place.fence.on_refused(why);
     return absl::FailedPreconditionError(why);
   }
@@ -97,7 +101,8 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(EtcdPlace place) {
   ASSIGN_OR_RETURN(etcdserverpb::TxnResponse resp, store->place_.client->Txn(txn));
   if (resp.succeeded()) {
     store->cluster_id_ = txn.success(0).request_put().value();
-  } else if (resp.responses_size() == 1 && resp.responses(0).response_range().kvs_size() == 1) {
+  } else if (resp.responses_size() == 1 &&
+             resp.responses(0).response_range().kvs_size() == 1) {
     store->cluster_id_ = resp.responses(0).response_range().kvs(0).value();
   } else {
     return absl::InternalError(absl::StrCat(store->where(), ": cannot read ", key));
@@ -117,17 +122,21 @@ absl::Status EtcdStore::Put(const std::string& key, const std::string& value) {
 
 absl::Status EtcdStore::PutNode(const v1::StoredNode& node) {
   ++writes_.nodes;
-  return Put(absl::StrCat(place_.prefix, "/nodes/", node.node_id()), node.SerializeAsString());
+  return Put(absl::StrCat(place_.prefix, "/nodes/", node.node_id()),
+             node.SerializeAsString());
 }
 
 absl::Status EtcdStore::PutJob(const v1::StoredJob& job) {
   ++writes_.jobs;
-  return Put(absl::StrCat(place_.prefix, "/jobs/", job.job_id()), job.SerializeAsString());
+  return Put(absl::StrCat(place_.prefix, "/jobs/", job.job_id()),
+             job.SerializeAsString());
 }
 
-absl::Status EtcdStore::PutProgress(const std::string& job_id, const v1::Progress& progress) {
+absl::Status EtcdStore::PutProgress(const std::string& job_id,
+                                    const v1::Progress& progress) {
   ++writes_.progress;
-  return Put(absl::StrCat(place_.prefix, "/progress/", job_id), progress.SerializeAsString());
+  return Put(absl::StrCat(place_.prefix, "/progress/", job_id),
+             progress.SerializeAsString());
 }
 
 absl::Status EtcdStore::DeleteNodes(const std::vector<std::string>& node_ids) {
@@ -147,10 +156,11 @@ absl::StatusOr<Store::Contents> EtcdStore::Load() {
     ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> kvs, place_.client->GetPrefix(prefix));
     for (const mvccpb::KeyValue& kv : kvs) {
       if (!add(kv.key().substr(prefix.size()), kv.value())) {
-        return absl::DataLossError(absl::StrFormat(
-            "%s: key %s does not parse (%d bytes): restore etcd from a snapshot or delete "
-            "the key",
-            where(), kv.key(), kv.value().size()));
+        return absl::DataLossError(
+            absl::StrFormat("%s: key %s does not parse (%d bytes): restore etcd from a "
+                            "snapshot or delete "
+                            "the key",
+                            where(), kv.key(), kv.value().size()));
       }
     }
     return absl::OkStatus();
@@ -161,8 +171,9 @@ absl::StatusOr<Store::Contents> EtcdStore::Load() {
   RETURN_IF_ERROR(scan("jobs", [&](const std::string&, const std::string& v) {
     return out.jobs.emplace_back().ParseFromString(v);
   }));
-  std::stable_sort(out.jobs.begin(), out.jobs.end(),
-                   [](const v1::StoredJob& a, const v1::StoredJob& b) { return a.seq() < b.seq(); });
+  std::stable_sort(
+      out.jobs.begin(), out.jobs.end(),
+      [](const v1::StoredJob& a, const v1::StoredJob& b) { return a.seq() < b.seq(); });
   RETURN_IF_ERROR(scan("progress", [&](const std::string& id, const std::string& v) {
     return out.progress[id].ParseFromString(v);
   }));
@@ -195,7 +206,8 @@ absl::Status EtcdLogDb::Write(const Batch& batch) {
   for (const auto& [job, chunk] : batch.chunks) *by_job[job].add_chunks() = chunk;
   for (const auto& [job, chunks] : by_job) {
     const int64_t last = chunks.chunks(chunks.chunks_size() - 1).seq();
-    ops.push_back(PutOp(JobPrefix(job) + "c/" + SeqKey(last), chunks.SerializeAsString()));
+    ops.push_back(
+        PutOp(JobPrefix(job) + "c/" + SeqKey(last), chunks.SerializeAsString()));
   }
   for (const auto& [job, nodes] : batch.senders) {
     for (const auto& [node, sender] : nodes) {

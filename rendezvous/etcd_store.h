@@ -50,7 +50,8 @@ struct EtcdPlace {
   // kCompactEvery-th one compacts etcd's history, which no one reads (etcd
   // keeps every old value until compacted: worker logs would fill its
   // quota).
-  std::shared_ptr<std::atomic<int64_t>> writes = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<std::atomic<int64_t>> writes =
+      std::make_shared<std::atomic<int64_t>>(0);
   static constexpr int64_t kCompactEvery = 1000;
 };
 
@@ -65,7 +66,8 @@ class EtcdStore final : public Store {
 
   absl::Status PutNode(const v1::StoredNode& node) override;
   absl::Status PutJob(const v1::StoredJob& job) override;
-  absl::Status PutProgress(const std::string& job_id, const v1::Progress& progress) override;
+  absl::Status PutProgress(const std::string& job_id,
+                           const v1::Progress& progress) override;
   // In transactions of at most 100 deletes each (etcd's limit of operations
   // per transaction is 128): a failure may leave some deleted, which a
   // retry finishes.

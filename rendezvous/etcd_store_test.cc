@@ -1,6 +1,8 @@
 // The state and logs in a real etcd (Debian's etcd-server, one member on
 // loopback; skipped where it is not installed), the fence of a deposed
 // leader, and the leadership's loss when its lease is gone.
+#include "rendezvous/etcd_store.h"
+
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -11,7 +13,6 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "rendezvous/etcd_client.h"
-#include "rendezvous/etcd_store.h"
 #include "rendezvous/leadership.h"
 #include "tests/testing/etcd.h"
 
@@ -24,9 +25,9 @@ class EtcdStoreTest : public ::testing::Test {
     if (!testing::EtcdMissing().empty()) return;
     char tmpl[] = "/tmp/elastrun-etcd-store-XXXXXX";
     dir_ = new std::string(mkdtemp(tmpl));
-    etcd_ = new testing::EtcdCluster(*dir_, "ELASTRUN_TEST_MARKER=etcd-store-" +
-                                                std::to_string(getpid()),
-                                     /*members=*/1);
+    etcd_ = new testing::EtcdCluster(
+        *dir_, "ELASTRUN_TEST_MARKER=etcd-store-" + std::to_string(getpid()),
+        /*members=*/1);
     etcd_->Start();
   }
   static void TearDownTestSuite() {
@@ -47,7 +48,8 @@ class EtcdStoreTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = *std::move(c);
     // Each test its own cluster prefix.
-    prefix_ = absl::StrCat("/test-", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    prefix_ = absl::StrCat(
+        "/test-", ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
 
   EtcdPlace Unfenced() const {
@@ -295,7 +297,8 @@ TEST_F(EtcdStoreTest, ALeaderLearnsItsLeaseIsGoneWithoutWriting) {
   };
   absl::StatusOr<std::unique_ptr<Leadership>> a = Leadership::Campaign(o, stop);
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_FALSE(lost.WaitForNotificationWithTimeout(absl::Seconds(3)));  // renewed meanwhile
+  EXPECT_FALSE(
+      lost.WaitForNotificationWithTimeout(absl::Seconds(3)));  // renewed meanwhile
   ASSERT_TRUE(client_->Revoke((*a)->key().lease()).ok());
   ASSERT_TRUE(lost.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_NE(why.find("expired"), std::string::npos) << why;

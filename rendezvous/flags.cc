@@ -1,10 +1,10 @@
 #include "rendezvous/flags.h"
 
-#include "common/flags.h"
-#include "common/strings.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
+#include "common/strings.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -36,8 +36,9 @@ reconnect when the service is back.
 absl::StatusOr<std::vector<std::string>> ParseEtcdUrl(absl::string_view url) {
   constexpr absl::string_view kScheme = "etcd://";
   if (!absl::StartsWith(url, kScheme)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--store \"", url, "\": give etcd://HOST:PORT[,HOST:PORT...] (SQLite is --state-dir)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--store \"", url,
+                     "\": give etcd://HOST:PORT[,HOST:PORT...] (SQLite is --state-dir)"));
   }
   std::vector<std::string> endpoints;
   for (absl::string_view e : absl::StrSplit(url.substr(kScheme.size()), ',')) {
@@ -45,8 +46,8 @@ absl::StatusOr<std::vector<std::string>> ParseEtcdUrl(absl::string_view url) {
     int port = 0;
     if (absl::Status st = SplitHostPort(std::string(e), "--store", &host, &port);
         !st.ok() || port == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--store \"", url, "\": endpoint \"", e,
-                                                     "\" is not HOST:PORT"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--store \"", url, "\": endpoint \"", e, "\" is not HOST:PORT"));
     }
     endpoints.emplace_back(e);
   }
@@ -147,7 +148,8 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "mutual TLS to etcd: this PEM client certificate\n"
                   "(needs --etcd-key and --etcd-ca).")
       ->type_name("FILE");
-  app->add_option("--etcd-key", flags->etcd_tls.key, "the PEM private key of --etcd-cert.")
+  app->add_option("--etcd-key", flags->etcd_tls.key,
+                  "the PEM private key of --etcd-cert.")
       ->type_name("FILE");
   app->add_option("--etcd-user", flags->etcd_user,
                   "etcd's authentication: this user, with the password\n"
@@ -207,7 +209,8 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
     }
   } else if (!flags->etcd_tls.ca.empty() || !flags->etcd_tls.cert.empty() ||
              !flags->etcd_user.empty() || !flags->etcd_password_file.empty()) {
-    return usage(absl::InvalidArgumentError("the --etcd-* flags need --store etcd://..."));
+    return usage(
+        absl::InvalidArgumentError("the --etcd-* flags need --store etcd://..."));
   }
   if (!flags->etcd_tls.cert.empty() != !flags->etcd_tls.key.empty() ||
       (!flags->etcd_tls.cert.empty() && flags->etcd_tls.ca.empty())) {
@@ -215,7 +218,8 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
         "--etcd-cert and --etcd-key go together, and with --etcd-ca"));
   }
   if (flags->etcd_user.empty() != flags->etcd_password_file.empty()) {
-    return usage(absl::InvalidArgumentError("--etcd-user and --etcd-password-file go together"));
+    return usage(
+        absl::InvalidArgumentError("--etcd-user and --etcd-password-file go together"));
   }
   // Half a pair, or a CA without the pair, is a usage error now; the files
   // themselves are read when the server starts.

@@ -53,9 +53,8 @@ absl::Status JobTable::Restore(const Store::Contents& contents) {
           state.ok() ? RendezvousCore::Restore(*std::move(state))
                      : absl::StatusOr<std::unique_ptr<RendezvousCore>>(state.status());
       if (!core.ok()) {
-        return absl::DataLossError(absl::StrFormat("%s: job \"%s\": %s",
-                                                   store_->where(), job->id,
-                                                   core.status().message()));
+        return absl::DataLossError(absl::StrFormat("%s: job \"%s\": %s", store_->where(),
+                                                   job->id, core.status().message()));
       }
       job->core = *std::move(core);
     }

@@ -62,7 +62,8 @@ absl::StatusOr<std::unique_ptr<Leadership>> Leadership::Campaign(
   return absl::CancelledError("stopped before leading");
 }
 
-Leadership::Leadership(LeadershipOptions options, int64_t lease, v3electionpb::LeaderKey key)
+Leadership::Leadership(LeadershipOptions options, int64_t lease,
+                       v3electionpb::LeaderKey key)
     : options_(std::move(options)), lease_(lease), key_(std::move(key)) {
   renewer_ = std::thread([this] { RenewLoop(); });
 }
@@ -123,7 +124,8 @@ void Leadership::RenewLoop() {
     if (now - renewed >= options_.lease) {
       mu_.Unlock();
       Lose(absl::StrCat("the leader's lease could not be renewed for ",
-                        absl::FormatDuration(now - renewed), ": ", left.status().message()));
+                        absl::FormatDuration(now - renewed), ": ",
+                        left.status().message()));
       mu_.Lock();
       break;
     }

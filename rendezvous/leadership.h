@@ -42,8 +42,8 @@ class Leadership {
  public:
   // Blocks until this replica leads, or `stop` turns true (Cancelled). While
   // etcd cannot be reached it keeps trying, telling on_waiting.
-  static absl::StatusOr<std::unique_ptr<Leadership>> Campaign(LeadershipOptions options,
-                                                              const std::atomic<bool>& stop);
+  static absl::StatusOr<std::unique_ptr<Leadership>> Campaign(
+      LeadershipOptions options, const std::atomic<bool>& stop);
   // Stops renewing and resigns (a follower leads at once, not after the
   // lease).
   ~Leadership();

@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<LogDb>> LogDb::Open(const std::string& path,
 }
 
 absl::StatusOr<std::unique_ptr<SqliteLogDb>> SqliteLogDb::Open(const std::string& path,
-                                                   int64_t keep_free) {
+                                                               int64_t keep_free) {
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,

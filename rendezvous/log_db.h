@@ -86,8 +86,8 @@ class SqliteLogDb final : public LogDb {
   // Opens or creates the file, also on a full disk when it exists. Errors
   // name it: cannot be created or opened (PermissionDenied), not a database
   // or damaged (DataLoss), in use by another process (Unavailable).
-  static absl::StatusOr<std::unique_ptr<SqliteLogDb>> Open(const std::string& path,
-                                                           int64_t keep_free = kAutoKeepFree);
+  static absl::StatusOr<std::unique_ptr<SqliteLogDb>> Open(
+      const std::string& path, int64_t keep_free = kAutoKeepFree);
   ~SqliteLogDb() override;
   SqliteLogDb(const SqliteLogDb&) = delete;
   SqliteLogDb& operator=(const SqliteLogDb&) = delete;
@@ -97,7 +97,6 @@ class SqliteLogDb final : public LogDb {
   absl::StatusOr<Senders> LoadSenders() override;
   absl::StatusOr<std::map<std::string, int64_t>> LoadTrims() override;
   std::string where() const override { return "logs " + path_; }
-
 
   const std::string& path() const { return path_; }
 

@@ -34,7 +34,8 @@ absl::StatusOr<std::string> ReadPassword(const std::string& path) {
     google::FlushLogFiles(google::GLOG_INFO);
     _exit(0);
   }
-  LOG(ERROR) << "lost the leadership: " << why << "; stepping down (restarting as a follower)";
+  LOG(ERROR) << "lost the leadership: " << why
+             << "; stepping down (restarting as a follower)";
   google::FlushLogFiles(google::GLOG_INFO);
   execv("/proc/self/exe", argv);
   PLOG(ERROR) << "re-executing " << argv[0];
@@ -43,7 +44,8 @@ absl::StatusOr<std::string> ReadPassword(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Replica>> Replica::Lead(const ServiceFlags& flags, char** argv,
+absl::StatusOr<std::unique_ptr<Replica>> Replica::Lead(const ServiceFlags& flags,
+                                                       char** argv,
                                                        const std::atomic<bool>& stop) {
   EtcdOptions eo;
   eo.endpoints = flags.etcd_endpoints;
@@ -60,13 +62,16 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Lead(const ServiceFlags& flags
   lo.prefix = flags.etcd_prefix;
   lo.value = flags.advertise.empty() ? flags.listen : flags.advertise;
   lo.lease = flags.leader_lease;
-  lo.on_lost = [argv, &stop](const std::string& why) { StepDown(argv, why, stop.load()); };
+  lo.on_lost = [argv, &stop](const std::string& why) {
+    StepDown(argv, why, stop.load());
+  };
   std::string said;  // the last thing said while waiting: said again only when it changes
   lo.on_waiting = [&said](const absl::Status& etcd, const std::string& leader) {
     const std::string now =
-        etcd.ok() ? (leader.empty() ? "waiting to lead" : "following the leader at " + leader)
-                  : absl::StrCat("not serving: ", etcd.message(),
-                                 " (running workers go on; serving resumes when etcd is back)");
+        etcd.ok()
+            ? (leader.empty() ? "waiting to lead" : "following the leader at " + leader)
+            : absl::StrCat("not serving: ", etcd.message(),
+                           " (running workers go on; serving resumes when etcd is back)");
     if (now == said) return;
     said = now;
     if (etcd.ok()) {

@@ -26,7 +26,8 @@ class Replica {
   // leadership is lost (or exits 0, when `stop` turned true meanwhile:
   // `stop` must outlive the Replica). Errors: the password file, the TLS
   // files.
-  static absl::StatusOr<std::unique_ptr<Replica>> Lead(const ServiceFlags& flags, char** argv,
+  static absl::StatusOr<std::unique_ptr<Replica>> Lead(const ServiceFlags& flags,
+                                                       char** argv,
                                                        const std::atomic<bool>& stop);
   // Points `options` at the state and logs in etcd, fenced by this
   // leadership.

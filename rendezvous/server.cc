@@ -80,9 +80,10 @@ class SerialExecutor {
 class WatchReactor : public grpc::ServerWriteReactor<v1::Command>, public NodeStream {
  public:
   // `closer` runs the detach from the coordinator when the stream is done.
-  static std::shared_ptr<WatchReactor> Make(Coordinator* coordinator, SerialExecutor* closer,
-                                            std::string node_id) {
-    std::shared_ptr<WatchReactor> r(new WatchReactor(coordinator, closer, std::move(node_id)));
+  static std::shared_ptr<WatchReactor> Make(Coordinator* coordinator,
+                                            SerialExecutor* closer, std::string node_id) {
+    std::shared_ptr<WatchReactor> r(
+        new WatchReactor(coordinator, closer, std::move(node_id)));
     absl::MutexLock lock(&r->mu_);  // no other thread sees r yet; the analysis wants it
     r->self_ = r;
     return r;

@@ -168,7 +168,7 @@ absl::Status SqliteStore::Exec(const char* sql) {
 }
 
 absl::Status SqliteStore::Put(const char* sql, const std::string& key, int64_t seq,
-                        const std::string& blob) {
+                              const std::string& blob) {
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
   if (rc != SQLITE_OK) return Error(rc, "preparing a write");
@@ -193,7 +193,8 @@ absl::Status SqliteStore::PutJob(const v1::StoredJob& job) {
              job.seq(), job.SerializeAsString());
 }
 
-absl::Status SqliteStore::PutProgress(const std::string& job_id, const v1::Progress& progress) {
+absl::Status SqliteStore::PutProgress(const std::string& job_id,
+                                      const v1::Progress& progress) {
   ++writes_.progress;
   return Put("INSERT OR REPLACE INTO progress (id, seq, data) VALUES (?1, ?2, ?3)", job_id,
              0, progress.SerializeAsString());

@@ -51,7 +51,8 @@ class Store {
   virtual absl::Status PutNode(const v1::StoredNode& node) = 0;
   virtual absl::Status PutJob(const v1::StoredJob& job) = 0;
   // The job's last progress, apart from the job (a small record per job).
-  virtual absl::Status PutProgress(const std::string& job_id, const v1::Progress& progress) = 0;
+  virtual absl::Status PutProgress(const std::string& job_id,
+                                   const v1::Progress& progress) = 0;
   // Deletes these nodes, all or none. Unknown ids are no-ops.
   virtual absl::Status DeleteNodes(const std::vector<std::string>& node_ids) = 0;
 
@@ -103,7 +104,8 @@ class SqliteStore final : public Store {
 
   absl::Status PutNode(const v1::StoredNode& node) override;
   absl::Status PutJob(const v1::StoredJob& job) override;
-  absl::Status PutProgress(const std::string& job_id, const v1::Progress& progress) override;
+  absl::Status PutProgress(const std::string& job_id,
+                           const v1::Progress& progress) override;
   // In one transaction, then gives the freed pages back to the file system.
   absl::Status DeleteNodes(const std::vector<std::string>& node_ids) override;
   // DataLoss naming the file and the row for a row that does not parse.

@@ -74,8 +74,8 @@ class HaE2eTest : public ClusterTest {
   void StartReplica(int i) {
     auto r = testing::Subprocess::Start(
         {testing::BinDir() + "/elastrun-rendezvous", "--listen",
-         absl::StrCat("127.0.0.1:", ports_[i]), "--store", etcd_->url(), "--leader-lease", "2s",
-         "--token-file", cluster_->token_file()},
+         absl::StrCat("127.0.0.1:", ports_[i]), "--store", etcd_->url(), "--leader-lease",
+         "2s", "--token-file", cluster_->token_file()},
         {marker_});
     ASSERT_TRUE(r.ok()) << r.status();
     if (replicas_.size() <= static_cast<size_t>(i)) replicas_.resize(i + 1);
@@ -84,15 +84,15 @@ class HaE2eTest : public ClusterTest {
 
   // Times replica i started serving (it prints "listening on" each time it
   // comes to lead) and stepped down (it re-executes itself).
-  int Led(int i) const {
-    return CountOf(replicas_[i]->Output(), "listening on ");
-  }
+  int Led(int i) const { return CountOf(replicas_[i]->Output(), "listening on "); }
   int SteppedDown(int i) const {
     return CountOf(replicas_[i]->Output(), "stepping down");
   }
   static int CountOf(const std::string& text, const std::string& what) {
     int n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    for (size_t at = text.find(what); at != std::string::npos;
+         at = text.find(what, at + 1))
+      ++n;
     return n;
   }
   // The replica that leads now (it serves, and has not stepped down since),
@@ -100,7 +100,8 @@ class HaE2eTest : public ClusterTest {
   int Leader() const {
     int leader = -1;
     for (size_t i = 0; i < replicas_.size(); ++i) {
-      if (!replicas_[i]->exit_code() && Led(i) > SteppedDown(i)) leader = static_cast<int>(i);
+      if (!replicas_[i]->exit_code() && Led(i) > SteppedDown(i))
+        leader = static_cast<int>(i);
     }
     return leader;
   }
@@ -116,7 +117,8 @@ class HaE2eTest : public ClusterTest {
                                const std::string& rendezvous = "") const {
     // The command, the service, then its own arguments (a submit's program
     // follows "--").
-    std::vector<std::string> argv = {testing::BinDir() + "/elastrun", args.at(0), "--rendezvous",
+    std::vector<std::string> argv = {testing::BinDir() + "/elastrun", args.at(0),
+                                     "--rendezvous",
                                      rendezvous.empty() ? endpoints_ : rendezvous};
     argv.insert(argv.end(), args.begin() + 1, args.end());
     return argv;
@@ -136,12 +138,13 @@ class HaE2eTest : public ClusterTest {
 
   // Submits the 2-node job of kScript; its id.
   std::string SubmitJob(const std::string& name, const std::string& rendezvous = "") {
-    absl::StatusOr<testing::RunResult> r = testing::Run(
-        Cli({"submit", "--name", name, "--nnodes", "2", "--nproc-per-node", "1",
-             "--max-restarts", "2", "--", "/bin/sh", "-c", kScript},
-            rendezvous),
-        CliEnv());
-    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
+    absl::StatusOr<testing::RunResult> r =
+        testing::Run(Cli({"submit", "--name", name, "--nnodes", "2", "--nproc-per-node",
+                          "1", "--max-restarts", "2", "--", "/bin/sh", "-c", kScript},
+                         rendezvous),
+                     CliEnv());
+    EXPECT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
     return r.ok() ? std::string(absl::StripAsciiWhitespace(r->output)) : "";
   }
 
@@ -157,7 +160,8 @@ class HaE2eTest : public ClusterTest {
     int leader = -1;
     EXPECT_TRUE(PollUntil([&] {
       for (size_t i = 0; i < replicas_.size(); ++i) {
-        if (static_cast<int>(i) != old && !replicas_[i]->exit_code() && Led(i) > SteppedDown(i)) {
+        if (static_cast<int>(i) != old && !replicas_[i]->exit_code() &&
+            Led(i) > SteppedDown(i)) {
           leader = static_cast<int>(i);
           return true;
         }
@@ -211,7 +215,8 @@ TEST_F(HaE2eTest, KillingTheLeaderLosesNoJobNoLogLineAndTheNextFailureIsHandled)
   ASSERT_TRUE(PollUntil([&] {
     const std::string out = logs->Output();
     return absl::StrContains(out, "r0-a0-10") && absl::StrContains(out, "r1-a0-10");
-  })) << logs->Output() << ReplicaOutput();
+  })) << logs->Output()
+      << ReplicaOutput();
 
   const int old = Leader();
   const absl::Time killed = absl::Now();
@@ -258,14 +263,16 @@ TEST_F(HaE2eTest, ALeaderPausedPastItsLeaseIsFencedAndStepsDown) {
   // A submit waits in the paused replica's socket; when it wakes it must not
   // store it: either its write is refused or it learns first that its lease
   // is gone. Either way it steps down.
-  testing::Subprocess* late = Follow(
-      {"submit", "--name", "late", "--nnodes", "1", "--retry-for", "5s", "--", "/bin/true"},
-      at_old);
+  testing::Subprocess* late = Follow({"submit", "--name", "late", "--nnodes", "1",
+                                      "--retry-for", "5s", "--", "/bin/true"},
+                                     at_old);
   ASSERT_NE(late, nullptr);
   replicas_[old]->Signal(SIGCONT);
-  ASSERT_TRUE(PollUntil([&] { return SteppedDown(old) >= 1; })) << replicas_[old]->Output();
+  ASSERT_TRUE(PollUntil([&] { return SteppedDown(old) >= 1; }))
+      << replicas_[old]->Output();
   const std::string said = replicas_[old]->Output();
-  EXPECT_TRUE(absl::StrContains(said, "no longer leads") || absl::StrContains(said, "expired"))
+  EXPECT_TRUE(absl::StrContains(said, "no longer leads") ||
+              absl::StrContains(said, "expired"))
       << said;
   ASSERT_TRUE(late->Wait(kDeadline).ok());
   EXPECT_NE(late->exit_code(), 0) << late->Output();
@@ -305,7 +312,8 @@ TEST_F(HaE2eTest, LosingEtcdsLeaderMemberDoesNotDisturbJobs) {
   EXPECT_EQ(wait->exit_code(), 0) << wait->Output();
   EXPECT_TRUE(absl::StrContains(wait->Output(), "0 restarts")) << wait->Output();
   EXPECT_EQ(Leader(), leader) << ReplicaOutput();
-  for (size_t i = 0; i < replicas_.size(); ++i) EXPECT_EQ(SteppedDown(i), 0) << ReplicaOutput();
+  for (size_t i = 0; i < replicas_.size(); ++i)
+    EXPECT_EQ(SteppedDown(i), 0) << ReplicaOutput();
 }
 
 TEST_F(HaE2eTest, WithEveryEtcdMemberDownWorkersGoOnAndTheServiceComesBack) {
@@ -327,10 +335,12 @@ TEST_F(HaE2eTest, WithEveryEtcdMemberDownWorkersGoOnAndTheServiceComesBack) {
   EXPECT_EQ(Leader(), -1);
   // The workers go on: their output keeps growing.
   const std::string before = cluster_->Logs(job, 0, 1);
-  EXPECT_TRUE(PollUntil([&] { return cluster_->Logs(job, 0, 1).size() > before.size() + 100; }));
+  EXPECT_TRUE(
+      PollUntil([&] { return cluster_->Logs(job, 0, 1).size() > before.size() + 100; }));
 
   for (int m = 0; m < 3; ++m) ASSERT_NO_FATAL_FAILURE(etcd_->Restart(m));
-  ASSERT_TRUE(PollUntil([&] { return Leader() >= 0; })) << ReplicaOutput() << etcd_->Output();
+  ASSERT_TRUE(PollUntil([&] { return Leader() >= 0; }))
+      << ReplicaOutput() << etcd_->Output();
   ASSERT_FALSE(testing::WriteOwnerOnlyFile(dir_ + "/finish", "1").empty());
   absl::StatusOr<testing::RunResult> waited = testing::Run(Cli({"wait", job}), CliEnv());
   ASSERT_TRUE(waited.ok()) << waited.status();

@@ -97,7 +97,8 @@ int ParseFlags(int argc, char** argv, Options& o) {
   o.states = states;
   if (o.etcd_endpoints.empty() &&
       std::find(states.begin(), states.end(), "etcd") != states.end()) {
-    std::fprintf(stderr, "elastrun-rendezvous-bench: --state etcd needs --etcd HOST:PORT\n");
+    std::fprintf(stderr,
+                 "elastrun-rendezvous-bench: --state etcd needs --etcd HOST:PORT\n");
     return 2;
   }
   return -1;
@@ -139,15 +140,14 @@ void PrintRow(const Row& row, std::vector<std::string>& phase_lines) {
     std::snprintf(submit, sizeof submit, "%.3f", Median(sub));
   }
   phase_lines.push_back(std::to_string(row.n) + " " + ScenarioName(row.sc) + " " +
-                        row.state + ": last JoinRound command " +
-                        Fmt(Median(cmds)) + ", last JoinRound answered " + Fmt(Median(joined)) +
-                        ", first StartAttempt " + Fmt(Median(first)) + ", last StartAttempt " +
-                        Fmt(Median(v)));
+                        row.state + ": last JoinRound command " + Fmt(Median(cmds)) +
+                        ", last JoinRound answered " + Fmt(Median(joined)) +
+                        ", first StartAttempt " + Fmt(Median(first)) +
+                        ", last StartAttempt " + Fmt(Median(v)));
   const int total = static_cast<int>(row.trials.size());
   std::printf("| %d | %s | %s | %s | %s | %.2f | %.2f | %.0f | %.3f | %d/%d%s |\n", row.n,
-              ScenarioName(row.sc), row.state.c_str(), time, submit,
-              Median(cpu), Median(bcpu), hwm, Median(setup), ok, total,
-              ok == total ? "" : " FAILED");
+              ScenarioName(row.sc), row.state.c_str(), time, submit, Median(cpu),
+              Median(bcpu), hwm, Median(setup), ok, total, ok == total ? "" : " FAILED");
 }
 
 int Main(int argc, char** argv) {

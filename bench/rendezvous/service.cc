@@ -61,8 +61,7 @@ double SelfCpu() {
 }
 
 bool StartService(const std::string& bin, const std::vector<std::string>& flags,
-                  const std::string& log,
-                  int cpu, Service* s, std::string* error) {
+                  const std::string& log, int cpu, Service* s, std::string* error) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) {
     *error = std::string("pipe: ") + std::strerror(errno);

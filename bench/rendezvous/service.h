@@ -41,8 +41,7 @@ inline constexpr char kBenchAuthorization[] = "Bearer elastrun-bench-token";
 // and reads "listening on HOST:PORT" (10 s deadline). `cpu` >= 0: the
 // service runs on that CPU only. False with `*error` set on failure.
 bool StartService(const std::string& bin, const std::vector<std::string>& flags,
-                  const std::string& log,
-                  int cpu, Service* s, std::string* error);
+                  const std::string& log, int cpu, Service* s, std::string* error);
 
 // SIGTERM, up to 5 s for a clean exit, then SIGKILL. By pid only.
 void StopService(Service* s);

@@ -173,7 +173,8 @@ absl::Status Finish(const Raw& raw, const EnvLookup& env, const std::string& hos
   for (absl::string_view e : absl::StrSplit(f->rendezvous, ',')) {
     std::string host;
     int port = 0;
-    if (absl::Status st = SplitHostPort(e, "--rendezvous", &host, &port); !st.ok()) return st;
+    if (absl::Status st = SplitHostPort(e, "--rendezvous", &host, &port); !st.ok())
+      return st;
     if (first) {
       f->rendezvous_host = host;
       f->rendezvous_port = port;

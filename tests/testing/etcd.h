@@ -27,7 +27,8 @@ inline constexpr char kEtcdctlBinary[] = "/usr/bin/etcdctl";
 // Why etcd cannot be used here, or "" when it can.
 inline std::string EtcdMissing() {
   if (access(kEtcdBinary, X_OK) != 0 || access(kEtcdctlBinary, X_OK) != 0) {
-    return "etcd is not installed (Debian's etcd-server and etcd-client; scripts/setup.sh "
+    return "etcd is not installed (Debian's etcd-server and etcd-client; "
+           "scripts/setup.sh "
            "installs them): skipping the test that needs a real etcd";
   }
   return "";
@@ -64,7 +65,8 @@ class EtcdCluster {
 
   // Starts every member and waits until the cluster commits a write.
   void Start() {
-    for (size_t i = 0; i < processes_.size(); ++i) ASSERT_NO_FATAL_FAILURE(StartMember(i, "new"));
+    for (size_t i = 0; i < processes_.size(); ++i)
+      ASSERT_NO_FATAL_FAILURE(StartMember(i, "new"));
     ASSERT_TRUE(Healthy(absl::Seconds(60))) << Output();
   }
   // SIGKILLs member i.
@@ -79,9 +81,10 @@ class EtcdCluster {
   bool Healthy(absl::Duration timeout) {
     const absl::Time end = absl::Now() + timeout;
     while (absl::Now() < end) {
-      absl::StatusOr<RunResult> r = Run({kEtcdctlBinary, "--endpoints", endpoints(),
-                                         "--command-timeout", "2s", "put", "/health", "1"},
-                                        {"ETCDCTL_API=3", marker_}, absl::Seconds(10));
+      absl::StatusOr<RunResult> r =
+          Run({kEtcdctlBinary, "--endpoints", endpoints(), "--command-timeout", "2s",
+               "put", "/health", "1"},
+              {"ETCDCTL_API=3", marker_}, absl::Seconds(10));
       if (r.ok() && r->exit_code == 0) return true;
       absl::SleepFor(absl::Milliseconds(100));
     }
@@ -91,12 +94,13 @@ class EtcdCluster {
   // The member that is etcd's raft leader now, or -1.
   int LeaderMember() const {
     for (size_t i = 0; i < client_ports_.size(); ++i) {
-      absl::StatusOr<RunResult> r =
-          Run({kEtcdctlBinary, "--endpoints", absl::StrCat("127.0.0.1:", client_ports_[i]),
-               "--command-timeout", "2s", "endpoint", "status"},
-              {"ETCDCTL_API=3", marker_}, absl::Seconds(10));
+      absl::StatusOr<RunResult> r = Run(
+          {kEtcdctlBinary, "--endpoints", absl::StrCat("127.0.0.1:", client_ports_[i]),
+           "--command-timeout", "2s", "endpoint", "status"},
+          {"ETCDCTL_API=3", marker_}, absl::Seconds(10));
       // "ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, ..."
-      if (r.ok() && r->exit_code == 0 && r->output.find(", true, ") != std::string::npos) {
+      if (r.ok() && r->exit_code == 0 &&
+          r->output.find(", true, ") != std::string::npos) {
         return static_cast<int>(i);
       }
     }
@@ -115,7 +119,8 @@ class EtcdCluster {
   std::string Output() const {
     std::string out;
     for (size_t i = 0; i < processes_.size(); ++i) {
-      if (processes_[i]) absl::StrAppend(&out, "\n--- etcd m", i, " ---\n", processes_[i]->Output());
+      if (processes_[i])
+        absl::StrAppend(&out, "\n--- etcd m", i, " ---\n", processes_[i]->Output());
     }
     return out;
   }
@@ -128,14 +133,30 @@ class EtcdCluster {
     }
     const std::string client = absl::StrCat("http://127.0.0.1:", client_ports_[i]);
     const std::string peer = absl::StrCat("http://127.0.0.1:", peer_ports_[i]);
-    auto p = Subprocess::Start(
-        {kEtcdBinary, "--name", absl::StrCat("m", i), "--data-dir",
-         absl::StrCat(dir_, "/etcd-m", i), "--listen-client-urls", client,
-         "--advertise-client-urls", client, "--listen-peer-urls", peer,
-         "--initial-advertise-peer-urls", peer, "--initial-cluster", absl::StrJoin(cluster, ","),
-         "--initial-cluster-state", state, "--initial-cluster-token", marker_,
-         "--logger", "zap", "--log-level", "warn"},
-        {marker_});
+    auto p = Subprocess::Start({kEtcdBinary,
+                                "--name",
+                                absl::StrCat("m", i),
+                                "--data-dir",
+                                absl::StrCat(dir_, "/etcd-m", i),
+                                "--listen-client-urls",
+                                client,
+                                "--advertise-client-urls",
+                                client,
+                                "--listen-peer-urls",
+                                peer,
+                                "--initial-advertise-peer-urls",
+                                peer,
+                                "--initial-cluster",
+                                absl::StrJoin(cluster, ","),
+                                "--initial-cluster-state",
+                                state,
+                                "--initial-cluster-token",
+                                marker_,
+                                "--logger",
+                                "zap",
+                                "--log-level",
+                                "warn"},
+                               {marker_});
     ASSERT_TRUE(p.ok()) << p.status();
     processes_[i] = *std::move(p);
   }
