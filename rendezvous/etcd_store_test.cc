@@ -14,7 +14,9 @@
 #include "gtest/gtest.h"
 #include "rendezvous/etcd_client.h"
 #include "rendezvous/leadership.h"
+#include "tests/testing/certs.h"
 #include "tests/testing/etcd.h"
+#include "tests/testing/subprocess.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -322,6 +324,94 @@ TEST_F(EtcdStoreTest, AFollowerStopsWaitingWhenAsked) {
   absl::StatusOr<std::unique_ptr<Leadership>> b = Leadership::Campaign(bo, stop_b);
   EXPECT_TRUE(absl::IsCancelled(b.status())) << b.status();
   EXPECT_EQ(leader_seen, "a:1");
+}
+
+// etcd's own authentication and TLS, each on an etcd of its own.
+class EtcdAccessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = testing::EtcdMissing(); !why.empty()) GTEST_SKIP() << why;
+    dir_ = testing::MakeTempDir("etcd_access");
+    marker_ = "ELASTRUN_TEST_MARKER=" + dir_;
+  }
+  void TearDown() override {
+    etcd_.reset();
+    if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
+  }
+
+  // Opens the store with `o` and writes and reads a job.
+  absl::Status UseStore(const EtcdOptions& o) {
+    absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Create(o);
+    if (!c.ok()) return c.status();
+    EtcdPlace place;
+    place.client = c->get();
+    place.prefix = "/access";
+    absl::StatusOr<std::unique_ptr<EtcdStore>> store = EtcdStore::Open(place);
+    if (!store.ok()) return store.status();
+    if (absl::Status st = (*store)->PutJob(Job("j-1", 1)); !st.ok()) return st;
+    absl::StatusOr<Store::Contents> contents = (*store)->Load();
+    if (!contents.ok()) return contents.status();
+    if (contents->jobs.size() != 1) return absl::InternalError("the job is not there");
+    return absl::OkStatus();
+  }
+
+  std::string dir_, marker_;
+  std::unique_ptr<testing::EtcdCluster> etcd_;
+};
+
+TEST_F(EtcdAccessTest, AUserAndPasswordAreUsedAndAWrongPasswordIsNamed) {
+  etcd_ = std::make_unique<testing::EtcdCluster>(dir_, marker_, 1);
+  ASSERT_NO_FATAL_FAILURE(etcd_->Start());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"user", "add", "root", "--new-user-password", "root-pw"},
+        std::vector<std::string>{"auth", "enable"}}) {
+    absl::StatusOr<testing::RunResult> r = etcd_->Etcdctl(args);
+    ASSERT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->output : r.status().ToString());
+  }
+  EtcdOptions o;
+  o.endpoints = {etcd_->endpoints()};
+  o.user = "root";
+  o.password = "root-pw";
+  absl::Status st = UseStore(o);
+  EXPECT_TRUE(st.ok()) << st;
+
+  o.password = "wrong";
+  st = UseStore(o);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("authenticating as \"root\""), std::string::npos) << st;
+
+  o.user.clear();
+  st = UseStore(o);
+  EXPECT_FALSE(st.ok()) << "etcd with auth took a write without a user";
+}
+
+TEST_F(EtcdAccessTest, MutualTlsWithTheClientsCertificateAndNoneWithout) {
+  if (testing::OpensslPath().empty()) GTEST_SKIP() << "no openssl program";
+  absl::StatusOr<testing::TestPki> pki = testing::MakeTestPki(dir_);
+  ASSERT_TRUE(pki.ok()) << pki.status();
+  // etcd's certificate serves and, for its own calls to itself, is a client.
+  ASSERT_TRUE(testing::internal::MakeCert(dir_, "etcd", "etcd", "both_ext", pki->ca_cert,
+                                          pki->ca_key)
+                  .ok());
+  testing::EtcdCluster::Tls tls{dir_ + "/etcd.crt", dir_ + "/etcd.key", pki->ca_cert,
+                                pki->client_cert,   pki->client_key,    pki->ca_cert};
+  etcd_ = std::make_unique<testing::EtcdCluster>(dir_, marker_, 1, tls);
+  ASSERT_NO_FATAL_FAILURE(etcd_->Start());
+  EtcdOptions o;
+  o.endpoints = {etcd_->endpoints()};
+  o.timeout = absl::Seconds(3);
+  o.tls.ca = pki->ca_cert;
+  o.tls.cert = pki->client_cert;
+  o.tls.key = pki->client_key;
+  absl::Status st = UseStore(o);
+  EXPECT_TRUE(st.ok()) << st;
+
+  // A certificate of another CA is refused by etcd.
+  o.tls.cert = pki->other_client_cert;
+  o.tls.key = pki->other_client_key;
+  st = UseStore(o);
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
 }
 
 }  // namespace

@@ -62,6 +62,11 @@ basicConstraints = CA:FALSE
 keyUsage = critical,digitalSignature,keyEncipherment
 extendedKeyUsage = serverAuth
 subjectAltName = DNS:rendezvous.test
+[both_ext]
+basicConstraints = CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth,clientAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
 [client_ext]
 basicConstraints = CA:FALSE
 keyUsage = critical,digitalSignature,keyEncipherment

@@ -54,8 +54,17 @@ inline int FreeLoopbackPort() {
 // gets `marker` in its environment.
 class EtcdCluster {
  public:
-  EtcdCluster(std::string dir, std::string marker, int members = 3)
-      : dir_(std::move(dir)), marker_(std::move(marker)) {
+  // TLS to the members' client port when `tls` names a server certificate
+  // and key (and, with a CA, client certificates are required): the
+  // `etcdctl` of Healthy() uses `client`'s files. etcd calls itself with
+  // the server certificate (its election service): it must allow
+  // clientAuth too (certs.h: "both_ext").
+  struct Tls {
+    std::string cert, key, ca;                       // the members'
+    std::string client_cert, client_key, client_ca;  // etcdctl's
+  };
+  EtcdCluster(std::string dir, std::string marker, int members = 3, Tls tls = {})
+      : dir_(std::move(dir)), marker_(std::move(marker)), tls_(std::move(tls)) {
     for (int i = 0; i < members; ++i) {
       client_ports_.push_back(FreeLoopbackPort());
       peer_ports_.push_back(FreeLoopbackPort());
@@ -81,14 +90,28 @@ class EtcdCluster {
   bool Healthy(absl::Duration timeout) {
     const absl::Time end = absl::Now() + timeout;
     while (absl::Now() < end) {
-      absl::StatusOr<RunResult> r =
-          Run({kEtcdctlBinary, "--endpoints", endpoints(), "--command-timeout", "2s",
-               "put", "/health", "1"},
-              {"ETCDCTL_API=3", marker_}, absl::Seconds(10));
+      absl::StatusOr<RunResult> r = Etcdctl({"put", "/health", "1"});
       if (r.ok() && r->exit_code == 0) return true;
       absl::SleepFor(absl::Milliseconds(100));
     }
     return false;
+  }
+
+  // Runs etcdctl with `args` against every member (TLS files as Tls says).
+  absl::StatusOr<RunResult> Etcdctl(const std::vector<std::string>& args) const {
+    std::vector<std::string> urls;
+    for (int p : client_ports_) {
+      urls.push_back(
+          absl::StrCat(tls_.cert.empty() ? "http" : "https", "://127.0.0.1:", p));
+    }
+    std::vector<std::string> argv = {kEtcdctlBinary, "--endpoints",
+                                     absl::StrJoin(urls, ","), "--command-timeout", "2s"};
+    if (!tls_.cert.empty()) {
+      argv.insert(argv.end(), {"--cacert", tls_.client_ca, "--cert", tls_.client_cert,
+                               "--key", tls_.client_key});
+    }
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Run(argv, {"ETCDCTL_API=3", marker_}, absl::Seconds(10));
   }
 
   // The member that is etcd's raft leader now, or -1.
@@ -131,38 +154,45 @@ class EtcdCluster {
     for (size_t j = 0; j < peer_ports_.size(); ++j) {
       cluster.push_back(absl::StrCat("m", j, "=http://127.0.0.1:", peer_ports_[j]));
     }
-    const std::string client = absl::StrCat("http://127.0.0.1:", client_ports_[i]);
+    const std::string client = absl::StrCat(tls_.cert.empty() ? "http" : "https",
+                                            "://127.0.0.1:", client_ports_[i]);
     const std::string peer = absl::StrCat("http://127.0.0.1:", peer_ports_[i]);
-    auto p = Subprocess::Start({kEtcdBinary,
-                                "--name",
-                                absl::StrCat("m", i),
-                                "--data-dir",
-                                absl::StrCat(dir_, "/etcd-m", i),
-                                "--listen-client-urls",
-                                client,
-                                "--advertise-client-urls",
-                                client,
-                                "--listen-peer-urls",
-                                peer,
-                                "--initial-advertise-peer-urls",
-                                peer,
-                                "--initial-cluster",
-                                absl::StrJoin(cluster, ","),
-                                "--initial-cluster-state",
-                                state,
-                                "--initial-cluster-token",
-                                marker_,
-                                "--logger",
-                                "zap",
-                                "--log-level",
-                                "warn"},
-                               {marker_});
+    std::vector<std::string> argv = {kEtcdBinary,
+                                     "--name",
+                                     absl::StrCat("m", i),
+                                     "--data-dir",
+                                     absl::StrCat(dir_, "/etcd-m", i),
+                                     "--listen-client-urls",
+                                     client,
+                                     "--advertise-client-urls",
+                                     client,
+                                     "--listen-peer-urls",
+                                     peer,
+                                     "--initial-advertise-peer-urls",
+                                     peer,
+                                     "--initial-cluster",
+                                     absl::StrJoin(cluster, ","),
+                                     "--initial-cluster-state",
+                                     state,
+                                     "--initial-cluster-token",
+                                     marker_,
+                                     "--logger",
+                                     "zap",
+                                     "--log-level",
+                                     "warn"};
+    if (!tls_.cert.empty())
+      argv.insert(argv.end(), {"--cert-file", tls_.cert, "--key-file", tls_.key});
+    if (!tls_.ca.empty()) {
+      argv.insert(argv.end(), {"--client-cert-auth", "--trusted-ca-file", tls_.ca});
+    }
+    auto p = Subprocess::Start(argv, {marker_});
     ASSERT_TRUE(p.ok()) << p.status();
     processes_[i] = *std::move(p);
   }
 
   std::string dir_;
   std::string marker_;
+  Tls tls_;
   std::vector<int> client_ports_;
   std::vector<int> peer_ports_;
   std::vector<std::unique_ptr<Subprocess>> processes_;
