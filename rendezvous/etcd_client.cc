@@ -1,6 +1,7 @@
 #include "rendezvous/etcd_client.h"
 
 #include <algorithm>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -143,7 +144,14 @@ absl::Status EtcdClient::Call(
     // ends off such threads too). A thread costs tens of microseconds, an
     // etcd write a millisecond or more.
     grpc::Status raw;
-    std::thread([&] { raw = call(ctx, *s); }).join();
+    try {
+      std::thread([&] { raw = call(ctx, *s); }).join();
+    } catch (const std::system_error& e) {
+      // No thread now (the process is re-executing itself, or at its
+      // limit): this try fails like an unreachable etcd.
+      raw = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                         std::string("cannot start a thread: ") + e.what());
+    }
     absl::Status st = Check(raw, what);
     // A refused token is retried once with a new one; a refused password
     // fails in Prepare.
@@ -239,7 +247,8 @@ absl::StatusOr<int64_t> EtcdClient::Grant(absl::Duration ttl) {
   return resp.id();
 }
 
-absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease) {
+absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease,
+                                                     absl::Duration timeout) {
   etcdserverpb::LeaseKeepAliveResponse resp;
   bool answered = false;
   RETURN_IF_ERROR(Call(
@@ -258,7 +267,7 @@ absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease) {
         }
         return st;
       },
-      options_.timeout));
+      timeout > absl::ZeroDuration() ? timeout : options_.timeout));
   return absl::Seconds(resp.ttl());
 }
 

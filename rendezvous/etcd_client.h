@@ -63,8 +63,10 @@ class EtcdClient {
 
   // A new lease of `ttl` (etcd may grant more); its id.
   absl::StatusOr<int64_t> Grant(absl::Duration ttl);
-  // Renews `lease`; returns the time it has left (zero: it is gone).
-  absl::StatusOr<absl::Duration> KeepAlive(int64_t lease);
+  // Renews `lease` within `timeout` (0: the options' timeout); returns the
+  // time it has left (zero: it is gone).
+  absl::StatusOr<absl::Duration> KeepAlive(int64_t lease,
+                                           absl::Duration timeout = absl::ZeroDuration());
   absl::Status Revoke(int64_t lease);
 
   // Campaigns in election `name` with `lease` and `value`: blocks until

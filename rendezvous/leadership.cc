@@ -1,5 +1,6 @@
 #include "rendezvous/leadership.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -107,6 +108,9 @@ void Leadership::RenewLoop() {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), every);
     if (stopping_) break;
     mu_.Unlock();
+    // A renewal may take longer than the lease: while etcd elects a leader
+    // of its own (a second or more on a loaded machine) the renewal waits,
+    // and etcd's new leader extends every lease. Writes stay fenced meanwhile.
     absl::StatusOr<absl::Duration> left = options_.client->KeepAlive(lease_);
     const absl::Time now = absl::Now();
     mu_.Lock();
