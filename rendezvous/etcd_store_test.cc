@@ -25,8 +25,7 @@ class EtcdStoreTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!testing::EtcdMissing().empty()) return;
-    char tmpl[] = "/tmp/elastrun-etcd-store-XXXXXX";
-    dir_ = new std::string(mkdtemp(tmpl));
+    dir_ = new std::string(testing::MakeTempDir("etcd_store"));
     etcd_ = new testing::EtcdCluster(
         *dir_, "ELASTRUN_TEST_MARKER=etcd-store-" + std::to_string(getpid()),
         /*members=*/1);
