@@ -189,6 +189,7 @@ std::string EtcdLogDb::JobPrefix(const std::string& job) const {
 }
 
 absl::Status EtcdLogDb::Write(const Batch& batch) {
+  stored_.reset();  // what was read is no longer what is stored
   std::vector<etcdserverpb::RequestOp> ops;
   for (const std::string& job : batch.dropped_jobs) {
     const std::string p = JobPrefix(job);
@@ -234,71 +235,60 @@ bool SplitLogKey(absl::string_view rest, std::string* job, absl::string_view* wh
 
 }  // namespace
 
-absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> EtcdLogDb::Load() {
+absl::StatusOr<const EtcdLogDb::Stored*> EtcdLogDb::ReadStored() {
+  if (stored_.has_value()) return &*stored_;
   const std::string prefix = place_.prefix + "/logs/";
   ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> kvs, place_.client->GetPrefix(prefix));
-  ASSIGN_OR_RETURN(auto trims, LoadTrims());
-  std::map<std::string, std::vector<v1::LogChunk>> out;
+  Stored out;
+  std::map<std::string, std::vector<v1::LogChunk>> chunks;
   for (const mvccpb::KeyValue& kv : kvs) {
     std::string job;
     absl::string_view what;
-    if (!SplitLogKey(absl::string_view(kv.key()).substr(prefix.size()), &job, &what) ||
-        !absl::StartsWith(what, "c/")) {
+    if (!SplitLogKey(absl::string_view(kv.key()).substr(prefix.size()), &job, &what))
       continue;
+    bool parsed = true;
+    if (absl::StartsWith(what, "c/")) {
+      v1::StoredLogChunks c;
+      parsed = c.ParseFromString(kv.value());
+      for (v1::LogChunk& chunk : *c.mutable_chunks())
+        chunks[job].push_back(std::move(chunk));
+    } else if (absl::StartsWith(what, "s/")) {
+      v1::StoredLogSender sender;
+      parsed = sender.ParseFromString(kv.value());
+      out.senders[job][std::string(what.substr(2))] =
+          Sender{sender.incarnation(), sender.chunk()};
+    } else if (what == "trim") {
+      parsed = absl::SimpleAtoi(kv.value(), &out.trims[job]);
     }
-    v1::StoredLogChunks chunks;
-    if (!chunks.ParseFromString(kv.value())) {
+    if (!parsed) {
       return absl::DataLossError(
           absl::StrFormat("%s: key %s does not parse: delete it", where(), kv.key()));
     }
-    const int64_t trim = trims.count(job) != 0 ? trims[job] : 0;
-    for (v1::LogChunk& c : *chunks.mutable_chunks()) {
-      if (c.seq() >= trim) out[job].push_back(std::move(c));
+  }
+  // Chunks below a job's trim are gone (a write that straddled it stays).
+  for (auto& [job, list] : chunks) {
+    const int64_t trim = out.trims.count(job) != 0 ? out.trims[job] : 0;
+    for (v1::LogChunk& c : list) {
+      if (c.seq() >= trim) out.chunks[job].push_back(std::move(c));
     }
   }
-  return out;
+  stored_ = std::move(out);
+  return &*stored_;
+}
+
+absl::StatusOr<std::map<std::string, std::vector<v1::LogChunk>>> EtcdLogDb::Load() {
+  ASSIGN_OR_RETURN(const Stored* stored, ReadStored());
+  return stored->chunks;
 }
 
 absl::StatusOr<LogDb::Senders> EtcdLogDb::LoadSenders() {
-  const std::string prefix = place_.prefix + "/logs/";
-  ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> kvs, place_.client->GetPrefix(prefix));
-  Senders out;
-  for (const mvccpb::KeyValue& kv : kvs) {
-    std::string job;
-    absl::string_view what;
-    if (!SplitLogKey(absl::string_view(kv.key()).substr(prefix.size()), &job, &what) ||
-        !absl::StartsWith(what, "s/")) {
-      continue;
-    }
-    v1::StoredLogSender s;
-    if (!s.ParseFromString(kv.value())) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: key %s does not parse: delete it", where(), kv.key()));
-    }
-    out[job][std::string(what.substr(2))] = Sender{s.incarnation(), s.chunk()};
-  }
-  return out;
+  ASSIGN_OR_RETURN(const Stored* stored, ReadStored());
+  return stored->senders;
 }
 
 absl::StatusOr<std::map<std::string, int64_t>> EtcdLogDb::LoadTrims() {
-  const std::string prefix = place_.prefix + "/logs/";
-  ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> kvs, place_.client->GetPrefix(prefix));
-  std::map<std::string, int64_t> out;
-  for (const mvccpb::KeyValue& kv : kvs) {
-    std::string job;
-    absl::string_view what;
-    if (!SplitLogKey(absl::string_view(kv.key()).substr(prefix.size()), &job, &what) ||
-        what != "trim") {
-      continue;
-    }
-    int64_t below = 0;
-    if (!absl::SimpleAtoi(kv.value(), &below)) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: key %s does not parse: delete it", where(), kv.key()));
-    }
-    out[job] = below;
-  }
-  return out;
+  ASSIGN_OR_RETURN(const Stored* stored, ReadStored());
+  return stored->trims;
 }
 
 }  // namespace elastrun::rendezvous

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,8 +100,17 @@ class EtcdLogDb final : public LogDb {
 
  private:
   std::string JobPrefix(const std::string& job) const;
+  // Every log key read and parsed once (the LogStore asks for chunks,
+  // senders and trims in turn at start-up), kept until the next Write.
+  struct Stored {
+    std::map<std::string, std::vector<v1::LogChunk>> chunks;
+    Senders senders;
+    std::map<std::string, int64_t> trims;
+  };
+  absl::StatusOr<const Stored*> ReadStored();
 
   EtcdPlace place_;
+  std::optional<Stored> stored_;
 };
 
 }  // namespace elastrun::rendezvous
