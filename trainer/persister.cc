@@ -1,17 +1,17 @@
 #include "trainer/persister.h"
 
+#include <optional>
 #include <utility>
-
-#include "trainer/checkpoint_file.h"
 
 namespace elastrun::trainer {
 
 CheckpointPersister::CheckpointPersister(worker::SnapshotArea* area, std::string dir,
-                                         RunIdentity run, int keep)
+                                         RunIdentity run, int keep, Writer write)
     : area_(area),
       dir_(std::move(dir)),
       run_(std::move(run)),
       keep_(keep),
+      write_(std::move(write)),
       thread_([this] { Loop(); }) {}
 
 CheckpointPersister::~CheckpointPersister() {
@@ -24,15 +24,19 @@ CheckpointPersister::~CheckpointPersister() {
 
 absl::Status CheckpointPersister::Persist(bool best) {
   absl::MutexLock lock(&mu_);
-  // One pin at a time: the previous request must be copied out first (a
-  // memcpy on the thread, short).
+  // One request waits at most: the one before it must be taken up first.
   mu_.Await(absl::Condition(
       +[](bool* pending) { return !*pending; }, &has_request_));
+  // Pinned only for the copy (a persister of another kind may hold a pin).
   std::optional<worker::SnapshotSlot> slot = area_->PinNewest();
   if (!slot.has_value()) {
     return absl::FailedPreconditionError("no snapshot to persist");
   }
-  request_ = Request{*std::move(slot), best};
+  request_.run = run_;
+  request_.key = slot->key;
+  request_.payload.assign(slot->bytes.data(), slot->bytes.size());
+  area_->Unpin();
+  request_best_ = best;
   has_request_ = true;
   return absl::OkStatus();
 }
@@ -47,12 +51,6 @@ absl::Status CheckpointPersister::Flush() {
   return std::exchange(error_, absl::OkStatus());
 }
 
-void CheckpointPersister::WaitUnpinned() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](bool* pending) { return !*pending; }, &has_request_));
-}
-
 absl::Status CheckpointPersister::PollError() {
   absl::MutexLock lock(&mu_);
   return std::exchange(error_, absl::OkStatus());
@@ -65,7 +63,6 @@ int64_t CheckpointPersister::written() const {
 
 void CheckpointPersister::Loop() {
   CheckpointBlob blob;
-  blob.run = run_;
   for (;;) {
     bool best = false;
     {
@@ -76,17 +73,13 @@ void CheckpointPersister::Loop() {
           },
           this));
       if (!has_request_) return;  // Stopping with nothing left.
-      // Copied out under the lock so Persist waits for it; the pin is
-      // released at once and the training thread snapshots freely while
-      // the file is written.
-      blob.key = request_.slot.key;
-      blob.payload.assign(request_.slot.bytes.data(), request_.slot.bytes.size());
-      best = request_.best;
-      area_->Unpin();
+      // Taken up: the next request's copy goes into this write's old buffer.
+      std::swap(blob, request_);
+      best = request_best_;
       has_request_ = false;
       writing_ = true;
     }
-    absl::Status s = SaveCheckpoint(dir_, blob, best, keep_);
+    absl::Status s = write_(dir_, blob, best, keep_);
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (s.ok()) {
