@@ -80,8 +80,25 @@ void Coordinator::Flush(Outbox& out) {
 }
 
 void Coordinator::PersistNode(Outbox& out, const std::string& node_id) {
+  if (!store_->batches_node_writes()) {
+    PersistNodeNow(out, node_id);
+    return;
+  }
+  // Written with others from the timer (RetryNodes): at its next tick, or
+  // with the writes already waiting (after their backoff when they failed).
+  if (unsaved_nodes_.empty()) {
+    node_retry_at_ = absl::InfinitePast();
+    node_retry_backoff_ = options_.jobs.retry_backoff;
+  }
+  unsaved_nodes_.insert(node_id);
+}
+
+void Coordinator::PersistNodeNow(Outbox& out, const std::string& node_id) {
   const NodeRecord* n = registry_.Find(node_id);
-  if (n == nullptr) return;
+  if (n == nullptr) {  // Forgotten: nothing to write.
+    unsaved_nodes_.erase(node_id);
+    return;
+  }
   if (absl::Status st = store_->PutNode(n->stored); !st.ok()) {
     LOG(ERROR) << "node " << node_id << " not saved (retried): " << st;
     out.StoreFailed(std::move(st));
@@ -97,12 +114,48 @@ void Coordinator::PersistNode(Outbox& out, const std::string& node_id) {
 
 void Coordinator::RetryNodes(Outbox& out, absl::Time now) {
   if (unsaved_nodes_.empty() || node_retry_at_ > now) return;
+  if (store_->batches_node_writes()) {
+    WriteNodeBatch(out, now);
+    return;
+  }
   const std::set<std::string> due = unsaved_nodes_;
-  for (const std::string& id : due) PersistNode(out, id);
+  for (const std::string& id : due) PersistNodeNow(out, id);
   if (unsaved_nodes_.empty()) return;
   node_retry_at_ = now + node_retry_backoff_;
   node_retry_backoff_ =
       std::min(node_retry_backoff_ * 2, options_.jobs.max_retry_backoff);
+}
+
+void Coordinator::WriteNodeBatch(Outbox& out, absl::Time now) {
+  // A bounded batch a tick: the lock is not held for long, and heartbeats
+  // and calls go on between batches.
+  constexpr size_t kNodeBatch = 1000;
+  std::vector<const v1::StoredNode*> batch;
+  std::vector<std::string> ids;
+  for (auto it = unsaved_nodes_.begin();
+       it != unsaved_nodes_.end() && batch.size() < kNodeBatch;) {
+    const NodeRecord* n = registry_.Find(*it);
+    if (n == nullptr) {  // Forgotten meanwhile: nothing to write.
+      it = unsaved_nodes_.erase(it);
+      continue;
+    }
+    batch.push_back(&n->stored);
+    ids.push_back(*it);
+    ++it;
+  }
+  if (!batch.empty()) {
+    if (absl::Status st = store_->PutNodes(batch); !st.ok()) {
+      LOG(ERROR) << batch.size() << " node record(s) not saved (retried): " << st;
+      out.StoreFailed(std::move(st));
+      node_retry_at_ = now + node_retry_backoff_;
+      node_retry_backoff_ =
+          std::min(node_retry_backoff_ * 2, options_.jobs.max_retry_backoff);
+      return;
+    }
+    for (const std::string& id : ids) unsaved_nodes_.erase(id);
+  }
+  node_retry_at_ = absl::InfinitePast();  // The rest, if any, at the next tick.
+  node_retry_backoff_ = options_.jobs.retry_backoff;
 }
 
 absl::Status Coordinator::JobSaved(Outbox& out, const std::string& job_id) {
@@ -447,7 +500,9 @@ void Coordinator::Shutdown() {
     // A last try of what failed to write: a job's end must not be lost.
     jobs_.RetryUnsaved(out, absl::InfiniteFuture());
     node_retry_at_ = absl::InfinitePast();
-    RetryNodes(out, clock_.Now());
+    const absl::Time now = clock_.Now();
+    // Every batch, until one fails (its retry is then in the future).
+    while (!unsaved_nodes_.empty() && node_retry_at_ <= now) RetryNodes(out, now);
     streams_.CloseAll(out, ShuttingDown());
     barriers_.AbortAll(out, ShuttingDown());
   }

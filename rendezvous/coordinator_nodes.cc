@@ -72,7 +72,7 @@ absl::StatusOr<v1::NodeInfo> Coordinator::DrainNode(const v1::NodeRequest& r) {
     if (n == nullptr) return UnknownNode(r.node_id());
     const bool was = n->draining();
     RETURN_IF_ERROR(registry_.SetDraining(r.node_id(), !r.undo()));
-    PersistNode(out, r.node_id());
+    PersistNodeNow(out, r.node_id());
     if (!out.store_status.ok()) {
       // Not done unless durable: a restart would silently undo it.
       registry_.SetDraining(r.node_id(), was).IgnoreError();

@@ -126,6 +126,18 @@ absl::Status EtcdStore::PutNode(const v1::StoredNode& node) {
              node.SerializeAsString());
 }
 
+absl::Status EtcdStore::PutNodes(const std::vector<const v1::StoredNode*>& nodes) {
+  std::vector<etcdserverpb::RequestOp> ops;
+  ops.reserve(nodes.size());
+  for (const v1::StoredNode* node : nodes) {
+    ops.push_back(PutOp(absl::StrCat(place_.prefix, "/nodes/", node->node_id()),
+                        node->SerializeAsString()));
+  }
+  RETURN_IF_ERROR(RunInOrder(place_, std::move(ops)));
+  writes_.nodes += static_cast<int64_t>(nodes.size());
+  return absl::OkStatus();
+}
+
 absl::Status EtcdStore::PutJob(const v1::StoredJob& job) {
   ++writes_.jobs;
   return Put(absl::StrCat(place_.prefix, "/jobs/", job.job_id()),

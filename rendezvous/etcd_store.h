@@ -73,6 +73,9 @@ class EtcdStore final : public Store {
   // per transaction is 128): a failure may leave some deleted, which a
   // retry finishes.
   absl::Status DeleteNodes(const std::vector<std::string>& node_ids) override;
+  // In fenced transactions of up to 100 nodes each.
+  absl::Status PutNodes(const std::vector<const v1::StoredNode*>& nodes) override;
+  bool batches_node_writes() const override { return true; }
   absl::StatusOr<Contents> Load() override;
   std::string where() const override;
 

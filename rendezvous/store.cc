@@ -181,6 +181,11 @@ absl::Status SqliteStore::Put(const char* sql, const std::string& key, int64_t s
   return absl::OkStatus();
 }
 
+absl::Status Store::PutNodes(const std::vector<const v1::StoredNode*>& nodes) {
+  for (const v1::StoredNode* node : nodes) RETURN_IF_ERROR(PutNode(*node));
+  return absl::OkStatus();
+}
+
 absl::Status SqliteStore::PutNode(const v1::StoredNode& node) {
   ++writes_.nodes;
   return Put("INSERT OR REPLACE INTO nodes (id, seq, data) VALUES (?1, ?2, ?3)",

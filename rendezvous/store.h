@@ -55,6 +55,13 @@ class Store {
                                    const v1::Progress& progress) = 0;
   // Deletes these nodes, all or none. Unknown ids are no-ops.
   virtual absl::Status DeleteNodes(const std::vector<std::string>& node_ids) = 0;
+  // Several nodes at once, in order; not all or none (a failure leaves the
+  // ones before it written). By default one PutNode each.
+  virtual absl::Status PutNodes(const std::vector<const v1::StoredNode*>& nodes);
+  // Whether node records are better written in batches, apart from the
+  // change that made them (each write is a round trip to other machines):
+  // the Coordinator then writes registrations and losses from its timer.
+  virtual bool batches_node_writes() const { return false; }
 
   // Records written since Open, by kind: what callers may check to show a
   // write did or did not happen.
