@@ -205,6 +205,7 @@ void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
   a.restart_count = s_.restart_count;
   a.group_world_size = n;
   a.nodes = AssignRanks();
+  a.Index();
   a.world_size = 0;
   for (const NodeAssignment& node : a.nodes) a.world_size += node.local_world_size;
   const JoinRequest& master = s_.joined.at(joined_index_.at(a.nodes[0].node_id)).request;

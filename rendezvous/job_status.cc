@@ -47,10 +47,7 @@ void AddNodes(const JobRecord& job, const RoundAssignment* latest, v1::JobStatus
   }
   if (latest != nullptr) {
     for (const NodeAssignment& a : latest->nodes) {
-      if (std::find(job.placed.begin(), job.placed.end(), a.node_id) !=
-          job.placed.end()) {
-        continue;
-      }
+      if (job.placed.contains(a.node_id)) continue;
       if (job.core->finished()) {
         add(a.node_id, succeeded(a.node_id) ? "SUCCEEDED" : "STOPPED");
       } else {

@@ -58,7 +58,7 @@ absl::Status JobTable::Restore(const Store::Contents& contents) {
       }
       job->core = *std::move(core);
     }
-    job->placed.assign(stored.placed().begin(), stored.placed().end());
+    for (const std::string& node : stored.placed()) job->placed.push_back(node);
     job->request_id = stored.request_id();
     if (!job->request_id.empty()) by_request_[RequestKey(job->spec, job->request_id)] = job.get();
     job->events.assign(stored.events().begin(), stored.events().end());

@@ -11,6 +11,7 @@
 #ifndef ELASTRUN_RENDEZVOUS_JOB_TABLE_H_
 #define ELASTRUN_RENDEZVOUS_JOB_TABLE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -31,6 +33,35 @@
 
 namespace elastrun::rendezvous {
 
+// The nodes holding slots for a job, in the order they were placed, with
+// an index: each of a round's N JoinRounds asks whether its node is placed.
+class PlacedNodes {
+ public:
+  using const_iterator = std::vector<std::string>::const_iterator;
+  const_iterator begin() const { return order_.begin(); }
+  const_iterator end() const { return order_.end(); }
+  size_t size() const { return order_.size(); }
+  bool empty() const { return order_.empty(); }
+  const std::vector<std::string>& list() const { return order_; }
+  bool contains(absl::string_view node) const { return index_.contains(node); }
+  // Adds `node` last; no-op when it is placed already.
+  void push_back(const std::string& node) {
+    if (index_.insert(node).second) order_.push_back(node);
+  }
+  void erase(const std::string& node) {
+    if (index_.erase(node) == 0) return;
+    order_.erase(std::find(order_.begin(), order_.end(), node));
+  }
+  void clear() {
+    order_.clear();
+    index_.clear();
+  }
+
+ private:
+  std::vector<std::string> order_;
+  absl::flat_hash_set<std::string> index_;
+};
+
 // One job as the service knows it.
 struct JobRecord {
   std::string id;
@@ -39,7 +70,7 @@ struct JobRecord {
   absl::Time submit_time;
   std::string request_id;  // SubmitRequest.request_id ("" when none)
   std::unique_ptr<RendezvousCore> core;  // null while queued
-  std::vector<std::string> placed;       // nodes holding slots for it
+  PlacedNodes placed;                    // nodes holding slots for it
   std::optional<v1::Progress> last_progress;
   // Not persisted: why a queued job is not placed yet (set by each
   // placement pass; empty until the first one after a reload).

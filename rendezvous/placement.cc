@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -37,10 +38,11 @@ std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int 
     const std::string* id;
   };
   std::vector<Fit> fit;
+  const absl::flat_hash_set<absl::string_view> excluded(exclude.begin(), exclude.end());
   for (const auto& [id, n] : registry.nodes()) {
     const int free = n.free_slots() - HeldOn(held, id);
     if (!n.alive() || n.draining() || free < nproc) continue;
-    if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
+    if (excluded.contains(id)) continue;
     fit.push_back({free, n.last_placed, &id});
   }
   // Most free slots first; among equals the least recently placed on (short

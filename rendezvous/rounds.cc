@@ -113,8 +113,7 @@ void Rounds::Place(JobRecord& job, const std::vector<std::string>& nodes) {
 }
 
 void Rounds::Unplace(JobRecord& job, const std::string& node_id) {
-  job.placed.erase(std::remove(job.placed.begin(), job.placed.end(), node_id),
-                   job.placed.end());
+  job.placed.erase(node_id);
   job.asked.erase(node_id);
   registry_.Release(node_id, job.id, job.spec.nproc_per_node());
 }
@@ -157,7 +156,7 @@ void Rounds::Schedule(Outbox& out) {
     const int room = job->spec.max_nodes() - static_cast<int>(job->placed.size());
     if (room <= 0) continue;
     std::vector<std::string> picked =
-        PickNodes(registry_, job->spec.nproc_per_node(), room, job->placed, held);
+        PickNodes(registry_, job->spec.nproc_per_node(), room, job->placed.list(), held);
     if (picked.empty()) continue;
     Place(*job, picked);
     Reconcile(out, *job);
@@ -373,8 +372,12 @@ void Rounds::JobFinished(Outbox& out, JobRecord& job, const Event& e) {
   for (const std::string& node : job.placed) {
     streams_.Send(out, node, EndJobCommand(job.id, state, e.reason));
   }
-  const std::vector<std::string> placed = job.placed;
-  for (const std::string& node : placed) Unplace(job, node);
+  // All at once (one by one, each removal would walk the list).
+  for (const std::string& node : job.placed) {
+    registry_.Release(node, job.id, job.spec.nproc_per_node());
+  }
+  job.placed.clear();
+  job.asked.clear();
   barriers_.AbortJob(
       out, job.id,
       absl::AbortedError(absl::StrFormat("job \"%s\" finished: %s", job.id, e.reason)));

@@ -22,7 +22,7 @@ absl::Status CheckJoin(const v1::JoinRoundRequest& r, const JobRecord& job,
         "JoinRound: node \"%s\" is not registered or was lost; register again",
         r.node_id()));
   }
-  if (std::find(job.placed.begin(), job.placed.end(), r.node_id()) == job.placed.end()) {
+  if (!job.placed.contains(r.node_id())) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "JoinRound: node \"%s\" is not placed on job \"%s\"", r.node_id(), job.id));
   }
