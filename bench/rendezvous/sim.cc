@@ -6,6 +6,7 @@
 namespace elastrun::bench {
 
 bool Sim::RegisterAndWatch(double timeout_s, std::string* error) {
+  hb_thread_ = std::thread([this] { HeartbeatLoop(); });
   for (auto& node : nodes_) {
     auto* call = new Call<v1::RegisterNodeRequest, v1::RegisterNodeResponse>;
     call->ctx.set_deadline(DeadlineIn(timeout_s));
@@ -16,39 +17,46 @@ bool Sim::RegisterAndWatch(double timeout_s, std::string* error) {
     call->req.set_slots(1);
     CallStarted();
     Node* n = node.get();
-    n->stub->async()->RegisterNode(&call->ctx, &call->req, &call->resp,
-                                   [this, call, n](grpc::Status s) {
-                                     if (!s.ok()) {
-                                       RecordError("RegisterNode " + n->id + ": " +
-                                                   s.error_message());
-                                     } else if (n->idx == 0) {
-                                       const auto& d = call->resp.heartbeat_interval();
-                                       hb_interval_ns_ = d.seconds() * 1'000'000'000LL +
-                                                         d.nanos();
-                                     }
-                                     delete call;
-                                     CallDone();
-                                   });
-  }
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    if (!cv_.wait_until(l, Clock::now() + Secs(timeout_s), [&] { return in_flight_ == 0; })) {
-      *error = "RegisterNode calls did not finish in time";
-      return false;
-    }
-    if (error_count_ > 0) {
-      *error = "RegisterNode failed: " + errors_.front();
-      return false;
-    }
-  }
-  for (auto& node : nodes_) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      ++watches_started_;
-    }
-    node->watch = std::make_unique<Watcher>(this, node.get());
+    n->stub->async()->RegisterNode(
+        &call->ctx, &call->req, &call->resp, [this, call, n](grpc::Status s) {
+          if (!s.ok()) {
+            RecordError("RegisterNode " + n->id + ": " + s.error_message());
+          } else {
+            const auto& d = call->resp.heartbeat_interval();
+            {
+              // The registration renewed the lease: the next heartbeat in
+              // one interval.
+              std::lock_guard<std::mutex> l(hb_mu_);
+              hb_interval_ns_ = d.seconds() * 1'000'000'000LL + d.nanos();
+              n->last_hb_ns = NowNs();
+              n->next_hb_ns = n->last_hb_ns + hb_interval_ns_;
+              n->hb_on = true;
+            }
+            {
+              std::lock_guard<std::mutex> l(mu_);
+              ++watches_started_;
+            }
+            n->watch = std::make_unique<Watcher>(this, n);
+          }
+          delete call;
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            ++registered_;
+          }
+          CallDone();
+        });
   }
   std::unique_lock<std::mutex> l(mu_);
+  // Heartbeats are in flight meanwhile: the registrations are counted.
+  if (!cv_.wait_until(l, Clock::now() + Secs(timeout_s),
+                      [&] { return registered_ == n_; })) {
+    *error = "RegisterNode calls did not finish in time";
+    return false;
+  }
+  if (error_count_ > 0) {
+    *error = "RegisterNode failed: " + errors_.front();
+    return false;
+  }
   if (!cv_.wait_until(l, Clock::now() + Secs(timeout_s), [&] { return welcomed_ >= n_; })) {
     *error = "only " + std::to_string(welcomed_) + " of " + std::to_string(n_) +
              " Watch streams got their Welcome in time";
@@ -189,19 +197,6 @@ void Sim::HeartbeatLoop() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-}
-
-void Sim::StartHeartbeats() {
-  {
-    // Spread the nodes over one interval, as independent daemons would be.
-    std::lock_guard<std::mutex> l(hb_mu_);
-    const int64_t now = NowNs();
-    for (auto& node : nodes_) {
-      node->last_hb_ns = now;  // RegisterNode just renewed the lease
-      node->next_hb_ns = now + hb_interval_ns_ * node->idx / n_;
-    }
-  }
-  hb_thread_ = std::thread([this] { HeartbeatLoop(); });
 }
 
 void Sim::StopHeartbeats() {

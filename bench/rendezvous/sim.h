@@ -45,8 +45,8 @@ struct Node {
   int idx = 0;
   std::string id, incarnation, addr;
   v1::Rendezvous::Stub* stub = nullptr;
-  // Heartbeat state, guarded by Sim::hb_mu_.
-  bool hb_on = true;
+  // Heartbeat state, guarded by Sim::hb_mu_: on once registered.
+  bool hb_on = false;
   int64_t next_hb_ns = 0;
   int64_t last_hb_ns = 0;
   std::unique_ptr<Watcher> watch;
@@ -97,10 +97,10 @@ class Sim {
   Node* node(int i) { return nodes_[i].get(); }
   v1::Jobs::Stub* jobs() { return jobs_.get(); }
 
-  // Registers every node (concurrently), then opens every Watch stream and
-  // waits for each Welcome.
+  // Registers every node (concurrently) and waits for each Welcome. As a
+  // daemon does, each node heartbeats and opens its Watch stream as soon as
+  // its own registration is answered, whatever the others' are doing.
   bool RegisterAndWatch(double timeout_s, std::string* error);
-  void StartHeartbeats();
   void StopHeartbeats();
   // The node goes silent: no more heartbeats. Returns its last heartbeat's
   // send time.
@@ -189,6 +189,7 @@ class Sim {
   std::mutex mu_;
   std::condition_variable cv_;
   int in_flight_ = 0;
+  int registered_ = 0;  // RegisterNode calls answered (ok or not)
   int welcomed_ = 0;
   int watches_started_ = 0, watches_done_ = 0;
   std::map<int64_t, int> started_;          // round -> nodes holding its StartAttempt

@@ -78,7 +78,6 @@ bool SetUp(Run& r, const std::string& state) {
   const int64_t t_setup = NowNs();
   if (!r.sim->RegisterAndWatch(r.o.timeout_s, &r.t.error)) return false;
   r.t.setup_s = (NowNs() - t_setup) / 1e9;
-  r.sim->StartHeartbeats();
   return true;
 }
 
