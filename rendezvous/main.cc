@@ -2,8 +2,10 @@
 // CLI (elastrun) talk to. Thin: parse flags, build a RendezvousServer, wait
 // for SIGINT/SIGTERM.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +52,29 @@ absl::StatusOr<std::string> ServiceToken(const elastrun::rendezvous::ServiceFlag
   return token;
 }
 
+// Every node holds one connection (its daemon's channel) and the CLI a few
+// more: the soft limit on open files (1024 by default) is raised to the
+// hard one, as servers of many clients do, and a hard limit too low for
+// the cluster is said at start.
+void RaiseOpenFileLimit(int max_nodes) {
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t was = limit.rlim_cur;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) limit.rlim_cur = was;
+  }
+  // Descriptors the service holds besides its nodes' connections.
+  constexpr rlim_t kOwn = 64;
+  const rlim_t want = static_cast<rlim_t>(std::min(max_nodes, 10000)) + kOwn;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < want) {
+    LOG(WARNING) << "at most " << limit.rlim_cur
+                 << " open files (ulimit -n; LimitNOFILE= in a systemd unit): about "
+                 << (limit.rlim_cur > kOwn ? limit.rlim_cur - kOwn : 0)
+                 << " nodes can be connected at once";
+  }
+}
+
 elastrun::rendezvous::ServerOptions MakeServerOptions(
     const elastrun::rendezvous::ServiceFlags& flags, const std::string& token) {
   elastrun::rendezvous::ServerOptions options;
@@ -83,6 +108,7 @@ int main(int argc, char** argv) {
   // every lock of every RPC; the unit tests, which run the service in
   // their own process, keep it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  RaiseOpenFileLimit(flags.max_nodes);
   // The state folder holds state.db and logs.db, every user's job logs:
   // private to the service's user (0700), never reached through a link,
   // never a folder another user made or may write to, nor inside one

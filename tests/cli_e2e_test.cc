@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +68,12 @@ class Service {
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
+      if (soft_open_files_ > 0) {
+        rlimit limit;
+        getrlimit(RLIMIT_NOFILE, &limit);
+        limit.rlim_cur = soft_open_files_;
+        setrlimit(RLIMIT_NOFILE, &limit);
+      }
       dup2(fds[1], STDOUT_FILENO);
       execv(cargv[0], cargv.data());
       _exit(127);
@@ -100,9 +107,15 @@ class Service {
     return std::string(line);
   }
 
+  // Starts the service with this soft limit on open files (as a shell's
+  // default of 1024 would).
+  void set_soft_open_files(rlim_t n) { soft_open_files_ = n; }
+  pid_t pid() const { return pid_; }
+
  private:
   pid_t pid_ = -1;
   int out_ = -1;
+  rlim_t soft_open_files_ = 0;
 };
 
 // An owner-only token file `dir`/token holding `token`: the service, its
@@ -434,6 +447,28 @@ TEST_F(CliE2eTest, AJobNoNodeCanHoldIsRefusedAndWaitingForNodesBlocksNoOne) {
 
   (*daemon)->Signal(SIGTERM);
   EXPECT_TRUE((*daemon)->Wait(kWait).ok());
+}
+
+// Every node daemon holds a connection to the service: started with a
+// soft limit of 256 open files (a shell's default is 1024), the service
+// raises it to the hard limit, so 10,000 nodes can connect where the hard
+// limit allows.
+TEST(ServiceBinaryE2eTest, RaisesItsOpenFileLimitForOneConnectionPerNode) {
+  rlimit ours;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &ours), 0);
+  if (ours.rlim_max <= 256)
+    GTEST_SKIP() << "the hard limit on open files is " << ours.rlim_max;
+  Service service;
+  service.set_soft_open_files(256);
+  const std::string token =
+      WriteTokenFile(testing::MakeTempDir("service_nofile"), "nofile-token\n");
+  ASSERT_FALSE(service.Start({"--token-file", token}).empty());
+  const std::string limits =
+      testing::ReadFile(absl::StrCat("/proc/", service.pid(), "/limits"));
+  const std::string hard = ours.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                                          : std::to_string(ours.rlim_max);
+  EXPECT_THAT(limits, ::testing::ContainsRegex("Max open files +" + hard + " +" + hard))
+      << limits;
 }
 
 // The real binaries: --version, and a usage error naming the flag, exit 2.

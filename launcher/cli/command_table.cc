@@ -95,10 +95,10 @@ constexpr FlagInfo kSubmitFlags[] = {
     {"--last-call-timeout", "DUR",
      "after MIN nodes joined, wait this long for more (1s)"},
     {"--join-timeout", "DUR", "a round below MIN this long fails the job (600s)"},
-    {"--hang-timeout", "DUR|off",
+    {"--hang-timeout", "DUR|off|derived",
      "a rank without progress this long is hung: stacks\n"
-     "to its log, then a restart (default: 10x the median\n"
-     "step time, at least 5m)"},
+     "to its log, then a restart (default, \"derived\": 10x\n"
+     "the median step time, at least 5m)"},
     {"--wait-for-nodes", "",
      "queue the job even if no registered node could\n"
      "hold it yet (default: such a job is refused)"},

@@ -32,13 +32,13 @@ constexpr FlagDef kFlags[] = {
      "MIN:MAX re-forms the group within that range"},
     {"--max-restarts", "K", "restarts after failures (default 0)"},
     {"--shutdown-timeout", "DUR", "grace between SIGTERM and SIGKILL (default 30s)"},
-    {"--hang-timeout", "DUR|off",
+    {"--hang-timeout", "DUR|off|derived",
      "a rank without progress this long is hung: its\n"
      "stacks go to its log and the group restarts. Progress:\n"
      "a new step reported (elastrun.report in Python, the\n"
      "worker library in C++), or, before any report, CPU\n"
-     "time; a stopped process makes none (default: 10x the\n"
-     "median step time, at least 5m)"},
+     "time; a stopped process makes none (default,\n"
+     "\"derived\": 10x the median step time, at least 5m)"},
     {"--standby", "",
      "keep the next attempt's workers started and waiting,\n"
      "so a restart skips start-up (programs built on\n"
