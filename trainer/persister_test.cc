@@ -11,6 +11,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/checkpoint_file.h"
@@ -50,6 +51,7 @@ TEST(PersisterTest, WritesTheSnapshotNewestWhenAskedWhileTheWriterGoesOn) {
   ASSERT_TRUE(persister.Persist(/*best=*/true).ok());
   // The writer snapshots on at once, into the other slot and back.
   for (int64_t key = 8; key < 12; ++key) {
+    persister.WaitUnpinned();
     ASSERT_NO_FATAL_FAILURE(Snapshot(**area, key, std::string(1 << 20, 'b')));
   }
   ASSERT_TRUE(persister.Flush().ok());
@@ -91,7 +93,10 @@ TEST(PersisterTest, EveryStepIsSnapshottedWhileACheckpointIsWritten) {
   writing.WaitForNotification();  // The first file is being written.
   ASSERT_NO_FATAL_FAILURE(Snapshot(**area, 11, "state 11"));
   ASSERT_NO_FATAL_FAILURE(Snapshot(**area, 12, "state 12"));
-  ASSERT_TRUE(persister.Persist(false).ok());  // Waits behind the first write.
+  ASSERT_TRUE(persister.Persist(false).ok());
+  // Copied out at once, not after the file in progress.
+  ASSERT_TRUE(persister.WaitUnpinned(absl::Seconds(30)))
+      << "the second checkpoint's copy waited for the first file";
   for (int64_t key = 13; key < 20; ++key) {
     ASSERT_NO_FATAL_FAILURE(Snapshot(**area, key, "state " + std::to_string(key)))
         << "no snapshot of step " << key << " while a checkpoint is written";
@@ -114,6 +119,7 @@ TEST(PersisterTest, KeepsTheNewestTwoAndLastFollows) {
   ASSERT_TRUE(area.ok()) << area.status();
   CheckpointPersister persister(area->get(), dir, TheRun());
   for (int64_t key = 1; key <= 4; ++key) {
+    persister.WaitUnpinned();
     ASSERT_NO_FATAL_FAILURE(Snapshot(**area, key, "state " + std::to_string(key)));
     ASSERT_TRUE(persister.Persist(false).ok());
   }
@@ -140,6 +146,7 @@ TEST(PersisterTest, AFailedWriteIsReportedAndEarlierFilesStay) {
   // The folder replaced by a file: the next write cannot be made.
   fs::rename(dir, root + "/kept");
   std::ofstream(dir) << "not a folder";
+  persister.WaitUnpinned();
   ASSERT_NO_FATAL_FAILURE(Snapshot(**area, 2, "two"));
   ASSERT_TRUE(persister.Persist(false).ok());
   absl::Status s = persister.Flush();

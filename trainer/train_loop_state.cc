@@ -73,7 +73,9 @@ absl::Status TrainLoop::AfterStep(int64_t k) {
 
 absl::Status TrainLoop::StopWithThisState(Capture kind) {
   if (captured_lineage_ != pos_.lineage) {
-    // Not captured yet (not due): now.
+    // Not captured yet (not due, or skipped while the persister held the
+    // other slot): now, once that slot is free.
+    if (persister_) persister_->WaitUnpinned();
     RETURN_IF_ERROR(CaptureState(kind, false, false));
   }
   StopAtCapturedState();
@@ -168,12 +170,17 @@ absl::Status TrainLoop::CaptureState(Capture kind, bool persist, bool best) {
   extras.rng = pos_.tail_from >= 0 ? rng_at_step_ : GeneratorStates(placement_.device);
   const StateImage image = StateImage::Plan(task_->state_module(), optimizer_->torch_optimizer(), extras);
   absl::StatusOr<char*> dst = area_->BeginWrite(image.size());
+  if (absl::IsUnavailable(dst.status()) && persist && persister_) {
+    // The previous checkpoint is still being copied out: wait for it.
+    persister_->WaitUnpinned();
+    dst = area_->BeginWrite(image.size());
+  }
   if (absl::IsResourceExhausted(dst.status()) && area_shared_) {
     RETURN_IF_ERROR(UseProcessMemory(dst.status()));
     dst = area_->BeginWrite(image.size());
   }
   if (absl::IsUnavailable(dst.status())) {
-    ++captures_.skipped;  // Another holds a slot (the persister never does).
+    ++captures_.skipped;  // A snapshot while a checkpoint is copied out.
     return absl::OkStatus();
   }
   if (!dst.ok()) return dst.status();
