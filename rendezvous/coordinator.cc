@@ -28,6 +28,7 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> stor
       store_(std::move(store)),
       registry_(options_.lease),
       jobs_(store_.get(), options_.jobs),
+      node_writes_(store_.get(), registry_, options_.jobs),
       rounds_(clock_, registry_, jobs_, streams_, barriers_, service_metrics_) {
   metrics_.AddCollector([this] { return CollectMetrics(); });
 }
@@ -79,85 +80,6 @@ void Coordinator::Flush(Outbox& out) {
   if (options_.on_timers_changed) options_.on_timers_changed();
 }
 
-void Coordinator::PersistNode(Outbox& out, const std::string& node_id) {
-  if (!store_->batches_node_writes()) {
-    PersistNodeNow(out, node_id);
-    return;
-  }
-  // Written with others from the timer (RetryNodes): at its next tick, or
-  // with the writes already waiting (after their backoff when they failed).
-  if (unsaved_nodes_.empty()) {
-    node_retry_at_ = absl::InfinitePast();
-    node_retry_backoff_ = options_.jobs.retry_backoff;
-  }
-  unsaved_nodes_.insert(node_id);
-}
-
-void Coordinator::PersistNodeNow(Outbox& out, const std::string& node_id) {
-  const NodeRecord* n = registry_.Find(node_id);
-  if (n == nullptr) {  // Forgotten: nothing to write.
-    unsaved_nodes_.erase(node_id);
-    return;
-  }
-  if (absl::Status st = store_->PutNode(n->stored); !st.ok()) {
-    LOG(ERROR) << "node " << node_id << " not saved (retried): " << st;
-    out.StoreFailed(std::move(st));
-    if (unsaved_nodes_.empty()) {
-      node_retry_at_ = absl::InfinitePast();  // once more at the next tick
-      node_retry_backoff_ = options_.jobs.retry_backoff;
-    }
-    unsaved_nodes_.insert(node_id);
-    return;
-  }
-  unsaved_nodes_.erase(node_id);
-}
-
-void Coordinator::RetryNodes(Outbox& out, absl::Time now) {
-  if (unsaved_nodes_.empty() || node_retry_at_ > now) return;
-  if (store_->batches_node_writes()) {
-    WriteNodeBatch(out, now);
-    return;
-  }
-  const std::set<std::string> due = unsaved_nodes_;
-  for (const std::string& id : due) PersistNodeNow(out, id);
-  if (unsaved_nodes_.empty()) return;
-  node_retry_at_ = now + node_retry_backoff_;
-  node_retry_backoff_ =
-      std::min(node_retry_backoff_ * 2, options_.jobs.max_retry_backoff);
-}
-
-void Coordinator::WriteNodeBatch(Outbox& out, absl::Time now) {
-  // A bounded batch a tick: the lock is not held for long, and heartbeats
-  // and calls go on between batches.
-  constexpr size_t kNodeBatch = 1000;
-  std::vector<const v1::StoredNode*> batch;
-  std::vector<std::string> ids;
-  for (auto it = unsaved_nodes_.begin();
-       it != unsaved_nodes_.end() && batch.size() < kNodeBatch;) {
-    const NodeRecord* n = registry_.Find(*it);
-    if (n == nullptr) {  // Forgotten meanwhile: nothing to write.
-      it = unsaved_nodes_.erase(it);
-      continue;
-    }
-    batch.push_back(&n->stored);
-    ids.push_back(*it);
-    ++it;
-  }
-  if (!batch.empty()) {
-    if (absl::Status st = store_->PutNodes(batch); !st.ok()) {
-      LOG(ERROR) << batch.size() << " node record(s) not saved (retried): " << st;
-      out.StoreFailed(std::move(st));
-      node_retry_at_ = now + node_retry_backoff_;
-      node_retry_backoff_ =
-          std::min(node_retry_backoff_ * 2, options_.jobs.max_retry_backoff);
-      return;
-    }
-    for (const std::string& id : ids) unsaved_nodes_.erase(id);
-  }
-  node_retry_at_ = absl::InfinitePast();  // The rest, if any, at the next tick.
-  node_retry_backoff_ = options_.jobs.retry_backoff;
-}
-
 absl::Status Coordinator::JobSaved(Outbox& out, const std::string& job_id) {
   absl::StatusOr<JobRecord*> job = jobs_.Find(job_id);
   if (!job.ok()) return absl::OkStatus();
@@ -191,7 +113,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     const NodeRecord* before = registry_.Find(r.node_id());
     const bool was_alive = before != nullptr && before->alive();
     registry_.Register(r, clock_.Now());
-    PersistNode(out, r.node_id());
+    node_writes_.Save(out, r.node_id());
     rounds_.NodeReported(out, r.node_id());
     LOG(INFO) << "node " << r.node_id() << " registered (" << r.addr() << ", "
               << r.slots() << " slots" << (was_alive ? ", reconnect" : "") << ")";
@@ -258,7 +180,7 @@ void Coordinator::NodeLost(Outbox& out, const std::string& node_id,
   if (node == nullptr || !node->alive()) return;
   LOG(WARNING) << "node " << node_id << " lost: " << reason;
   registry_.MarkLost(node_id, reason, clock_.Now());
-  PersistNode(out, node_id);
+  node_writes_.Save(out, node_id);
   streams_.Close(out, node_id,
                  absl::UnavailableError(absl::StrFormat(
                      "node \"%s\" lost: %s; register again", node_id, reason)));
@@ -476,12 +398,10 @@ std::optional<absl::Time> Coordinator::Tick() {
     rounds_.Tick(out, now);
     jobs_.FlushProgress(out, now);
     jobs_.RetryUnsaved(out, now);
-    RetryNodes(out, now);
-    std::optional<absl::Time> node_retry;
-    if (!unsaved_nodes_.empty()) node_retry = node_retry_at_;
+    node_writes_.Retry(out, now);
     for (std::optional<absl::Time> d :
-          {registry_.NextExpiry(), registry_.NextLostExpiry(), rounds_.NextDeadline(),
-           jobs_.NextProgressFlush(), jobs_.NextRetry(), node_retry}) {
+         {registry_.NextExpiry(), registry_.NextLostExpiry(), rounds_.NextDeadline(),
+          jobs_.NextProgressFlush(), jobs_.NextRetry(), node_writes_.NextRetry()}) {
       if (d && (!next || *d < *next)) next = d;
     }
   }
@@ -499,10 +419,7 @@ void Coordinator::Shutdown() {
     jobs_.FlushProgress(out, clock_.Now(), /*all=*/true);
     // A last try of what failed to write: a job's end must not be lost.
     jobs_.RetryUnsaved(out, absl::InfiniteFuture());
-    node_retry_at_ = absl::InfinitePast();
-    const absl::Time now = clock_.Now();
-    // Every batch, until one fails (its retry is then in the future).
-    while (!unsaved_nodes_.empty() && node_retry_at_ <= now) RetryNodes(out, now);
+    node_writes_.SaveAll(out, clock_.Now());
     streams_.CloseAll(out, ShuttingDown());
     barriers_.AbortAll(out, ShuttingDown());
   }

@@ -36,6 +36,7 @@
 #include "rendezvous/job_metrics.h"
 #include "rendezvous/job_table.h"
 #include "rendezvous/node_streams.h"
+#include "rendezvous/node_writes.h"
 #include "rendezvous/outbox.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/rounds.h"
@@ -161,17 +162,6 @@ class Coordinator {
   void Flush(Outbox& out) ABSL_LOCKS_EXCLUDED(mu_);
   void NodeLost(Outbox& out, const std::string& node_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the node's record now (PersistNodeNow), or from the timer with
-  // other nodes' when the store batches node writes (etcd).
-  void PersistNode(Outbox& out, const std::string& node_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the node's record; a failure is kept in `out` and the node is
-  // written again from the timer (RetryNodes).
-  void PersistNodeNow(Outbox& out, const std::string& node_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes up to 1000 of the nodes waiting to be written, in one
-  // Store::PutNodes; a failure is kept in `out` and retried after a backoff.
-  void WriteNodeBatch(Outbox& out, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the nodes from the registry and the store (their jobs are
   // released already).
   void ForgetNodes(Outbox& out, const std::vector<std::string>& node_ids)
@@ -183,9 +173,6 @@ class Coordinator {
   // Forgets the LOST nodes whose expiry is due at `now`.
   void ExpireLostNodes(Outbox& out, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::NodeInfo NodeInfoOf(const NodeRecord& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the nodes waiting to be written (a failed write, or a batch),
-  // when their retry is due.
-  void RetryNodes(Outbox& out, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's record is durable, or the error an RPC that changed it must
   // return (see JobTable::EnsureSaved). OK for an unknown job.
   absl::Status JobSaved(Outbox& out, const std::string& job_id)
@@ -209,13 +196,9 @@ class Coordinator {
   NodeStreams streams_ ABSL_GUARDED_BY(mu_);
   JobTable jobs_ ABSL_GUARDED_BY(mu_);
   BarrierTable barriers_ ABSL_GUARDED_BY(mu_);
+  NodeWrites node_writes_ ABSL_GUARDED_BY(mu_);
   Rounds rounds_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // Nodes whose last write failed (retried together with backoff), or
-  // waiting for their batch (Store::batches_node_writes).
-  std::set<std::string> unsaved_nodes_ ABSL_GUARDED_BY(mu_);
-  absl::Time node_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::Duration node_retry_backoff_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace elastrun::rendezvous

@@ -72,7 +72,7 @@ absl::StatusOr<v1::NodeInfo> Coordinator::DrainNode(const v1::NodeRequest& r) {
     if (n == nullptr) return UnknownNode(r.node_id());
     const bool was = n->draining();
     RETURN_IF_ERROR(registry_.SetDraining(r.node_id(), !r.undo()));
-    PersistNodeNow(out, r.node_id());
+    node_writes_.SaveNow(out, r.node_id());
     if (!out.store_status.ok()) {
       // Not done unless durable: a restart would silently undo it.
       registry_.SetDraining(r.node_id(), was).IgnoreError();
@@ -130,12 +130,7 @@ absl::StatusOr<v1::NodeInfo> Coordinator::RemoveNode(const v1::NodeRequest& r) {
 
 void Coordinator::ForgetNodes(Outbox& out, const std::vector<std::string>& node_ids) {
   for (const std::string& id : node_ids) registry_.Remove(id);
-  // A failed delete leaves rows that the next start reloads as LOST
-  // nodes; they expire again then.
-  if (absl::Status st = store_->DeleteNodes(node_ids); !st.ok()) {
-    LOG(ERROR) << st;
-    out.StoreFailed(std::move(st));
-  }
+  node_writes_.Delete(out, node_ids);
 }
 
 absl::Status Coordinator::MakeRoomFor(Outbox& out, const std::string& node_id) {
