@@ -32,11 +32,13 @@ bool Sim::RegisterAndWatch(double timeout_s, std::string* error) {
               n->next_hb_ns = n->last_hb_ns + hb_interval_ns_;
               n->hb_on = true;
             }
-            {
-              std::lock_guard<std::mutex> l(mu_);
-              ++watches_started_;
-            }
-            n->watch = std::make_unique<Watcher>(this, n);
+            // Set under the lock: the main thread reads it once every
+            // node counts (the Welcome may come before this returns).
+            auto watch = std::make_unique<Watcher>(this, n);
+            std::lock_guard<std::mutex> l(mu_);
+            ++watches_started_;
+            n->watch = std::move(watch);
+            cv_.notify_all();
           }
           delete call;
           {
@@ -57,7 +59,8 @@ bool Sim::RegisterAndWatch(double timeout_s, std::string* error) {
     *error = "RegisterNode failed: " + errors_.front();
     return false;
   }
-  if (!cv_.wait_until(l, Clock::now() + Secs(timeout_s), [&] { return welcomed_ >= n_; })) {
+  if (!cv_.wait_until(l, Clock::now() + Secs(timeout_s),
+                      [&] { return welcomed_ >= n_ && watches_started_ >= n_; })) {
     *error = "only " + std::to_string(welcomed_) + " of " + std::to_string(n_) +
              " Watch streams got their Welcome in time";
     return false;
