@@ -3,8 +3,10 @@
 #include "rendezvous/rounds.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -126,17 +128,33 @@ void Rounds::Schedule(Outbox& out) {
   // take them as they free up and starve it; a job waiting for nodes that
   // are not registered holds nothing and so blocks no one.
   HeldSlots held;
+  // Why jobs of a shape (nproc, min, max) stay queued, while neither the
+  // held slots nor the nodes' change in this pass: a job of the same shape
+  // behind them gets the same answer without walking the nodes again (a
+  // queue of thousands made every submit and every event O(queue x nodes)).
+  absl::flat_hash_map<std::tuple<int, int, int>, std::string> unplaceable;
   for (JobRecord* job : jobs_.by_seq()) {
     if (job->core) continue;
     const int nproc = job->spec.nproc_per_node();
     const int min = job->spec.min_nodes();
+    const std::tuple<int, int, int> shape{nproc, min, job->spec.max_nodes()};
+    if (auto known = unplaceable.find(shape); known != unplaceable.end()) {
+      if (job->pending_reason != known->second) job->pending_reason = known->second;
+      continue;
+    }
     std::vector<std::string> picked =
         PickNodes(registry_, nproc, job->spec.max_nodes(), {}, held);
     if (static_cast<int>(picked.size()) < min) {
       const bool holds = HoldSlotsFor(registry_, nproc, min, held);
       job->pending_reason = WaitingReason(registry_, nproc, min, holds);
+      if (holds) {
+        unplaceable.clear();  // Fewer slots for those behind it.
+      } else {
+        unplaceable.emplace(shape, job->pending_reason);
+      }
       continue;
     }
+    unplaceable.clear();  // It takes nodes.
     job->pending_reason.clear();
     absl::StatusOr<std::unique_ptr<RendezvousCore>> core =
         RendezvousCore::Create(job->id, RoundConfigFromSpec(job->spec), now);
