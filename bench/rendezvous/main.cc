@@ -56,9 +56,13 @@ int ParseFlags(int argc, char** argv, Options& o) {
       ->delimiter(',')
       ->check(CLI::Range(2, 1 << 20))
       ->capture_default_str();
-  app.add_option("--scenarios", scenarios, "join,loss-close,loss-lease")
+  app.add_option("--scenarios", scenarios,
+                 "join,loss-close,loss-lease (default), submit (--submits queued jobs)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"join", "loss-close", "loss-lease"}))
+      ->check(CLI::IsMember({"join", "loss-close", "loss-lease", "submit"}))
+      ->capture_default_str();
+  app.add_option("--submits", o.submits, "jobs of the submit scenario")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--state", states,
                  "memory,sqlite,etcd (sqlite: the service's --state-dir; etcd: its\n"
@@ -93,6 +97,7 @@ int ParseFlags(int argc, char** argv, Options& o) {
   for (const std::string& s : scenarios) {
     o.scenarios.push_back(s == "join"         ? Scenario::kJoin
                           : s == "loss-close" ? Scenario::kLossClose
+                          : s == "submit"     ? Scenario::kSubmit
                                               : Scenario::kLossLease);
   }
   o.states = states;
@@ -115,7 +120,7 @@ void PrintVerbose(const Row& row, int rep, const Trial& t) {
 }
 
 // One table row; appends the row's phases to `phase_lines`.
-void PrintRow(const Row& row, std::vector<std::string>& phase_lines) {
+void PrintRow(const Row& row, int submits, std::vector<std::string>& phase_lines) {
   std::vector<double> v, sub, cpu, bcpu, setup, cmds, joined, first;
   double hwm = 0;
   int ok = 0;
@@ -140,11 +145,18 @@ void PrintRow(const Row& row, std::vector<std::string>& phase_lines) {
   if (row.sc == Scenario::kJoin && !sub.empty()) {
     std::snprintf(submit, sizeof submit, "%.3f", Median(sub));
   }
-  phase_lines.push_back(std::to_string(row.n) + " " + ScenarioName(row.sc) + " " +
-                        row.state + ": last JoinRound command " + Fmt(Median(cmds)) +
-                        ", last JoinRound answered " + Fmt(Median(joined)) +
-                        ", first StartAttempt " + Fmt(Median(first)) +
-                        ", last StartAttempt " + Fmt(Median(v)));
+  if (row.sc == Scenario::kSubmit) {
+    phase_lines.push_back(
+        std::to_string(row.n) + " submit " + row.state + ": " +
+        (v.empty() ? std::string("-")
+                   : Fmt(submits / Median(v)) + " jobs/s accepted and stored"));
+  } else {
+    phase_lines.push_back(std::to_string(row.n) + " " + ScenarioName(row.sc) + " " +
+                          row.state + ": last JoinRound command " + Fmt(Median(cmds)) +
+                          ", last JoinRound answered " + Fmt(Median(joined)) +
+                          ", first StartAttempt " + Fmt(Median(first)) +
+                          ", last StartAttempt " + Fmt(Median(v)));
+  }
   const int total = static_cast<int>(row.trials.size());
   std::printf("| %d | %s | %s | %s | %s | %.2f | %.2f | %.0f | %.3f | %d/%d%s |\n", row.n,
               ScenarioName(row.sc), row.state.c_str(), time, submit, Median(cpu),
@@ -198,7 +210,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> phase_lines;
   bool all_ok = true;
   for (const Row& row : rows) {
-    PrintRow(row, phase_lines);
+    PrintRow(row, o.submits, phase_lines);
     for (const Trial& t : row.trials) all_ok = all_ok && t.ok;
   }
   std::printf("\nPhases, s from the figure's start (medians; loss-lease from the last "

@@ -4,10 +4,14 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -170,6 +174,78 @@ bool MeasureLoss(Run& r) {
   return true;
 }
 
+// Submits o.submits queued jobs, 32 in flight; the submit figure.
+bool MeasureSubmits(Run& r) {
+  constexpr int kInFlight = 32;
+  struct Calls {
+    std::mutex mu;
+    std::condition_variable cv;
+    int next = 0, done = 0, in_flight = 0;
+    std::string error;
+  } calls;
+  const int total = r.o.submits;
+  v1::SubmitRequest req;
+  v1::JobSpec* spec = req.mutable_spec();
+  spec->set_min_nodes(r.n + 1);  // never placed: it waits for nodes
+  spec->set_max_nodes(r.n + 1);
+  spec->set_nproc_per_node(1);
+  spec->set_wait_for_nodes(true);
+  spec->add_argv("/bin/true");
+  struct Submit {
+    grpc::ClientContext ctx;
+    v1::SubmitRequest req;
+    v1::SubmitResponse resp;
+  };
+  // Sends the next submits while fewer than kInFlight are out; under mu.
+  std::function<void()> fill = [&] {
+    while (calls.next < total && calls.in_flight < kInFlight) {
+      auto* s = new Submit;
+      s->req = req;
+      s->req.mutable_spec()->set_name("bench-" + std::to_string(calls.next));
+      s->ctx.set_deadline(DeadlineIn(r.o.timeout_s));
+      s->ctx.AddMetadata("authorization", kBenchAuthorization);
+      ++calls.next;
+      ++calls.in_flight;
+      r.sim->jobs()->async()->Submit(&s->ctx, &s->req, &s->resp, [&, s](grpc::Status st) {
+        std::lock_guard<std::mutex> l(calls.mu);
+        if (!st.ok() && calls.error.empty())
+          calls.error = "Submit: " + st.error_message();
+        delete s;
+        --calls.in_flight;
+        ++calls.done;
+        fill();
+        calls.cv.notify_all();
+      });
+    }
+  };
+  const ProcStats p0 = ReadProc(r.svc.pid);
+  const double b0 = SelfCpu();
+  const int64_t t0 = NowNs();
+  std::unique_lock<std::mutex> l(calls.mu);
+  fill();
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(r.o.timeout_s * 1000));
+  const bool all = calls.cv.wait_until(l, deadline, [&] { return calls.done == total; });
+  const int64_t t1 = NowNs();
+  if (!all) {
+    r.t.error = std::to_string(calls.done) + " of " + std::to_string(total) +
+                " submits answered within " + std::to_string(r.o.timeout_s) + " s";
+    // The calls still out reference `calls`: wait for them without a bound.
+    calls.next = total;
+    calls.cv.wait(l, [&] { return calls.in_flight == 0; });
+    return false;
+  }
+  if (!calls.error.empty()) {
+    r.t.error = calls.error;
+    return false;
+  }
+  r.t.value_s = (t1 - t0) / 1e9;
+  r.t.cpu_s = ReadProc(r.svc.pid).cpu_s - p0.cpu_s;
+  r.t.bench_cpu_s = SelfCpu() - b0;
+  return true;
+}
+
 void TearDown(Run& r) {
   if (r.t.ok && r.sim && r.sim->ErrorCount() > 0) {
     r.t.ok = false;
@@ -201,6 +277,8 @@ const char* ScenarioName(Scenario s) {
     case Scenario::kJoin: return "join";
     case Scenario::kLossClose: return "loss-close";
     case Scenario::kLossLease: return "loss-lease";
+    case Scenario::kSubmit:
+      return "submit";
   }
   return "?";
 }
@@ -213,7 +291,10 @@ Trial RunTrial(const Options& o, int n, Scenario sc, const std::string& state) {
     return t;
   }
   Run r{o, n, sc, tmpl, {}, nullptr, {}};
-  r.t.ok = SetUp(r, state) && RunRound0(r) && (sc == Scenario::kJoin || MeasureLoss(r));
+  r.t.ok = SetUp(r, state) &&
+           (sc == Scenario::kSubmit
+                ? MeasureSubmits(r)
+                : RunRound0(r) && (sc == Scenario::kJoin || MeasureLoss(r)));
   TearDown(r);
   return r.t;
 }

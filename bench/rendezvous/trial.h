@@ -9,6 +9,11 @@
 //               -> every survivor holds the next round's StartAttempt.
 //   loss-lease  as loss-close, but the node only goes silent (network cut):
 //               timed from its last heartbeat, so the lease is included.
+//   submit      Options::submits jobs submitted through Jobs.Submit, 32 calls
+//               in flight (as many CLIs at once): first sent -> last
+//               answered. Each job asks for more nodes than exist and waits
+//               for them (wait_for_nodes), so it stays queued: the figure is
+//               the service's cost of accepting and storing a job.
 #ifndef ELASTRUN_BENCH_RENDEZVOUS_TRIAL_H_
 #define ELASTRUN_BENCH_RENDEZVOUS_TRIAL_H_
 
@@ -17,7 +22,7 @@
 
 namespace elastrun::bench {
 
-enum class Scenario { kJoin, kLossClose, kLossLease };
+enum class Scenario { kJoin, kLossClose, kLossLease, kSubmit };
 const char* ScenarioName(Scenario s);
 
 struct Options {
@@ -31,6 +36,7 @@ struct Options {
   std::vector<std::string> states = {"memory", "sqlite"};
   std::string etcd_endpoints;
   int reps = 3;
+  int submits = 1000;  // jobs of the submit scenario
   int channels = 8;
   double timeout_s = 60;
   bool keep = false;
