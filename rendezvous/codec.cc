@@ -76,7 +76,6 @@ RoundAssignment FromProto(const v1::Assignment& p) {
     n.rank_offset = q.rank_offset();
     a.nodes.push_back(std::move(n));
   }
-  a.Index();
   return a;
 }
 

@@ -22,12 +22,9 @@ v1::Command StartCommand(const JobRecord& job, const RoundAssignment& a) {
   return c;
 }
 
-v1::Command ForNode(const v1::Command& start, const RoundAssignment& a,
-                    const std::string& node_id) {
+v1::Command ForNode(const v1::Command& start, const NodeAssignment& node) {
   v1::Command c = start;
-  if (const NodeAssignment* n = a.Find(node_id)) {
-    *c.mutable_start()->mutable_assignment()->add_nodes() = ToProto(*n);
-  }
+  *c.mutable_start()->mutable_assignment()->add_nodes() = ToProto(node);
   return c;
 }
 

@@ -17,8 +17,7 @@ v1::Command JoinCommand(const JobRecord& job);
 // node's copy carrying only that node's own entry (the full list to each of
 // N nodes is N x N entries: 35 MB per round at 1000 nodes).
 v1::Command StartCommand(const JobRecord& job, const RoundAssignment& a);
-v1::Command ForNode(const v1::Command& start, const RoundAssignment& a,
-                    const std::string& node_id);
+v1::Command ForNode(const v1::Command& start, const NodeAssignment& node);
 // Stop the attempt of `round`.
 v1::Command StopCommand(const std::string& job_id, int64_t round,
                         const std::string& reason);

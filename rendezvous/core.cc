@@ -65,6 +65,16 @@ const RoundAssignment* RendezvousCore::assignment() const {
   return &*current().assignment;
 }
 
+const NodeAssignment* RendezvousCore::assigned(absl::string_view node_id) const {
+  // rank_index_ describes the latest closed round (CloseRound, Restore).
+  auto rank = rank_index_.find(node_id);
+  if (rank == rank_index_.end()) return nullptr;
+  for (auto it = s_.rounds.rbegin(); it != s_.rounds.rend(); ++it) {
+    if (it->assignment) return &it->assignment->nodes[rank->second];
+  }
+  return nullptr;
+}
+
 void RendezvousCore::RebuildIndexes() {
   joined_index_.clear();
   spare_index_.clear();
@@ -205,7 +215,6 @@ void RendezvousCore::CloseRound(absl::Time now, std::vector<Event>& events) {
   a.restart_count = s_.restart_count;
   a.group_world_size = n;
   a.nodes = AssignRanks();
-  a.Index();
   a.world_size = 0;
   for (const NodeAssignment& node : a.nodes) a.world_size += node.local_world_size;
   const JoinRequest& master = s_.joined.at(joined_index_.at(a.nodes[0].node_id)).request;

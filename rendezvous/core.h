@@ -131,6 +131,10 @@ class RendezvousCore {
   const RoundConfig& config() const { return s_.config; }
   // The current closed round; nullptr while JOINING or once finished.
   const RoundAssignment* assignment() const;
+  // The node's entry in the latest round that closed (the current one
+  // while RUNNING), or nullptr. O(1): a round of N nodes is looked up N
+  // times as it starts.
+  const NodeAssignment* assigned(absl::string_view node_id) const;
   // The earliest-timed failure of the latest round that had one: for a
   // FAILED job, its root cause. Empty if no worker ever failed.
   const std::optional<Failure>& root_cause() const { return s_.root_cause; }

@@ -20,7 +20,7 @@ void AddNodes(const JobRecord& job, const RoundAssignment* latest, v1::JobStatus
     v1::JobNode* n = s.add_nodes();
     n->set_node_id(node);
     n->set_state(state);
-    const NodeAssignment* a = latest != nullptr ? latest->Find(node) : nullptr;
+    const NodeAssignment* a = latest != nullptr ? job.core->assigned(node) : nullptr;
     n->set_group_rank(a != nullptr ? a->group_rank : -1);
   };
   auto in = [](const std::map<int64_t, WaitingNode>& m, const std::string& id) {
@@ -39,7 +39,7 @@ void AddNodes(const JobRecord& job, const RoundAssignment* latest, v1::JobStatus
     } else if (in(st.spares, node)) {
       add(node, "SPARE");
     } else if (st.state == JobState::kRunning && cur.assignment &&
-               cur.assignment->Find(node) != nullptr) {
+               job.core->assigned(node) != nullptr) {
       add(node, succeeded(node) ? "SUCCEEDED" : "RUNNING");
     } else {
       add(node, "JOINING");

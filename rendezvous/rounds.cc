@@ -243,7 +243,8 @@ void Rounds::StopStale(Outbox& out, const NodeRecord& node) {
       continue;
     }
     const RoundAssignment* cur = job->core->assignment();
-    if (cur != nullptr && cur->round == a.round() && cur->Find(node_id) != nullptr) {
+    if (cur != nullptr && cur->round == a.round() &&
+        job->core->assigned(node_id) != nullptr) {
       continue;  // Still the right attempt: its workers go on.
     }
     if (a.ended()) continue;  // nothing runs; its report is stale and refused
@@ -269,9 +270,9 @@ void Rounds::Resync(Outbox& out, const std::string& node_id) {
   for (JobRecord* job : jobs) {
     if (!job->core || job->core->finished()) continue;
     const RoundAssignment* cur = job->core->assignment();
-    if (cur != nullptr && cur->Find(node_id) != nullptr) {
-      streams_.Send(out, node_id, ForNode(StartCommand(*job, *cur), *cur, node_id));
-    }
+    const NodeAssignment* in = cur != nullptr ? job->core->assigned(node_id) : nullptr;
+    if (in != nullptr)
+      streams_.Send(out, node_id, ForNode(StartCommand(*job, *cur), *in));
   }
   for (JobRecord* job : jobs) {
     job->asked.erase(node_id);
@@ -312,7 +313,7 @@ void Rounds::Reconcile(Outbox& out, JobRecord& job) {
     auto asked = job.asked.find(node);
     if (asked != job.asked.end() && asked->second == round) continue;
     if (job.core->joined(node) || job.core->spare(node)) continue;
-    if (running != nullptr && running->Find(node) != nullptr) continue;
+    if (running != nullptr && job.core->assigned(node) != nullptr) continue;
     job.asked[node] = round;
     streams_.Send(out, node, JoinCommand(job));
   }
@@ -334,7 +335,7 @@ void Rounds::HandleEvents(Outbox& out, JobRecord& job, const std::vector<Event>&
                                     e.assignment->world_size));
         const v1::Command start = StartCommand(job, *e.assignment);
         for (const NodeAssignment& n : e.assignment->nodes) {
-          streams_.Send(out, n.node_id, ForNode(start, *e.assignment, n.node_id));
+          streams_.Send(out, n.node_id, ForNode(start, n));
         }
         break;
       }

@@ -56,7 +56,7 @@ absl::StatusOr<v1::JoinRoundResponse> Rounds::Join(Outbox& out,
   resp.set_round(job->core->round());
   const RoundAssignment* running = job->core->assignment();
   if (job->core->joined(r.node_id()) ||
-      (running != nullptr && running->Find(r.node_id()) != nullptr)) {
+      (running != nullptr && job->core->assigned(r.node_id()) != nullptr)) {
     return resp;  // a retry: already in
   }
   if (job->core->spare(r.node_id())) {
@@ -163,7 +163,7 @@ absl::StatusOr<int> Rounds::BarrierMembers(const v1::BarrierRequest& r) {
         absl::StrFormat("Barrier \"%s\": round %d of job \"%s\" is not running", r.name(),
                         r.round(), job->id));
   }
-  if (a->Find(r.participant()) == nullptr) {
+  if (job->core->assigned(r.participant()) == nullptr) {
     return absl::NotFoundError(
         absl::StrFormat("Barrier \"%s\": \"%s\" is not a node of round %d of job \"%s\"",
                         r.name(), r.participant(), r.round(), job->id));

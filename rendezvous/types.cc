@@ -67,19 +67,7 @@ absl::Status ValidateJoinRequest(const JoinRequest& r) {
   return absl::OkStatus();
 }
 
-void RoundAssignment::Index() {
-  by_id.clear();
-  by_id.reserve(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i)
-    by_id.emplace(nodes[i].node_id, static_cast<int>(i));
-}
-
 const NodeAssignment* RoundAssignment::Find(absl::string_view node_id) const {
-  if (by_id.size() == nodes.size()) {
-    auto it = by_id.find(node_id);
-    return it != by_id.end() && nodes[it->second].node_id == node_id ? &nodes[it->second]
-                                                                     : nullptr;
-  }
   for (const NodeAssignment& n : nodes) {
     if (n.node_id == node_id) return &n;
   }

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -71,14 +70,9 @@ struct RoundAssignment {
   int world_size = 0;                 // sum of local_world_size
   int group_world_size = 0;           // number of nodes
   std::vector<NodeAssignment> nodes;  // indexed by group_rank
-  // Position in `nodes` by node id: made by Index() once `nodes` is final.
-  absl::flat_hash_map<std::string, int> by_id;
 
-  // Fills by_id from `nodes`.
-  void Index();
-  // The node's entry, or nullptr if it is not in this round: O(1) once
-  // indexed (a round of N nodes is looked up N times as it starts), else
-  // O(nodes).
+  // The node's entry, or nullptr if it is not in this round. O(nodes): for
+  // the latest closed round, RendezvousCore::assigned() is O(1).
   const NodeAssignment* Find(absl::string_view node_id) const;
 };
 
