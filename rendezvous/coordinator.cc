@@ -118,8 +118,9 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     LOG(INFO) << "node " << r.node_id() << " registered (" << r.addr() << ", "
               << r.slots() << " slots" << (was_alive ? ", reconnect" : "") << ")";
     rounds_.Schedule(out);
-    *resp.mutable_heartbeat_interval() = ToProto(options_.lease.heartbeat_interval);
-    *resp.mutable_lease_timeout() = ToProto(options_.lease.lease_timeout);
+    const Cadence cadence = registry_.cadence();
+    *resp.mutable_heartbeat_interval() = ToProto(cadence.heartbeat_interval);
+    *resp.mutable_lease_timeout() = ToProto(cadence.lease_timeout);
   }
   Flush(out);
   // A write that failed here (a full disk) is kept and retried, and the
@@ -140,6 +141,9 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
                    registry_.Heartbeat(r.node_id(), r.incarnation(), clock_.Now()));
   v1::HeartbeatResponse resp;
   *resp.mutable_lease_expiry() = ToProto(expiry);
+  const Cadence cadence = registry_.cadence();
+  *resp.mutable_heartbeat_interval() = ToProto(cadence.heartbeat_interval);
+  *resp.mutable_lease_timeout() = ToProto(cadence.lease_timeout);
   return resp;
 }
 
@@ -152,10 +156,10 @@ absl::Status Coordinator::AttachWatch(const v1::WatchRequest& r,
     RETURN_IF_ERROR(registry_.CheckAlive(r.node_id(), r.incarnation()));
     streams_.Attach(out, r.node_id(), std::move(stream));
     v1::Command welcome;
+    const Cadence cadence = registry_.cadence();
     *welcome.mutable_welcome()->mutable_heartbeat_interval() =
-        ToProto(options_.lease.heartbeat_interval);
-    *welcome.mutable_welcome()->mutable_lease_timeout() =
-        ToProto(options_.lease.lease_timeout);
+        ToProto(cadence.heartbeat_interval);
+    *welcome.mutable_welcome()->mutable_lease_timeout() = ToProto(cadence.lease_timeout);
     welcome.mutable_welcome()->set_cluster_id(store_->cluster_id());
     streams_.Send(out, r.node_id(), std::move(welcome));
     rounds_.Resync(out, r.node_id());

@@ -318,6 +318,45 @@ TEST(CoordinatorNodesLimitTest, ANewNodeBeyondMaxNodesTakesTheLongestLostsPlace)
   EXPECT_TRUE(absl::IsInvalidArgument(Coordinator::Create(o).status()));
 }
 
+// A cluster past --max-heartbeat-rate is told a longer interval and lease
+// in every registration and heartbeat reply, and is held to that lease,
+// not the configured one.
+TEST(CoordinatorCadenceTest, RepliesCarryTheIntervalAndLeaseTheClusterHas) {
+  FakeClock clock;
+  CoordinatorOptions o;
+  o.clock = &clock;
+  o.lease.heartbeat_interval = absl::Seconds(1);
+  o.lease.lease_timeout = absl::Seconds(3);
+  o.lease.max_heartbeat_rate = 2;
+  std::unique_ptr<Coordinator> c = Coordinator::Create(o).value();
+  auto reg = [&](const std::string& id) {
+    return c->RegisterNode(RegisterRequest(id, 1, "inc")).value();
+  };
+  v1::RegisterNodeResponse a = reg("a");
+  EXPECT_EQ(FromProto(a.heartbeat_interval()), absl::Seconds(1));
+  EXPECT_EQ(FromProto(a.lease_timeout()), absl::Seconds(3));
+  reg("b");
+  reg("c");
+  v1::RegisterNodeResponse d = reg("d");  // 4 nodes at 1 s: twice the rate
+  EXPECT_EQ(FromProto(d.heartbeat_interval()), absl::Seconds(2));
+  EXPECT_EQ(FromProto(d.lease_timeout()), absl::Seconds(6));
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  hb.set_incarnation("inc");
+  absl::StatusOr<v1::HeartbeatResponse> r = c->Heartbeat(hb);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(FromProto(r->heartbeat_interval()), absl::Seconds(2));
+  EXPECT_EQ(FromProto(r->lease_timeout()), absl::Seconds(6));
+  EXPECT_EQ(FromProto(r->lease_expiry()), clock.Now() + absl::Seconds(6));
+  // 5 s without a heartbeat: past the configured 3 s lease, within the 6 s.
+  clock.Advance(absl::Seconds(5));
+  c->Tick();
+  EXPECT_EQ(coordinator_testing::FindNode(*c, "a")->state(), v1::NODE_STATE_ALIVE);
+  clock.Advance(absl::Seconds(1));
+  c->Tick();
+  EXPECT_EQ(coordinator_testing::FindNode(*c, "a")->state(), v1::NODE_STATE_LOST);
+}
+
 TEST(CoordinatorNodesRestartTest, ADrainAndWhenANodeWasLostSurviveAServiceRestart) {
   char tmpl[] = "/tmp/elastrun_coordinator_nodes_test.XXXXXX";
   const std::string dir = mkdtemp(tmpl);

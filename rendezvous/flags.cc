@@ -88,6 +88,14 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                   "a node silent this long is lost (default 3s;\n"
                   "must exceed the heartbeat interval).")
       ->type_name("DUR");
+  app->add_option("--max-heartbeat-rate", flags->max_heartbeat_rate,
+                  "heartbeats a second asked of all nodes together\n"
+                  "(default 4000; 0: no limit). A larger cluster\n"
+                  "heartbeats less often: interval and lease grow in\n"
+                  "proportion (10,000 nodes at the defaults: every 2.5s,\n"
+                  "lost after 7.5s). Daemons hear it in each reply.")
+      ->type_name("N")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--node-expiry", expiry,
                   "a node lost this long is forgotten: gone from\n"
                   "`elastrun nodes` and the state file, and its next\n"

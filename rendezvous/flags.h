@@ -23,6 +23,8 @@ struct ServiceFlags {
   // --heartbeat-interval / --lease-timeout (the lease options).
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lease_timeout = absl::Seconds(3);
+  // --max-heartbeat-rate (LeaseOptions::max_heartbeat_rate).
+  double max_heartbeat_rate = 4000;
   // --node-expiry: a node lost this long is forgotten; "0": never.
   absl::Duration node_expiry = absl::Minutes(10);
   // --max-nodes: nodes kept at most (CoordinatorOptions::max_nodes).

@@ -59,6 +59,10 @@ TEST(ServiceFlagsTest, NodeExpiryDefaultsToTenMinutesAndZeroMeansNever) {
   EXPECT_EQ(Parse({}).flags.max_nodes, 50000);
   EXPECT_EQ(Parse({"--max-nodes", "7"}).flags.max_nodes, 7);
   EXPECT_EQ(Parse({"--max-nodes", "0"}).code, 2);
+  EXPECT_EQ(Parse({}).flags.max_heartbeat_rate, 4000);
+  EXPECT_EQ(Parse({"--max-heartbeat-rate", "0"}).flags.max_heartbeat_rate, 0);
+  EXPECT_EQ(Parse({"--max-heartbeat-rate", "250.5"}).flags.max_heartbeat_rate, 250.5);
+  EXPECT_EQ(Parse({"--max-heartbeat-rate", "-1"}).code, 2);
   r = Parse({"--node-expiry", "later"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--node-expiry"));
@@ -81,9 +85,10 @@ TEST(ServiceFlagsTest, UsageErrorsNameTheFlagAndExit2) {
 TEST(ServiceFlagsTest, HelpListsEveryFlagAndVersionPrints) {
   Result help = Parse({"--help"});
   EXPECT_EQ(help.code, 0);
-  for (const char* flag : {"--listen HOST:PORT", "--state-dir DIR", "--heartbeat-interval DUR",
-                           "--lease-timeout DUR", "--node-expiry DUR", "--max-nodes N", "--token TOKEN", "--token-file FILE",
-                           "--version", "--help"}) {
+  for (const char* flag : {"--listen HOST:PORT", "--state-dir DIR",
+                           "--heartbeat-interval DUR", "--lease-timeout DUR",
+                           "--node-expiry DUR", "--max-nodes N", "--max-heartbeat-rate N",
+                           "--token TOKEN", "--token-file FILE", "--version", "--help"}) {
     EXPECT_THAT(help.out, HasSubstr(flag));
   }
   EXPECT_THAT(help.out, ::testing::StartsWith("usage: elastrun-rendezvous [flags]\n"));

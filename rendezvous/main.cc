@@ -85,6 +85,7 @@ elastrun::rendezvous::ServerOptions MakeServerOptions(
   options.metrics_listen = flags.metrics_listen;
   options.coordinator.lease.heartbeat_interval = flags.heartbeat_interval;
   options.coordinator.lease.lease_timeout = flags.lease_timeout;
+  options.coordinator.lease.max_heartbeat_rate = flags.max_heartbeat_rate;
   options.coordinator.lease.node_expiry = flags.node_expiry;
   options.coordinator.max_nodes = flags.max_nodes;
   if (const std::string& state_dir = flags.state_dir; !state_dir.empty()) {

@@ -42,6 +42,10 @@ absl::Status ValidateLeaseOptions(const LeaseOptions& o) {
         "lease timeout %s must be longer than the heartbeat interval %s",
         absl::FormatDuration(o.lease_timeout), absl::FormatDuration(o.heartbeat_interval)));
   }
+  if (!(o.max_heartbeat_rate >= 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max heartbeat rate %g must be 0 (no limit) or more", o.max_heartbeat_rate));
+  }
   if (o.node_expiry <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "node expiry %s must be greater than 0", absl::FormatDuration(o.node_expiry)));
@@ -90,6 +94,19 @@ absl::StatusOr<NodeRegistry::Registered> NodeRegistry::CheckRegister(
   return out;
 }
 
+Cadence NodeRegistry::cadence() const {
+  Cadence c{options_.heartbeat_interval, options_.lease_timeout};
+  if (options_.max_heartbeat_rate <= 0) return c;
+  // leases_ holds every alive node once.
+  const double rate =
+      static_cast<double>(leases_.size()) / absl::ToDoubleSeconds(c.heartbeat_interval);
+  if (rate <= options_.max_heartbeat_rate) return c;
+  const double grow = rate / options_.max_heartbeat_rate;
+  c.heartbeat_interval = absl::Ceil(c.heartbeat_interval * grow, absl::Milliseconds(1));
+  c.lease_timeout = absl::Ceil(c.lease_timeout * grow, absl::Milliseconds(1));
+  return c;
+}
+
 NodeRecord& NodeRegistry::Register(const v1::RegisterNodeRequest& r, absl::Time now) {
   NodeRecord& n = nodes_[r.node_id()];
   const bool fresh = !n.stored.has_registered_time() ||
@@ -103,7 +120,7 @@ NodeRecord& NodeRegistry::Register(const v1::RegisterNodeRequest& r, absl::Time 
   n.stored.clear_lost_reason();
   n.stored.clear_lost_time();
   if (fresh) *n.stored.mutable_registered_time() = ToProto(now);
-  n.lease_expiry = now + options_.lease_timeout;
+  n.lease_expiry = now + cadence().lease_timeout;
   n.confirmed = true;
   n.reported_running.assign(r.running().begin(), r.running().end());
   Reindex(r.node_id(), n);
@@ -135,7 +152,7 @@ absl::StatusOr<absl::Time> NodeRegistry::Heartbeat(absl::string_view node_id,
                                                    absl::Time now) {
   if (absl::Status st = CheckAlive(node_id, incarnation); !st.ok()) return st;
   NodeRecord* n = Find(node_id);
-  n->lease_expiry = now + options_.lease_timeout;
+  n->lease_expiry = now + cadence().lease_timeout;
   n->confirmed = true;
   Reindex(n->stored.node_id(), *n);
   return n->lease_expiry;
@@ -236,7 +253,7 @@ void NodeRegistry::Restore(const v1::StoredNode& stored, absl::Time now) {
   NodeRecord& n = nodes_[stored.node_id()];
   Unindex(stored.node_id(), n);
   n.stored = stored;
-  n.lease_expiry = now + options_.lease_timeout;
+  n.lease_expiry = now + cadence().lease_timeout;
   if (!n.alive() && !n.stored.has_lost_time()) *n.stored.mutable_lost_time() = ToProto(now);
   Reindex(stored.node_id(), n);
 }

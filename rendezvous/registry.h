@@ -31,6 +31,20 @@ struct LeaseOptions {
   // and `elastrun nodes` shows what was lost and why while someone looks;
   // and it bounds what a flood of fresh node ids leaves behind.
   absl::Duration node_expiry = absl::Minutes(10);
+  // The heartbeats a second asked of all alive nodes together (0: no
+  // limit). Past max_heartbeat_rate x heartbeat_interval alive nodes, the
+  // interval and the lease grow in proportion, as Nomad's
+  // max_heartbeats_per_second: at the defaults a cluster of up to 4,000
+  // nodes heartbeats every 1 s (lease 3 s), 10,000 nodes every 2.5 s
+  // (lease 7.5 s). Each node hears the current ones in every reply.
+  double max_heartbeat_rate = 4000;
+};
+
+// The heartbeat interval and lease a node is given now (LeaseOptions'
+// ones, grown with the cluster by max_heartbeat_rate).
+struct Cadence {
+  absl::Duration heartbeat_interval;
+  absl::Duration lease_timeout;
 };
 
 // OK, or InvalidArgument naming the bad setting.
@@ -71,6 +85,9 @@ class NodeRegistry {
   explicit NodeRegistry(LeaseOptions options) : options_(options) {}
 
   const LeaseOptions& options() const { return options_; }
+  // What a node is told (and given) when it registers or heartbeats now;
+  // O(1).
+  Cadence cadence() const;
 
   // What RegisterNode found.
   struct Registered {
@@ -94,7 +111,7 @@ class NodeRegistry {
   // slots than its jobs use is over-committed until they finish.
   NodeRecord& Register(const v1::RegisterNodeRequest& request, absl::Time now);
 
-  // Renews the lease; returns the new expiry. NotFound for an unknown or
+  // Renews the lease (by cadence()); returns the new expiry. NotFound for an unknown or
   // lost node (it must register again), FailedPrecondition for another
   // incarnation.
   absl::StatusOr<absl::Time> Heartbeat(absl::string_view node_id,

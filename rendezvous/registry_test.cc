@@ -42,6 +42,42 @@ TEST(RegistryTest, LeaseExpiresWithoutHeartbeat) {
   EXPECT_TRUE(reg.Find("b")->alive());
 }
 
+// Past max_heartbeat_rate heartbeats a second, interval and lease grow with
+// the alive nodes, and the lease a heartbeat grants is the one told; lost
+// nodes do not count, and a shrinking cluster shrinks them back.
+TEST(RegistryTest, IntervalAndLeaseGrowWithTheCluster) {
+  FakeClock clock;
+  LeaseOptions options{absl::Seconds(1), absl::Seconds(3)};
+  options.max_heartbeat_rate = 10;
+  NodeRegistry reg(options);
+  for (int i = 0; i < 10; ++i) {
+    reg.Register(RegisterRequest(absl::StrCat("n", i), 1, "i1"), clock.Now());
+  }
+  EXPECT_EQ(reg.cadence().heartbeat_interval, absl::Seconds(1));  // 10 a second
+  EXPECT_EQ(reg.cadence().lease_timeout, absl::Seconds(3));
+  for (int i = 10; i < 25; ++i) {
+    reg.Register(RegisterRequest(absl::StrCat("n", i), 1, "i1"), clock.Now());
+  }
+  EXPECT_EQ(reg.cadence().heartbeat_interval, absl::Milliseconds(2500));
+  EXPECT_EQ(reg.cadence().lease_timeout, absl::Milliseconds(7500));
+  absl::StatusOr<absl::Time> expiry = reg.Heartbeat("n0", "i1", clock.Now());
+  ASSERT_TRUE(expiry.ok()) << expiry.status();
+  EXPECT_EQ(*expiry, clock.Now() + absl::Milliseconds(7500));
+  for (int i = 0; i < 20; ++i) reg.MarkLost(absl::StrCat("n", i), "test", clock.Now());
+  EXPECT_EQ(reg.cadence().heartbeat_interval, absl::Seconds(1));  // 5 alive
+  EXPECT_EQ(reg.cadence().lease_timeout, absl::Seconds(3));
+
+  options.max_heartbeat_rate = 0;  // no limit
+  NodeRegistry unlimited(options);
+  for (int i = 0; i < 100; ++i) {
+    unlimited.Register(RegisterRequest(absl::StrCat("n", i), 1, "i1"), clock.Now());
+  }
+  EXPECT_EQ(unlimited.cadence().heartbeat_interval, absl::Seconds(1));
+  options.max_heartbeat_rate = -1;
+  EXPECT_THAT(std::string(ValidateLeaseOptions(options).message()),
+              ::testing::HasSubstr("max heartbeat rate -1"));
+}
+
 // The registry answers the timer's questions from time indexes (a walk
 // over every node after every change was O(N^2) at 10,000 nodes); on random
 // registrations, heartbeats, losses, jobs, removals and restores, the

@@ -4,6 +4,13 @@
 #include <cstdlib>
 
 namespace elastrun::bench {
+namespace {
+
+int64_t DurationNs(const google::protobuf::Duration& d) {
+  return d.seconds() * 1'000'000'000LL + d.nanos();
+}
+
+}  // namespace
 
 bool Sim::RegisterAndWatch(double timeout_s, std::string* error) {
   hb_thread_ = std::thread([this] { HeartbeatLoop(); });
@@ -27,9 +34,9 @@ bool Sim::RegisterAndWatch(double timeout_s, std::string* error) {
               // The registration renewed the lease: the next heartbeat in
               // one interval.
               std::lock_guard<std::mutex> l(hb_mu_);
-              hb_interval_ns_ = d.seconds() * 1'000'000'000LL + d.nanos();
+              n->hb_interval_ns = DurationNs(d);
               n->last_hb_ns = NowNs();
-              n->next_hb_ns = n->last_hb_ns + hb_interval_ns_;
+              n->next_hb_ns = n->last_hb_ns + n->hb_interval_ns;
               n->hb_on = true;
             }
             // Set under the lock: the main thread reads it once every
@@ -180,6 +187,10 @@ void Sim::SendHeartbeat(Node* node) {
                                      RecordError("Heartbeat " + node->id + ": " +
                                                  s.error_message());
                                    }
+                                   if (s.ok() && call->resp.has_heartbeat_interval()) {
+                                     node->hb_interval_ns =
+                                         DurationNs(call->resp.heartbeat_interval());
+                                   }
                                    delete call;
                                    CallDone();
                                  });
@@ -193,8 +204,9 @@ void Sim::HeartbeatLoop() {
       for (auto& node : nodes_) {
         if (!node->hb_on || now < node->next_hb_ns) continue;
         node->last_hb_ns = now;
-        node->next_hb_ns += hb_interval_ns_;
-        if (node->next_hb_ns < now) node->next_hb_ns = now + hb_interval_ns_;
+        const int64_t interval = node->hb_interval_ns;
+        node->next_hb_ns += interval;
+        if (node->next_hb_ns < now) node->next_hb_ns = now + interval;
         SendHeartbeat(node.get());
       }
     }

@@ -49,6 +49,10 @@ struct Node {
   bool hb_on = false;
   int64_t next_hb_ns = 0;
   int64_t last_hb_ns = 0;
+  // The interval the service gave last (registration, then each heartbeat
+  // reply: it grows with the cluster), as a daemon keeps it. Atomic: set
+  // from reply callbacks, which must not take hb_mu_.
+  std::atomic<int64_t> hb_interval_ns{1'000'000'000};
   std::unique_ptr<Watcher> watch;
   // Guarded by Sim::mu_.
   std::map<int64_t, StartInfo> starts;  // by round
@@ -200,7 +204,6 @@ class Sim {
   std::atomic<bool> stopping_{false};
 
   std::mutex hb_mu_;
-  int64_t hb_interval_ns_ = 1'000'000'000;
   std::atomic<bool> hb_stop_{false};
   std::thread hb_thread_;
 

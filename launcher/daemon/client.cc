@@ -64,11 +64,14 @@ class GrpcRendezvousClient : public RendezvousClient {
     if (!st.ok()) return st;
     return resp;
   }
-  absl::Status Heartbeat(const v1::HeartbeatRequest& request) override {
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request) override {
     grpc::ClientContext ctx;
     Prepare(ctx);
     v1::HeartbeatResponse resp;
-    return FromGrpcStatus(stub_->Heartbeat(&ctx, request, &resp));
+    absl::Status st = FromGrpcStatus(stub_->Heartbeat(&ctx, request, &resp));
+    if (!st.ok()) return st;
+    return resp;
   }
   absl::StatusOr<v1::JoinRoundResponse> JoinRound(
       const v1::JoinRoundRequest& request) override {

@@ -35,7 +35,8 @@ class RendezvousClient {
   virtual ~RendezvousClient() = default;
   virtual absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
       const v1::RegisterNodeRequest& request) = 0;
-  virtual absl::Status Heartbeat(const v1::HeartbeatRequest& request) = 0;
+  virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request) = 0;
   virtual absl::StatusOr<v1::JoinRoundResponse> JoinRound(
       const v1::JoinRoundRequest& request) = 0;
   virtual absl::Status ReportExit(const v1::ReportExitRequest& request) = 0;

@@ -32,7 +32,9 @@ class FakeClient : public RendezvousClient {
     registers.push_back(request);
     return v1::RegisterNodeResponse();
   }
-  absl::Status Heartbeat(const v1::HeartbeatRequest&) override { return absl::OkStatus(); }
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest&) override {
+    return v1::HeartbeatResponse();
+  }
   absl::StatusOr<v1::JoinRoundResponse> JoinRound(
       const v1::JoinRoundRequest& request) override {
     HoldIfAsked(request.job_id());
@@ -207,10 +209,11 @@ class FakeService : public RendezvousClient {
     *resp.mutable_lease_timeout() = rendezvous::ToProto(absl::Seconds(3));
     return resp;
   }
-  absl::Status Heartbeat(const v1::HeartbeatRequest&) override {
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest&) override {
     absl::MutexLock lock(&mu_);
     ++heartbeats_;
-    return heartbeat_status_;
+    if (!heartbeat_status_.ok()) return heartbeat_status_;
+    return heartbeat_response_;
   }
   absl::StatusOr<v1::JoinRoundResponse> JoinRound(const v1::JoinRoundRequest&) override {
     return v1::JoinRoundResponse();
@@ -273,6 +276,24 @@ class FakeService : public RendezvousClient {
     absl::MutexLock lock(&mu_);
     heartbeat_status_ = std::move(s);
   }
+  // What a heartbeat that succeeds answers (default: nothing set).
+  void set_heartbeat_response(v1::HeartbeatResponse r) {
+    absl::MutexLock lock(&mu_);
+    heartbeat_response_ = std::move(r);
+  }
+  int heartbeats() {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
+  }
+  // Waits until `n` heartbeats came; returns how many came.
+  int AwaitHeartbeats(int n) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this, n]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return heartbeats_ >= n; };
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), kFakeWait))
+        << "no heartbeat " << n;
+    return heartbeats_;
+  }
 
  private:
   absl::Mutex mu_;
@@ -280,6 +301,7 @@ class FakeService : public RendezvousClient {
   std::vector<std::unique_ptr<FakeStream>> streams_ ABSL_GUARDED_BY(mu_);
   absl::Status register_status_ ABSL_GUARDED_BY(mu_);
   absl::Status heartbeat_status_ ABSL_GUARDED_BY(mu_);
+  v1::HeartbeatResponse heartbeat_response_ ABSL_GUARDED_BY(mu_);
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -202,11 +202,19 @@ void DaemonSession::HeartbeatLoop(uint64_t generation, absl::Duration interval,
     v1::HeartbeatRequest r;
     r.set_node_id(options_.node_id);
     r.set_incarnation(options_.incarnation);
-    absl::Status st = client_->Heartbeat(r);
-    if (st.ok()) {
+    absl::StatusOr<v1::HeartbeatResponse> resp = client_->Heartbeat(r);
+    if (resp.ok()) {
       last_ok = absl::Now();
+      // The service stretches both as its cluster grows
+      // (--max-heartbeat-rate); an older one sends neither.
+      if (resp->has_heartbeat_interval() && resp->has_lease_timeout()) {
+        interval = std::max(rendezvous::FromProto(resp->heartbeat_interval()),
+                            absl::Milliseconds(10));
+        lease = rendezvous::FromProto(resp->lease_timeout());
+      }
       continue;
     }
+    const absl::Status& st = resp.status();
     // NOT_FOUND: the service lost us (lease expired); FAILED_PRECONDITION:
     // another incarnation holds the id. Either way: reconnect and register.
     const bool forgotten = absl::IsNotFound(st) || absl::IsFailedPrecondition(st);

@@ -98,6 +98,29 @@ TEST_F(SessionTest, HeartbeatNotFoundReRegisters) {
   service_.AwaitRegister(2);
 }
 
+TEST_F(SessionTest, HeartbeatsAtTheIntervalTheLastReplyGave) {
+  // Registered with a 5 ms interval; the first reply stretches it to an
+  // hour, as a service with a large cluster does (--max-heartbeat-rate).
+  v1::HeartbeatResponse stretched;
+  *stretched.mutable_heartbeat_interval() = rendezvous::ToProto(absl::Hours(1));
+  *stretched.mutable_lease_timeout() = rendezvous::ToProto(absl::Hours(3));
+  service_.set_heartbeat_response(stretched);
+  Run();
+  service_.AwaitRegister(1);
+  service_.AwaitHeartbeats(1);
+  // Nothing happening has no event to wait on: 300 ms is 60 intervals at
+  // the registration's 5 ms, and not one at the reply's hour.
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(service_.heartbeats(), 1) << "the reply's interval was not taken";
+}
+
+TEST_F(SessionTest, AReplyWithoutACadenceKeepsTheRegistrations) {
+  // An older service answers heartbeats without interval and lease.
+  Run();
+  service_.AwaitRegister(1);
+  EXPECT_GE(service_.AwaitHeartbeats(20), 20);  // at the 5 ms of the registration
+}
+
 TEST_F(SessionTest, RefusedRegistrationEndsRun) {
   service_.set_register_status(absl::InvalidArgumentError("RegisterNode.node_id: bad"));
   Run();
