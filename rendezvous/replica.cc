@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "rendezvous/etcd_store.h"
+#include "rendezvous/follower_proxy.h"
 
 namespace elastrun::rendezvous {
 namespace {
@@ -65,8 +66,32 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Lead(const ServiceFlags& flags
   lo.on_lost = [argv, &stop](const std::string& why) {
     StepDown(argv, why, stop.load());
   };
+  // While another replica leads, this one's port passes every call on to
+  // it, so that clients (or a Kubernetes Service) may reach any replica.
+  FollowerProxyOptions po;
+  po.listen = flags.listen;
+  po.tls = flags.tls;
+  const std::string self = lo.value;
+  EtcdClient* client = r->client_.get();
+  const std::string election = lo.prefix + "/leader";
+  // Never to itself: the election may still name this replica's previous
+  // run (stepped down, its lease not yet expired).
+  auto other = [self](const std::string& leader) {
+    return leader == self ? std::string() : leader;
+  };
+  po.find_leader = [client, election, other]() -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(std::string leader, client->Leader(election));
+    return other(leader);
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<FollowerProxy> proxy,
+                   FollowerProxy::Start(std::move(po)));
+  LOG(INFO) << "following on " << proxy->address()
+            << ": calls pass to the leader until this replica leads";
   std::string said;  // the last thing said while waiting: said again only when it changes
-  lo.on_waiting = [&said](const absl::Status& etcd, const std::string& leader) {
+  lo.on_waiting = [&said, &proxy, other](const absl::Status& etcd,
+                                         const std::string& leader) {
+    // etcd away: the leader known last may still serve.
+    if (etcd.ok()) proxy->SetLeader(other(leader));
     const std::string now =
         etcd.ok()
             ? (leader.empty() ? "waiting to lead" : "following the leader at " + leader)
@@ -82,7 +107,13 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Lead(const ServiceFlags& flags
   };
   LOG(INFO) << "replica " << lo.value << " over " << r->client_->name() << " (prefix "
             << lo.prefix << "): campaigning";
-  ASSIGN_OR_RETURN(r->leadership_, Leadership::Campaign(std::move(lo), stop));
+  absl::StatusOr<std::unique_ptr<Leadership>> led =
+      Leadership::Campaign(std::move(lo), stop);
+  // The port is the service's from now on; calls passed on end UNAVAILABLE
+  // and come again, to this replica.
+  proxy.reset();
+  if (!led.ok()) return led.status();
+  r->leadership_ = *std::move(led);
   LOG(INFO) << "leading (key " << r->leadership_->key().key() << ")";
   return r;
 }
