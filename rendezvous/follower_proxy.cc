@@ -17,6 +17,8 @@
 namespace elastrun::rendezvous {
 namespace {
 
+constexpr char kTakesOver[] = "this replica takes over as the leader; call again";
+
 // How often the election is asked while the leader a call reached fails.
 constexpr absl::Duration kLeaderPoll = absl::Milliseconds(100);
 
@@ -37,11 +39,19 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
  public:
   Call(FollowerProxy* proxy, grpc::GenericCallbackServerContext* ctx)
       : proxy_(proxy), server_ctx_(ctx) {
-    proxy->Track(this);
     std::string leader;
-    std::shared_ptr<grpc::Channel> channel = proxy->Upstream(&leader);
+    bool stopping = false;
+    std::shared_ptr<grpc::Channel> channel = proxy->Track(this, &leader, &stopping);
+    if (stopping) {
+      // Came after Shutdown looked at the calls in flight: as those end.
+      refs_.store(1);  // no upstream side
+      Claim();
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, kTakesOver));
+      return;
+    }
     if (channel == nullptr) {
       refs_.store(1);  // no upstream side
+      Claim();
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "this replica follows and no leader is elected yet; retry"));
       return;
@@ -69,11 +79,11 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
 
   // The replica takes over: the call ends UNAVAILABLE, as a call whose
   // leader went away does.
+  // Finished here, not through the upstream side's end: a Shutdown never
+  // waits on the leader (calls left at Shutdown's deadline would end
+  // CANCELLED, which clients do not retry).
   void Abort() {
-    {
-      absl::MutexLock lock(&mu_);
-      aborted_ = true;
-    }
+    if (Claim()) FinishClaimed(grpc::Status(grpc::StatusCode::UNAVAILABLE, kTakesOver));
     upstream_.ctx.TryCancel();
   }
 
@@ -97,7 +107,7 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
     {
       absl::MutexLock lock(&mu_);
       server_writing_ = false;
-      if (finish_.has_value()) finish = std::move(finish_);
+      finish.swap(finish_);
     }
     if (finish) return Finish(*finish);
     if (ok) {
@@ -106,6 +116,7 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
       upstream_.ctx.TryCancel();  // the caller is gone
     }
   }
+  // The caller cancelled, or its deadline passed: so does the upstream side.
   void OnCancel() override { upstream_.ctx.TryCancel(); }
   void OnDone() override {
     proxy_->Forget(this);
@@ -126,6 +137,7 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
     if (!ok) return;  // the stream ended: its status comes in UpstreamDone
     {
       absl::MutexLock lock(&mu_);
+      if (ended_) return;  // aborted: the upstream side is cancelled
       server_writing_ = true;
     }
     StartWrite(&response_);
@@ -137,36 +149,37 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
     upstream_.RemoveHold();
   }
   void UpstreamDone(const grpc::Status& status) {
-    grpc::Status out = status;
-    bool aborted;
-    {
-      absl::MutexLock lock(&mu_);
-      aborted = aborted_;
-    }
-    if (aborted) {
-      out = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                         "this replica takes over as the leader; call again");
-    } else {
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE)
-        proxy_->LeaderFailed(leader_);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE)
+      proxy_->LeaderFailed(leader_);
+    if (Claim()) {
       for (const auto& [key, value] : upstream_.ctx.GetServerTrailingMetadata()) {
         const std::string k(key.data(), key.size());
         if (OwnedByGrpc(k)) continue;
         server_ctx_->AddTrailingMetadata(k, std::string(value.data(), value.size()));
       }
+      FinishClaimed(status);
     }
-    bool now = true;
+    Unref();
+  }
+
+  // Whether this caller takes the one Finish of the call.
+  bool Claim() {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return false;
+    ended_ = true;
+    return true;
+  }
+  // Finishes the call now, or, while a message is still being written to
+  // the caller, once it is.
+  void FinishClaimed(const grpc::Status& status) {
     {
       absl::MutexLock lock(&mu_);
-      // The last message is still being written to the caller: it finishes
-      // the call once written.
       if (server_writing_) {
-        finish_ = out;
-        now = false;
+        finish_ = status;
+        return;
       }
     }
-    if (now) Finish(out);
-    Unref();
+    Finish(status);
   }
 
   FollowerProxy* const proxy_;
@@ -180,7 +193,7 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
   // holds one while it aborts.
   std::atomic<int> refs_{2};
   absl::Mutex mu_;
-  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;  // Finish is called or due
   bool server_writing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> finish_ ABSL_GUARDED_BY(mu_);
 };
@@ -268,10 +281,13 @@ void FollowerProxy::SetLeader(const std::string& leader) {
   LOG(INFO) << "passing calls to the leader at " << leader;
 }
 
-std::shared_ptr<grpc::Channel> FollowerProxy::Upstream(std::string* leader) {
+std::shared_ptr<grpc::Channel> FollowerProxy::Track(Call* call, std::string* leader,
+                                                    bool* stopping) {
   absl::MutexLock lock(&mu_);
+  active_.insert(call);
   ++calls_;
   *leader = leader_;
+  *stopping = stopping_;
   return channel_;
 }
 
@@ -279,11 +295,6 @@ void FollowerProxy::LeaderFailed(const std::string& leader) {
   absl::MutexLock lock(&mu_);
   if (leader.empty() || leader != leader_) return;
   failed_leader_ = leader;
-}
-
-void FollowerProxy::Track(Call* call) {
-  absl::MutexLock lock(&mu_);
-  active_.insert(call);
 }
 
 void FollowerProxy::Forget(Call* call) {
@@ -314,7 +325,7 @@ void FollowerProxy::PollLoop() {
       continue;
     }
     absl::StatusOr<std::string> now = options_.find_leader();
-    if (now.ok() && *now != failed) {
+    if (now.ok() && !now->empty() && *now != failed) {
       SetLeader(*now);
       continue;
     }

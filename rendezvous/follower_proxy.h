@@ -53,7 +53,9 @@ class FollowerProxy {
   // The bound address (HOST:PORT, the port chosen when 0 was asked).
   const std::string& address() const { return address_; }
   // Calls that start from now on go to `leader` ("HOST:PORT"; empty: none
-  // known). Calls in flight stay with the leader they reached.
+  // known). Calls in flight stay with the leader they reached. The proxy
+  // itself only ever replaces a leader by another (an election it cannot
+  // read names none: the last one may still serve).
   void SetLeader(const std::string& leader);
   // Ends every call in flight (UNAVAILABLE: the replica takes over) and
   // frees the port. Idempotent.
@@ -66,10 +68,10 @@ class FollowerProxy {
 
  private:
   explicit FollowerProxy(FollowerProxyOptions options) : options_(std::move(options)) {}
-  // The channel to the leader now (null when none is known) and its
-  // address; counts the call.
-  std::shared_ptr<grpc::Channel> Upstream(std::string* leader);
-  void Track(Call* call);
+  // Files a new call among those in flight and counts it; returns the
+  // channel to the leader now (null when none is known), its address, and
+  // whether Shutdown began.
+  std::shared_ptr<grpc::Channel> Track(Call* call, std::string* leader, bool* stopping);
   void Forget(Call* call);
   // A call to the leader failed UNAVAILABLE: ask the election again.
   void LeaderFailed(const std::string& leader);

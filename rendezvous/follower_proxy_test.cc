@@ -55,6 +55,7 @@ grpc::Status Submit(v1::Jobs::Stub& jobs, const std::string& token, std::string*
   r.mutable_spec()->set_max_nodes(1);
   r.mutable_spec()->set_nproc_per_node(1);
   r.mutable_spec()->add_argv("worker");
+  r.mutable_spec()->set_wait_for_nodes(true);  // queued where no node is up
   grpc::ClientContext ctx;
   Prepare(ctx, token);
   v1::SubmitResponse resp;
@@ -191,7 +192,8 @@ TEST(FollowerProxyTest, FollowsTheNextLeaderTheElectionNames) {
   EXPECT_THAT(none.error_message(), HasSubstr("no leader"));
 
   proxy->SetLeader(first->address());
-  ASSERT_TRUE(Submit(*jobs, kToken, &id).ok());
+  grpc::Status led = Submit(*jobs, kToken, &id);
+  ASSERT_TRUE(led.ok()) << led.error_code() << ": " << led.error_message();
   first->Shutdown();
   first.reset();
   {

@@ -83,15 +83,19 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Lead(const ServiceFlags& flags
     ASSIGN_OR_RETURN(std::string leader, client->Leader(election));
     return other(leader);
   };
-  ASSIGN_OR_RETURN(std::unique_ptr<FollowerProxy> proxy,
-                   FollowerProxy::Start(std::move(po)));
+  ASSIGN_OR_RETURN(std::unique_ptr<FollowerProxy> proxy, FollowerProxy::Start(po));
+  // Known from the start, not only after the first campaign slice.
+  if (absl::StatusOr<std::string> leader = po.find_leader(); leader.ok()) {
+    proxy->SetLeader(*leader);
+  }
   LOG(INFO) << "following on " << proxy->address()
             << ": calls pass to the leader until this replica leads";
   std::string said;  // the last thing said while waiting: said again only when it changes
   lo.on_waiting = [&said, &proxy, other](const absl::Status& etcd,
                                          const std::string& leader) {
-    // etcd away: the leader known last may still serve.
-    if (etcd.ok()) proxy->SetLeader(other(leader));
+    // etcd away, or the election not read: the leader known last may still
+    // serve (a call it fails makes the proxy ask again).
+    if (etcd.ok() && !other(leader).empty()) proxy->SetLeader(other(leader));
     const std::string now =
         etcd.ok()
             ? (leader.empty() ? "waiting to lead" : "following the leader at " + leader)

@@ -145,7 +145,11 @@ class HaE2eTest : public ClusterTest {
                      CliEnv());
     EXPECT_TRUE(r.ok() && r->exit_code == 0)
         << (r.ok() ? r->output : r.status().ToString());
-    return r.ok() ? std::string(absl::StripAsciiWhitespace(r->output)) : "";
+    if (!r.ok()) return "";
+    // The id is the last line (a retry is said before it).
+    const std::vector<std::string> lines =
+        absl::StrSplit(absl::StripAsciiWhitespace(r->output), '\n');
+    return lines.back();
   }
 
   void StartTwoNodes() {
@@ -230,7 +234,7 @@ TEST_F(HaE2eTest, KillingTheLeaderLosesNoJobNoLogLineAndTheNextFailureIsHandled)
   // then success.
   ASSERT_FALSE(testing::WriteOwnerOnlyFile(dir_ + "/fail", "1").empty());
   ASSERT_TRUE(wait->Wait(kDeadline).ok()) << wait->Output() << ReplicaOutput();
-  EXPECT_EQ(wait->exit_code(), 0) << wait->Output();
+  EXPECT_EQ(wait->exit_code(), 0) << wait->Output() << ReplicaOutput();
   EXPECT_TRUE(absl::StrContains(wait->Output(), "SUCCEEDED")) << wait->Output();
   EXPECT_TRUE(absl::StrContains(wait->Output(), "1 restart")) << wait->Output();
   ASSERT_TRUE(logs->Wait(kDeadline).ok()) << logs->Output();

@@ -4,6 +4,7 @@
 // call (its first backoff pause), so the test exercises the retry every time.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <sstream>
 #include <thread>
 
@@ -66,6 +67,41 @@ TEST(CliRetryTest, StatusWaitsForAServiceThatComesUpLate) {
   EXPECT_EQ(rc, kExitOk) << err.str();
   EXPECT_THAT(out.str(), HasSubstr("RUNNING"));
   EXPECT_THAT(err.str(), HasSubstr("service at " + address + " unavailable; retrying"));
+}
+
+// gRPC cancels calls that arrive while a server shuts down (a service
+// stopping, a follower replica taking over its port): the first call here
+// ends CANCELLED as those do, and the command retries it as an outage.
+class CancelsFirstCallService final : public v1::Jobs::Service {
+  grpc::Status Get(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                   v1::JobStatus* resp) override {
+    if (calls_++ == 0) return grpc::Status(grpc::StatusCode::CANCELLED, "Cancelled");
+    return static_cast<v1::Jobs::Service&>(one_).Get(ctx, req, resp);
+  }
+  std::atomic<int> calls_{0};
+  OneJobService one_;
+};
+
+TEST(CliRetryTest, ACallTheServiceCancelledIsRetried) {
+  CancelsFirstCallService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::ostringstream out, err;
+  CliContext ctx = RealCliContext();
+  ctx.out = &out;
+  ctx.err = &err;
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const int rc = RunCli(
+      {"status", "j-1", "--rendezvous", address, "--retry-for", "60s", "--token", "t"},
+      ctx);
+  server->Shutdown();
+  EXPECT_EQ(rc, kExitOk) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("RUNNING"));
+  EXPECT_THAT(err.str(), HasSubstr("closed the call"));
 }
 
 }  // namespace

@@ -223,6 +223,16 @@ class GrpcJobsClient : public JobsClient {
           "there? (set --rendezvous HOST:PORT or ELASTRUN_RENDEZVOUS)",
           options_.address, st.error_message()));
     }
+    if (code == absl::StatusCode::kCancelled) {
+      // The CLI cancels none of its calls: the service's port closed under
+      // this one (gRPC cancels calls that arrive as a server shuts down: a
+      // service stopping, or a follower replica taking over). Retried as
+      // the service being away.
+      return absl::UnavailableError(absl::StrFormat(
+          "the elastrun service at %s closed the call (%s); it is stopping or "
+          "handing over",
+          options_.address, st.error_message()));
+    }
     if (code == absl::StatusCode::kDeadlineExceeded) {
       return absl::DeadlineExceededError(
           absl::StrFormat("the elastrun service at %s did not answer within %s",
