@@ -128,8 +128,16 @@ class Bench:
         wait_for(lambda: self.leader() is not None, 30, "a leader")
 
     def leader(self):
+        """The replica the election names (etcd's leader key created first:
+        every replica serves its port, followers by passing calls on), if it
+        is alive and accepts connections."""
+        r = subprocess.run(
+            ["etcdctl", "--endpoints", self.etcd, "get", "--prefix", "/elastrun/leader",
+             "--sort-by=CREATE", "--order=ASCEND", "--limit=1", "--print-value-only"],
+            env=dict(self.env, ETCDCTL_API="3"), capture_output=True, text=True)
+        named = r.stdout.strip()
         for i, p in enumerate(self.ports):
-            if self.replicas[i].poll() is None and accepts(p):
+            if named == f"127.0.0.1:{p}" and self.replicas[i].poll() is None and accepts(p):
                 return i
         return None
 

@@ -238,7 +238,7 @@ def wait_any(procs, pattern):
 def check_replicas(bin_dir, tmp, replicas, daemon_args, rendezvous):
     """The service's replicas over one etcd: `replicas` are their argument
     lists (each its --store, --listen, --advertise on loopback; the token
-    file is tmp/token). Exactly one leads (it says "listening on") and the others follow
+    file is tmp/token). Exactly one leads (it listens) and the others follow
     it by its advertised address; a daemon given `rendezvous`, the replicas'
     addresses, registers; when the leader stops (it resigns) another leads
     and the daemon registers with it. Returns the processes left running."""

@@ -1,8 +1,7 @@
 """The HA variant of the manifests (../kubernetes-ha), as kustomize builds
 it: etcd's three members and the service's three replicas find each other
-by their stable names, every replica serves its port (the leader, or a
-follower passing calls to it) and the Service the CLI dials goes to the
-Ready ones, the daemons dial the three; then three etcd members, three
+by their stable names, only the leader is Ready (the Service the CLI dials
+goes to it), the daemons dial the three; then three etcd members, three
 replicas and a daemon start from those manifests, each pod's name on
 loopback, and the daemon follows the next leader. Run by
 kubernetes_test.py."""
@@ -130,9 +129,9 @@ def check_ha_etcd(files):
 
 
 def check_ha_rendezvous(files, bin_dir, etcd_clients):
-    """Three replicas over etcd's members, with no volume; Ready = serving
-    the gRPC port (a TCP probe), and the Service the CLI dials going to
-    Ready pods only. Returns (StatefulSet, config,
+    """Three replicas over etcd's members, with no volume; only the leader
+    Ready (a TCP probe on the port only it listens on), and the Service the
+    CLI dials going to Ready pods only. Returns (StatefulSet, config,
     replica addresses)."""
     where = "kubernetes-ha/rendezvous.yaml"
     sts = by_kind(files, "StatefulSet", "elastrun-rendezvous")[0]
@@ -140,8 +139,8 @@ def check_ha_rendezvous(files, bin_dir, etcd_clients):
     if spec["replicas"] != 3:
         util.fail(f"{where}: {spec['replicas']} replicas, want 3")
     if spec.get("updateStrategy", {}).get("type") != "OnDelete":
-        util.fail(f"{where}: updateStrategy must be OnDelete (the leader replaced last: "
-                  "one failover per update)")
+        util.fail(f"{where}: updateStrategy must be OnDelete (a rolling update waits for "
+                  "followers to be Ready, which they never are)")
     if spec.get("volumeClaimTemplates"):
         util.fail(f"{where}: a volume for state, which is in etcd")
     c = container(sts)
@@ -167,15 +166,14 @@ def check_ha_rendezvous(files, bin_dir, etcd_clients):
     probe = c.get("readinessProbe", {}).get("tcpSocket", {}).get("port")
     if probe not in ("grpc", port):
         util.fail(f"{where}: the readiness probe must be tcpSocket on the gRPC port (ready = "
-                  "serving it)")
+                  "leading)")
     if "livenessProbe" in c:
-        util.fail(f"{where}: a liveness probe: a replica restarts itself when it loses "
-                  "its leadership")
+        util.fail(f"{where}: a liveness probe: followers listen on nothing")
     svc = service_port(files, "elastrun-rendezvous", port)
     if svc["spec"].get("publishNotReadyAddresses") or not selects(svc, sts):
         util.fail(f"{where}: Service elastrun-rendezvous must select the replicas and go to "
-                  "Ready pods only")
-    print(f"replicas: {', '.join(replicas)}; Service elastrun-rendezvous: the Ready ones")
+                  "Ready pods only (the leader)")
+    print(f"replicas: {', '.join(replicas)}; Service elastrun-rendezvous: the Ready one")
     return sts, conf, replicas
 
 

@@ -60,6 +60,9 @@ struct ServiceFlags {
   // --advertise HOST:PORT: where clients reach this replica (stored as the
   // leader's address); empty: the bound --listen address.
   std::string advertise;
+  // --follower-proxy: while following, serve --listen by passing every call
+  // to the leader (FollowerProxy).
+  bool follower_proxy = false;
 };
 
 // The endpoints of `url`, "etcd://HOST:PORT[,HOST:PORT...]"; InvalidArgument

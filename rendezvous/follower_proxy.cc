@@ -18,6 +18,7 @@ namespace elastrun::rendezvous {
 namespace {
 
 constexpr char kTakesOver[] = "this replica takes over as the leader; call again";
+constexpr char kLeaderChanged[] = "the leader changed; call again";
 
 // How often the election is asked while the leader a call reached fails.
 constexpr absl::Duration kLeaderPoll = absl::Milliseconds(100);
@@ -39,9 +40,10 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
  public:
   Call(FollowerProxy* proxy, grpc::GenericCallbackServerContext* ctx)
       : proxy_(proxy), server_ctx_(ctx) {
-    std::string leader;
     bool stopping = false;
-    std::shared_ptr<grpc::Channel> channel = proxy->Track(this, &leader, &stopping);
+    // leader_ is written under the proxy's lock, which SetLeader takes
+    // before it reads it.
+    std::shared_ptr<grpc::Channel> channel = proxy->Track(this, &leader_, &stopping);
     if (stopping) {
       // Came after Shutdown looked at the calls in flight: as those end.
       refs_.store(1);  // no upstream side
@@ -56,12 +58,16 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
                           "this replica follows and no leader is elected yet; retry"));
       return;
     }
-    leader_ = std::move(leader);
     for (const auto& [key, value] : ctx->client_metadata()) {
       const std::string k(key.data(), key.size());
       if (OwnedByGrpc(k)) continue;
       upstream_.ctx.AddMetadata(k, std::string(value.data(), value.size()));
     }
+    // As a client that knows the leader: the call waits (within its
+    // deadline) for the leader's port to take it, instead of failing while
+    // the leader starts; a leader that is replaced meanwhile ends it
+    // (SetLeader).
+    upstream_.ctx.set_wait_for_ready(true);
     if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
       upstream_.ctx.set_deadline(ctx->deadline());
     }
@@ -82,11 +88,13 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
   // Finished here, not through the upstream side's end: a Shutdown never
   // waits on the leader (calls left at Shutdown's deadline would end
   // CANCELLED, which clients do not retry).
-  void Abort() {
-    if (Claim()) FinishClaimed(grpc::Status(grpc::StatusCode::UNAVAILABLE, kTakesOver));
+  void Abort(const char* why) {
+    if (Claim()) FinishClaimed(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
     upstream_.ctx.TryCancel();
   }
 
+  // The leader it was passed to ("" : none).
+  const std::string& leader() const { return leader_; }
   void Ref() { refs_.fetch_add(1); }
   void Unref() {
     if (refs_.fetch_sub(1) == 1) delete this;
@@ -266,19 +274,33 @@ absl::StatusOr<std::unique_ptr<FollowerProxy>> FollowerProxy::Start(
 FollowerProxy::~FollowerProxy() { Shutdown(); }
 
 void FollowerProxy::SetLeader(const std::string& leader) {
-  absl::MutexLock lock(&mu_);
-  if (leader == leader_) return;
-  leader_ = leader;
-  failed_leader_.clear();
-  channel_.reset();
-  if (leader.empty()) return;
-  rpc::ChannelOptions co;
-  co.target = leader;
-  co.credentials = channel_credentials_;
-  co.tls = options_.tls;
-  co.keepalive = true;
-  channel_ = rpc::NewChannel(co);
-  LOG(INFO) << "passing calls to the leader at " << leader;
+  std::vector<Call*> stale;
+  {
+    absl::MutexLock lock(&mu_);
+    if (leader == leader_) return;
+    leader_ = leader;
+    failed_leader_.clear();
+    channel_.reset();
+    if (!leader.empty()) {
+      rpc::ChannelOptions co;
+      co.target = leader;
+      co.credentials = channel_credentials_;
+      co.tls = options_.tls;
+      co.keepalive = true;
+      channel_ = rpc::NewChannel(co);
+      LOG(INFO) << "passing calls to the leader at " << leader;
+    }
+    // Calls wait for their leader (wait_for_ready): those of the one
+    // replaced end, and their callers come again to the new one.
+    for (Call* c : active_) {
+      c->Ref();
+      stale.push_back(c);
+    }
+  }
+  for (Call* c : stale) {
+    if (c->leader() != leader) c->Abort(kLeaderChanged);
+    c->Unref();
+  }
 }
 
 std::shared_ptr<grpc::Channel> FollowerProxy::Track(Call* call, std::string* leader,
@@ -309,29 +331,32 @@ uint64_t FollowerProxy::calls() const {
 
 void FollowerProxy::PollLoop() {
   for (;;) {
-    std::string failed;
+    std::string asked_about;  // the leader the election is asked past
     {
       absl::MutexLock lock(&mu_);
-      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !failed_leader_.empty();
-      };
-      mu_.Await(absl::Condition(&wake));
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stop), kLeaderPoll);
       if (stopping_) return;
-      failed = failed_leader_;
+      // A call to the leader failed, or its port does not take calls
+      // (calls wait for it): is another one elected?
+      const bool unreachable =
+          channel_ != nullptr &&
+          channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE;
+      if (failed_leader_.empty() && !unreachable) continue;
+      asked_about = leader_;
     }
-    if (!options_.find_leader) {
-      absl::MutexLock lock(&mu_);
-      failed_leader_.clear();
-      continue;
-    }
+    if (!options_.find_leader) continue;
     absl::StatusOr<std::string> now = options_.find_leader();
-    if (now.ok() && !now->empty() && *now != failed) {
+    if (now.ok() && !now->empty() && *now != asked_about) {
       SetLeader(*now);
-      continue;
+    } else if (now.ok() && *now == asked_about) {
+      // Still elected: once it takes calls again, nothing to ask about.
+      absl::MutexLock lock(&mu_);
+      if (channel_ != nullptr &&
+          channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+        failed_leader_.clear();
+      }
     }
-    absl::MutexLock lock(&mu_);
-    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-    mu_.AwaitWithTimeout(absl::Condition(&stop), kLeaderPoll);
   }
 }
 
@@ -347,7 +372,7 @@ void FollowerProxy::Shutdown() {
     }
   }
   for (Call* c : calls) {
-    c->Abort();
+    c->Abort(kTakesOver);
     c->Unref();
   }
   if (server_ != nullptr)

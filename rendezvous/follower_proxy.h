@@ -6,10 +6,13 @@
 // Service may reach any replica: the leader alone decides and writes.
 //
 // Where the leader is comes from the election (SetLeader, from the
-// campaign's wait); after a call to it fails UNAVAILABLE the proxy asks
-// again at once (`find_leader`, every 100 ms until the answer changes), so
-// that it follows a new leader within a poll of its election. A call that
-// comes while no leader is known fails UNAVAILABLE, which clients retry.
+// campaign's wait); while the leader's port takes no calls, or a call to it
+// failed UNAVAILABLE, the proxy asks again every 100 ms (`find_leader`), so
+// that it follows a new leader within a poll of its election. A call waits
+// (within its deadline) for the leader's port, as a client that knows the
+// leader does; when another leader is elected the calls still passed to the
+// old one end UNAVAILABLE and their callers come again. A call that comes
+// while no leader is known fails UNAVAILABLE, which clients retry.
 #ifndef ELASTRUN_RENDEZVOUS_FOLLOWER_PROXY_H_
 #define ELASTRUN_RENDEZVOUS_FOLLOWER_PROXY_H_
 

@@ -66,8 +66,9 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Lead(const ServiceFlags& flags
   lo.on_lost = [argv, &stop](const std::string& why) {
     StepDown(argv, why, stop.load());
   };
-  // While another replica leads, this one's port passes every call on to
-  // it, so that clients (or a Kubernetes Service) may reach any replica.
+  // With --follower-proxy, while another replica leads, this one's port
+  // passes every call on to it, so that clients (or a load balancer) may
+  // reach any replica.
   FollowerProxyOptions po;
   po.listen = flags.listen;
   po.tls = flags.tls;
@@ -83,19 +84,24 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Lead(const ServiceFlags& flags
     ASSIGN_OR_RETURN(std::string leader, client->Leader(election));
     return other(leader);
   };
-  ASSIGN_OR_RETURN(std::unique_ptr<FollowerProxy> proxy, FollowerProxy::Start(po));
-  // Known from the start, not only after the first campaign slice.
-  if (absl::StatusOr<std::string> leader = po.find_leader(); leader.ok()) {
-    proxy->SetLeader(*leader);
+  std::unique_ptr<FollowerProxy> proxy;
+  if (flags.follower_proxy) {
+    ASSIGN_OR_RETURN(proxy, FollowerProxy::Start(po));
+    // Known from the start, not only after the first campaign slice.
+    if (absl::StatusOr<std::string> leader = po.find_leader(); leader.ok()) {
+      proxy->SetLeader(*leader);
+    }
+    LOG(INFO) << "following on " << proxy->address()
+              << ": calls pass to the leader until this replica leads";
   }
-  LOG(INFO) << "following on " << proxy->address()
-            << ": calls pass to the leader until this replica leads";
   std::string said;  // the last thing said while waiting: said again only when it changes
   lo.on_waiting = [&said, &proxy, other](const absl::Status& etcd,
                                          const std::string& leader) {
     // etcd away, or the election not read: the leader known last may still
     // serve (a call it fails makes the proxy ask again).
-    if (etcd.ok() && !other(leader).empty()) proxy->SetLeader(other(leader));
+    if (proxy != nullptr && etcd.ok() && !other(leader).empty()) {
+      proxy->SetLeader(other(leader));
+    }
     const std::string now =
         etcd.ok()
             ? (leader.empty() ? "waiting to lead" : "following the leader at " + leader)

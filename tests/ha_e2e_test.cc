@@ -71,12 +71,18 @@ class HaE2eTest : public ClusterTest {
     ClusterTest::TearDown();
   }
 
-  void StartReplica(int i) {
-    auto r = testing::Subprocess::Start(
-        {testing::BinDir() + "/elastrun-rendezvous", "--listen",
-         absl::StrCat("127.0.0.1:", ports_[i]), "--store", etcd_->url(), "--leader-lease",
-         "2s", "--token-file", cluster_->token_file()},
-        {marker_});
+  void StartReplica(int i, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {testing::BinDir() + "/elastrun-rendezvous",
+                                     "--listen",
+                                     absl::StrCat("127.0.0.1:", ports_[i]),
+                                     "--store",
+                                     etcd_->url(),
+                                     "--leader-lease",
+                                     "2s",
+                                     "--token-file",
+                                     cluster_->token_file()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = testing::Subprocess::Start(argv, {marker_});
     ASSERT_TRUE(r.ok()) << r.status();
     if (replicas_.size() <= static_cast<size_t>(i)) replicas_.resize(i + 1);
     replicas_[i] = *std::move(r);
@@ -313,6 +319,14 @@ TEST_F(HaE2eTest, AFollowerPassesEveryCallToTheLeader) {
   ASSERT_NO_FATAL_FAILURE(StartTwoNodes());
   const int leader = Leader();
   const int follower = (leader + 1) % 3;
+  // This follower again, with --follower-proxy.
+  replicas_[follower]->Signal(SIGTERM);
+  ASSERT_TRUE(replicas_[follower]->Wait(kDeadline).ok());
+  ASSERT_NO_FATAL_FAILURE(StartReplica(follower, {"--follower-proxy"}));
+  ASSERT_TRUE(PollUntil([&] {
+    return absl::StrContains(replicas_[follower]->Output(),
+                             "passing calls to the leader at");
+  })) << replicas_[follower]->Output();
   const std::string at = absl::StrCat("127.0.0.1:", ports_[follower]);
   const std::string job = SubmitJob("via-follower", at);
   ASSERT_FALSE(job.empty()) << ReplicaOutput();
