@@ -60,7 +60,11 @@ if(ELASTRUN_TSAN)
     message(FATAL_ERROR "ELASTRUN_TSAN=ON needs -DELASTRUN_WITH_TORCH=OFF "
                         "(LibTorch is not instrumented)")
   endif()
-  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  # Full debug info (-g after the build type's -g1): tests/tsan/tsan.supp
+  # names gRPC's inlined frames by their qualified names
+  # (grpc::internal::CallbackWithSuccessTag::Set), which line tables alone
+  # give only as "Set", so the suppressions would miss.
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -g)
   add_link_options(-fsanitize=thread)
 endif()
 
