@@ -83,11 +83,10 @@ class FollowerProxy::Call : public grpc::ServerGenericBidiReactor {
     StartRead(&request_);
   }
 
-  // The replica takes over: the call ends UNAVAILABLE, as a call whose
-  // leader went away does.
-  // Finished here, not through the upstream side's end: a Shutdown never
-  // waits on the leader (calls left at Shutdown's deadline would end
-  // CANCELLED, which clients do not retry).
+  // The replica takes over, or another leader was elected: the call ends
+  // UNAVAILABLE (`why`), as a call whose leader went away does. Finished
+  // here, not through the upstream side's end: neither waits on the old
+  // leader (calls left at Shutdown's deadline would end CANCELLED).
   void Abort(const char* why) {
     if (Claim()) FinishClaimed(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
     upstream_.ctx.TryCancel();
