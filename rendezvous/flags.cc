@@ -180,9 +180,9 @@ std::optional<int> ParseServiceFlags(const std::vector<std::string>& args,
                 "with etcd: while another replica leads, serve --listen\n"
                 "by passing every call on to the leader, so that a load\n"
                 "balancer or one address may reach any replica. Off by\n"
-                "default: a client already connected to a follower is\n"
-                "passed on a second longer after a failover than one\n"
-                "that finds the new leader itself (bench/README.md).");
+                "default: after a failover a client connected through a\n"
+                "follower reaches the new leader 0.5-2 s later than one\n"
+                "that finds it itself (bench/README.md).");
   if (std::optional<int> exit = flags::Parse(*app, args, out, err)) return exit;
 
   // An error about a value from the config file names its file and line.
