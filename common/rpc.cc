@@ -71,6 +71,16 @@ std::string ChannelTarget(const std::string& endpoints) {
   return endpoints;  // nothing resolved: gRPC's error names the target
 }
 
+void ConfigureServicePort(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.SetMaxReceiveMessageSize(16 * 1024 * 1024);
+}
+
 std::shared_ptr<grpc::Channel> NewChannel(const ChannelOptions& options) {
   // A ping a second, a dead peer noticed in two more (the service allows
   // pings this often).

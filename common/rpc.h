@@ -50,6 +50,14 @@ struct ChannelOptions {
 // (gRPC's own backoff grows to 120 s).
 std::shared_ptr<grpc::Channel> NewChannel(const ChannelOptions& options);
 
+// The settings of the service's gRPC port (the service's, or a follower
+// replica's passing calls on): the port is its alone (no SO_REUSEPORT: a
+// second service on it would take half of its connections, and `elastrun
+// run` learns from the bind failing that another node hosts the
+// rendezvous); daemons' keepalive pings every second allowed; messages up
+// to 16 MiB.
+void ConfigureServicePort(grpc::ServerBuilder& builder);
+
 // Sends `token` as "authorization: Bearer TOKEN" when not empty.
 void AddToken(grpc::ClientContext& ctx, const std::string& token);
 // Sets `ctx`'s deadline, `timeout` from now, and adds `token`.

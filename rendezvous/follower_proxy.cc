@@ -251,14 +251,8 @@ absl::StatusOr<std::unique_ptr<FollowerProxy>> FollowerProxy::Start(
   int bound = 0;
   builder.AddListeningPort(p->options_.listen, *std::move(server_credentials), &bound);
   builder.RegisterCallbackGenericService(p->service_.get());
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // As the service's own port: daemons' Watch streams live through it.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  builder.SetMaxReceiveMessageSize(16 * 1024 * 1024);
+  rpc::ConfigureServicePort(builder);
   p->server_ = builder.BuildAndStart();
   if (p->server_ == nullptr || bound == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve on ", p->options_.listen,

@@ -440,18 +440,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Create(
   builder.AddListeningPort(s->options_.listen, std::move(credentials), &bound);
   builder.RegisterService(s->rendezvous_service_.get());
   builder.RegisterService(s->jobs_service_.get());
-  // Daemons ping every few seconds to find a dead connection early; allow it.
-  // gRPC sets SO_REUSEPORT by default: a second service on the same port
-  // would bind beside the first and take half of its connections. The port
-  // is this service's alone (and `elastrun run` learns that another node
-  // hosts the rendezvous from the bind failing).
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  builder.SetMaxReceiveMessageSize(16 * 1024 * 1024);
+  rpc::ConfigureServicePort(builder);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || bound == 0) {
     s->coordinator_->Shutdown();
