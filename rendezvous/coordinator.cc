@@ -116,7 +116,8 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     node_writes_.Save(out, r.node_id());
     rounds_.NodeReported(out, r.node_id());
     LOG(INFO) << "node " << r.node_id() << " registered (" << r.addr() << ", "
-              << r.slots() << " slots" << (was_alive ? ", reconnect" : "") << ")";
+              << r.slots() << " slots" << (r.pool().empty() ? "" : ", pool " + r.pool())
+              << (was_alive ? ", reconnect" : "") << ")";
     rounds_.Schedule(out);
     const Cadence cadence = registry_.cadence();
     *resp.mutable_heartbeat_interval() = ToProto(cadence.heartbeat_interval);
@@ -292,7 +293,8 @@ absl::StatusOr<v1::SubmitResponse> Coordinator::Submit(const v1::SubmitRequest& 
       // Refused rather than queued: such a job would wait for ever, and the
       // user learns it now instead of from a job that never starts.
       if (std::optional<std::string> why =
-              WhyNoNodesCanHold(registry_, spec.nproc_per_node(), spec.min_nodes())) {
+              WhyNoNodesCanHold(registry_, spec.pool(), spec.nproc_per_node(),
+                                spec.min_nodes())) {
         LOG(INFO) << "job refused: " << *why;
         return absl::FailedPreconditionError(absl::StrCat(
             *why,

@@ -31,6 +31,7 @@ v1::NodeInfo Coordinator::NodeInfoOf(const NodeRecord& n) const {
   info.set_slots(n.stored.slots());
   info.set_free_slots(n.alive() ? std::max(0, n.free_slots()) : 0);
   *info.mutable_labels() = n.stored.labels();
+  info.set_pool(n.stored.pool());
   info.set_state(n.stored.state());
   info.set_watching(streams_.watching(id));
   *info.mutable_registered_time() = n.stored.registered_time();

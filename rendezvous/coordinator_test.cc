@@ -235,6 +235,44 @@ TEST_F(CoordinatorTest, AJobNoNodeCouldHoldIsRefusedAndNothingIsStored) {
   EXPECT_EQ(c_->ListJobs(v1::ListJobsRequest())->jobs_size(), 2);
 }
 
+TEST_F(CoordinatorTest, APoolsJobRunsOnItsNodesAloneAndTheyTakeNoOther) {
+  AddNode("daemon", 2);  // the default pool
+  auto add_pooled = [&](const std::string& id) {
+    v1::RegisterNodeRequest r = RegisterRequest(id, 4, "inc-1");
+    r.set_pool("run.mn1");
+    ASSERT_TRUE(c_->RegisterNode(r).ok());
+    auto s = std::make_shared<RecordingStream>();
+    ASSERT_TRUE(coordinator_testing::Watch(*c_, id, s).ok());
+    streams_[id] = s;
+  };
+  ASSERT_NO_FATAL_FAILURE(add_pooled("p1"));
+  // A job of the default pool goes to the daemon's node, not to the pool's
+  // with more free slots.
+  const std::string other = SubmitOk("other", 2);
+  EXPECT_TRUE(Asked("daemon", other));
+  EXPECT_FALSE(Asked("p1", other));
+  // No node of its pool: refused unless it waits, and the pool is named.
+  v1::SubmitRequest run = TrainJob(1, 2, 2);
+  run.mutable_spec()->set_pool("run.mn2");
+  absl::StatusOr<v1::SubmitResponse> refused = c_->Submit(run);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              ::testing::HasSubstr("job needs 1 node(s) with 2 slots each in pool run.mn2; "
+                                   "registered there: none alive"));
+  // Its own pool's nodes alone, never the default pool's free slots.
+  run.mutable_spec()->set_pool("run.mn1");
+  run.mutable_spec()->set_nproc_per_node(1);
+  const std::string job = coordinator_testing::SubmitOk(*c_, run);
+  EXPECT_TRUE(Asked("p1", job));
+  ASSERT_NO_FATAL_FAILURE(add_pooled("p2"));
+  EXPECT_TRUE(Asked("p2", job));  // grown to its max within the pool
+  EXPECT_FALSE(Asked("daemon", job));
+  std::optional<v1::NodeInfo> p1 = coordinator_testing::FindNode(*c_, "p1");
+  ASSERT_TRUE(p1.has_value());
+  EXPECT_EQ(p1->pool(), "run.mn1");
+  EXPECT_EQ(coordinator_testing::FindNode(*c_, "daemon")->pool(), "");
+}
+
 TEST_F(CoordinatorTest, AJobWaitingForNodesIsPlacedOnceABigEnoughNodeRegisters) {
   AddNode("small", 1);
   const std::string job = SubmitOk("big", 2, /*wait_for_nodes=*/true);

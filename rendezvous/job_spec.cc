@@ -175,24 +175,37 @@ absl::Status CheckTimeouts(const v1::JobSpec& spec) {
 
 }  // namespace
 
-absl::Status ValidateRequestId(const std::string& request_id) {
-  if (request_id.size() > static_cast<size_t>(kMaxJobNameLength)) {
+namespace {
+
+// OK for an empty `value` or one of [A-Za-z0-9._-]{1,64}; else
+// InvalidArgument naming `field`.
+absl::Status CheckName(absl::string_view field, const std::string& value) {
+  if (value.size() > static_cast<size_t>(kMaxJobNameLength)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "request_id: %d characters; at most %d", request_id.size(), kMaxJobNameLength));
+        "%s: %d characters; at most %d", field, value.size(), kMaxJobNameLength));
   }
-  for (char c : request_id) {
+  for (char c : value) {
     if (!IsNameChar(c)) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("request_id: \"%s\" has a character outside [A-Za-z0-9._-]",
-                          absl::CHexEscape(request_id)));
+          absl::StrFormat("%s: \"%s\" has a character outside [A-Za-z0-9._-]", field,
+                          absl::CHexEscape(value)));
     }
   }
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status ValidateRequestId(const std::string& request_id) {
+  return CheckName("request_id", request_id);
+}
+
+absl::Status ValidatePool(const std::string& pool) { return CheckName("pool", pool); }
+
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(CheckShape(spec));
   RETURN_IF_ERROR(CheckCommand(spec));
+  RETURN_IF_ERROR(CheckName("spec.pool", spec.pool()));
   return CheckTimeouts(spec);
 }
 

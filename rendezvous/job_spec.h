@@ -30,12 +30,17 @@ inline constexpr absl::Duration kDefaultJoinTimeout = absl::Seconds(600);
 // and length, min_nodes/max_nodes (1 <= MIN <= MAX <= kMaxNodes),
 // nproc_per_node (1..kMaxLocalWorldSize), max_restarts >= 0, argv non-empty
 // with a non-empty program, env names, a NUL in argv, env or working_dir,
-// argv + env beyond kMaxExecBytes, negative or oversized durations.
+// argv + env beyond kMaxExecBytes, negative or oversized durations, a pool
+// name (ValidatePool).
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // OK for an empty request id or one of [A-Za-z0-9._-]{1,64}; else
 // InvalidArgument naming request_id.
 absl::Status ValidateRequestId(const std::string& request_id);
+
+// The same for a pool's name (JobSpec.pool, RegisterNodeRequest.pool);
+// InvalidArgument naming pool.
+absl::Status ValidatePool(const std::string& pool);
 
 // The spec with defaults filled in: name "job", timeouts. Call after
 // ValidateJobSpec.

@@ -94,6 +94,11 @@ TEST(JobSpecTest, EveryErrorNamesItsField) {
   s.mutable_hang_timeout()->set_seconds(1);
   s.mutable_hang_timeout()->set_nanos(-5);
   ExpectBad(s, "hang_timeout", "not a duration");
+  s = Good();
+  s.set_pool("a pool");
+  ExpectBad(s, "pool", "outside [A-Za-z0-9._-]");
+  s.set_pool(std::string(65, 'p'));
+  ExpectBad(s, "pool", "65 characters; at most 64");
 }
 
 // What exec could never start, or would start cut short, is refused here

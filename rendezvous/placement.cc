@@ -29,7 +29,8 @@ std::string Slots(int n) { return absl::StrFormat("%d slot%s", n, n == 1 ? "" : 
 
 }  // namespace
 
-std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int want,
+std::vector<std::string> PickNodes(const NodeRegistry& registry, absl::string_view pool,
+                                   int nproc, int want,
                                    const std::vector<std::string>& exclude,
                                    const HeldSlots& held) {
   struct Fit {
@@ -41,7 +42,7 @@ std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int 
   const absl::flat_hash_set<absl::string_view> excluded(exclude.begin(), exclude.end());
   for (const auto& [id, n] : registry.nodes()) {
     const int free = n.free_slots() - HeldOn(held, id);
-    if (!n.alive() || n.draining() || free < nproc) continue;
+    if (!n.alive() || n.draining() || free < nproc || n.stored.pool() != pool) continue;
     if (excluded.contains(id)) continue;
     fit.push_back({free, n.last_placed, &id});
   }
@@ -58,13 +59,14 @@ std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int 
   return out;
 }
 
-std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry, int nproc,
+std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry,
+                                             absl::string_view pool, int nproc,
                                              int min_nodes) {
   std::vector<std::pair<int, const std::string*>> alive;  // (slots, id)
   int big_enough = 0;
   int draining = 0;
   for (const auto& [id, n] : registry.nodes()) {
-    if (!n.alive()) continue;
+    if (!n.alive() || n.stored.pool() != pool) continue;
     if (n.draining()) {
       ++draining;
       continue;
@@ -86,16 +88,19 @@ std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry, int n
                     Slots(alive[named].first), " each");
   }
   if (draining > 0) absl::StrAppend(&registered, "; ", draining, " draining");
-  return absl::StrFormat("job needs %d node(s) with %s each; registered: %s", min_nodes,
-                         Slots(nproc), registered);
+  return absl::StrFormat("job needs %d node(s) with %s each%s; registered%s: %s", min_nodes,
+                         Slots(nproc), pool.empty() ? "" : absl::StrCat(" in pool ", pool),
+                         pool.empty() ? "" : " there", registered);
 }
 
-bool HoldSlotsFor(const NodeRegistry& registry, int nproc, int min_nodes,
-                  HeldSlots& held) {
+bool HoldSlotsFor(const NodeRegistry& registry, absl::string_view pool, int nproc,
+                  int min_nodes, HeldSlots& held) {
   std::vector<std::pair<int, const std::string*>> open;  // (free minus held, id)
   for (const auto& [id, n] : registry.nodes()) {
     const int already = HeldOn(held, id);
-    if (!n.alive() || n.draining() || n.stored.slots() - already < nproc) continue;
+    if (!n.alive() || n.draining() || n.stored.pool() != pool ||
+        n.stored.slots() - already < nproc)
+      continue;
     open.emplace_back(n.free_slots() - already, &id);
   }
   if (static_cast<int>(open.size()) < min_nodes) return false;
@@ -104,9 +109,9 @@ bool HoldSlotsFor(const NodeRegistry& registry, int nproc, int min_nodes,
   return true;
 }
 
-std::string WaitingReason(const NodeRegistry& registry, int nproc, int min_nodes,
-                          bool holds) {
-  if (std::optional<std::string> why = WhyNoNodesCanHold(registry, nproc, min_nodes)) {
+std::string WaitingReason(const NodeRegistry& registry, absl::string_view pool, int nproc,
+                          int min_nodes, bool holds) {
+  if (std::optional<std::string> why = WhyNoNodesCanHold(registry, pool, nproc, min_nodes)) {
     return absl::StrCat("waiting for nodes: ", *why);
   }
   return absl::StrFormat(

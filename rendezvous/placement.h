@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "rendezvous/registry.h"
 
 namespace elastrun::rendezvous {
@@ -19,6 +20,8 @@ namespace elastrun::rendezvous {
 using HeldSlots = std::map<std::string, int, std::less<>>;
 
 // Draining nodes take no new placement: every function here skips them.
+// Each considers only the nodes of `pool` (RegisterNodeRequest.pool; "" the
+// default pool): a job is placed on nodes of its own pool alone.
 //
 // Up to `want` alive nodes with at least `nproc` free slots (slots minus the
 // nproc_per_node of every job placed on it, minus `held`), excluding
@@ -30,7 +33,8 @@ using HeldSlots = std::map<std::string, int, std::less<>>;
 //
 // A node may hold several jobs at once, as long as their workers fit its
 // slots: its daemon runs one attempt per job and tells their exits apart.
-std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int want,
+std::vector<std::string> PickNodes(const NodeRegistry& registry, absl::string_view pool,
+                                   int nproc, int want,
                                    const std::vector<std::string>& exclude,
                                    const HeldSlots& held = {});
 
@@ -38,8 +42,11 @@ std::vector<std::string> PickNodes(const NodeRegistry& registry, int nproc, int 
 // (free or not: the job fits once their jobs end). Else why not, for the
 // user: "job needs 2 node(s) with 2 slot(s) each; registered: a (1 slot),
 // b (1 slot)" (alive nodes, biggest first, at most a few named; "; N
-// draining" when some alive nodes are drained).
-std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry, int nproc,
+// draining" when some alive nodes are drained); of another pool than the
+// default: "job needs 2 node(s) with 2 slots each in pool P; registered
+// there: ...".
+std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry,
+                                             absl::string_view pool, int nproc,
                                              int min_nodes);
 
 // For a queued job that PickNodes could not place: holds `nproc` slots on
@@ -49,14 +56,14 @@ std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry, int n
 // holding nothing, when there are not that many such nodes: a job waiting
 // for nodes that are not registered, or behind earlier holders, blocks no
 // one.
-bool HoldSlotsFor(const NodeRegistry& registry, int nproc, int min_nodes,
-                  HeldSlots& held);
+bool HoldSlotsFor(const NodeRegistry& registry, absl::string_view pool, int nproc,
+                  int min_nodes, HeldSlots& held);
 
 // Why a job that PickNodes could not place stays queued, for its status:
 // "waiting for nodes: <WhyNoNodesCanHold>", or "waiting for free slots: ..."
 // (`holds`: whether HoldSlotsFor held slots for it).
-std::string WaitingReason(const NodeRegistry& registry, int nproc, int min_nodes,
-                          bool holds);
+std::string WaitingReason(const NodeRegistry& registry, absl::string_view pool, int nproc,
+                          int min_nodes, bool holds);
 
 }  // namespace elastrun::rendezvous
 

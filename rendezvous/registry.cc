@@ -4,8 +4,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rendezvous/codec.h"
+#include "rendezvous/job_spec.h"
 #include "rendezvous/types.h"
 
 namespace elastrun::rendezvous {
@@ -85,6 +87,9 @@ absl::StatusOr<NodeRegistry::Registered> NodeRegistry::CheckRegister(
                                            kMaxLabelLength, kMaxLabelLength));
     }
   }
+  if (absl::Status pool = ValidatePool(r.pool()); !pool.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterNode.", pool.message()));
+  }
   if (r.running_size() > 4096) return Bad("running", "too many attempts");
   Registered out;
   const NodeRecord* n = Find(r.node_id());
@@ -116,6 +121,7 @@ NodeRecord& NodeRegistry::Register(const v1::RegisterNodeRequest& r, absl::Time 
   n.stored.set_addr(r.addr());
   n.stored.set_slots(r.slots());
   *n.stored.mutable_labels() = r.labels();
+  n.stored.set_pool(r.pool());
   n.stored.set_state(v1::NODE_STATE_ALIVE);
   n.stored.clear_lost_reason();
   n.stored.clear_lost_time();

@@ -211,6 +211,13 @@ TEST(RegistryTest, BadRequestsNameTheField) {
   EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("\"node\\x00"));
   r = RegisterRequest("node\nb", 1, "i1");
   EXPECT_TRUE(absl::IsInvalidArgument(reg.CheckRegister(r, absl::UnixEpoch()).status()));
+  r = RegisterRequest("a", 1, "i1");
+  r.set_pool("run/1");
+  st = reg.CheckRegister(r, absl::UnixEpoch()).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("RegisterNode.pool: \"run/1\""));
+  r.set_pool("run.mn-1_b");
+  EXPECT_TRUE(reg.CheckRegister(r, absl::UnixEpoch()).ok());
   EXPECT_FALSE(ValidateLeaseOptions({absl::Seconds(3), absl::Seconds(3)}).ok());
 }
 
@@ -221,13 +228,13 @@ TEST(PlacementTest, PicksNodesWithFreeSlotsMostFreeFirst) {
   reg.Register(RegisterRequest("b", 4, "i1"), clock.Now());
   reg.Register(RegisterRequest("c", 1, "i1"), clock.Now());
   reg.Register(RegisterRequest("d", 2, "i1"), clock.Now());
-  EXPECT_THAT(PickNodes(reg, 2, 10, {}), ElementsAre("b", "a", "d"));
+  EXPECT_THAT(PickNodes(reg, "", 2, 10, {}), ElementsAre("b", "a", "d"));
   reg.Reserve("b", "j1", 3);
-  EXPECT_THAT(PickNodes(reg, 2, 10, {}), ElementsAre("a", "d"));
-  EXPECT_THAT(PickNodes(reg, 2, 1, {"a"}), ElementsAre("d"));
+  EXPECT_THAT(PickNodes(reg, "", 2, 10, {}), ElementsAre("a", "d"));
+  EXPECT_THAT(PickNodes(reg, "", 2, 1, {"a"}), ElementsAre("d"));
   reg.Release("b", "j1", 3);
   reg.MarkLost("a", "test", clock.Now());
-  EXPECT_THAT(PickNodes(reg, 1, 10, {}), ElementsAre("b", "d", "c"));
+  EXPECT_THAT(PickNodes(reg, "", 1, 10, {}), ElementsAre("b", "d", "c"));
 }
 
 // Short jobs, one after another, over equal nodes: each goes to the node
@@ -240,7 +247,7 @@ TEST(PlacementTest, ShortJobsOverEqualNodesSpreadEvenly) {
   std::map<std::string, int> placed;
   for (int i = 0; i < 30; ++i) {
     const std::string job = absl::StrCat("j", i);
-    std::vector<std::string> picked = PickNodes(reg, 1, 1, {});
+    std::vector<std::string> picked = PickNodes(reg, "", 1, 1, {});
     ASSERT_EQ(picked.size(), 1u);
     reg.Reserve(picked[0], job, 1);
     ++placed[picked[0]];
@@ -249,7 +256,7 @@ TEST(PlacementTest, ShortJobsOverEqualNodesSpreadEvenly) {
   EXPECT_EQ(placed, (std::map<std::string, int>{{"a", 10}, {"b", 10}, {"c", 10}}));
   // Free slots still come first: a busier node waits its turn.
   reg.Reserve("a", "long", 1);
-  EXPECT_THAT(PickNodes(reg, 1, 3, {}), ElementsAre("b", "c", "a"));
+  EXPECT_THAT(PickNodes(reg, "", 1, 3, {}), ElementsAre("b", "c", "a"));
 }
 
 TEST(RegistryTest, ALostNodeExpiresExactlyAfterTheConfiguredTime) {

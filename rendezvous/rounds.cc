@@ -128,25 +128,27 @@ void Rounds::Schedule(Outbox& out) {
   // take them as they free up and starve it; a job waiting for nodes that
   // are not registered holds nothing and so blocks no one.
   HeldSlots held;
-  // Why jobs of a shape (nproc, min, max) stay queued, while neither the
+  // Why jobs of a shape (pool, nproc, min, max) stay queued, while neither the
   // held slots nor the nodes' change in this pass: a job of the same shape
   // behind them gets the same answer without walking the nodes again (a
   // queue of thousands made every submit and every event O(queue x nodes)).
-  absl::flat_hash_map<std::tuple<int, int, int>, std::string> unplaceable;
+  absl::flat_hash_map<std::tuple<std::string, int, int, int>, std::string> unplaceable;
   for (JobRecord* job : jobs_.by_seq()) {
     if (job->core) continue;
     const int nproc = job->spec.nproc_per_node();
     const int min = job->spec.min_nodes();
-    const std::tuple<int, int, int> shape{nproc, min, job->spec.max_nodes()};
+    const std::string& pool = job->spec.pool();
+    const std::tuple<std::string, int, int, int> shape{pool, nproc, min,
+                                                       job->spec.max_nodes()};
     if (auto known = unplaceable.find(shape); known != unplaceable.end()) {
       if (job->pending_reason != known->second) job->pending_reason = known->second;
       continue;
     }
     std::vector<std::string> picked =
-        PickNodes(registry_, nproc, job->spec.max_nodes(), {}, held);
+        PickNodes(registry_, pool, nproc, job->spec.max_nodes(), {}, held);
     if (static_cast<int>(picked.size()) < min) {
-      const bool holds = HoldSlotsFor(registry_, nproc, min, held);
-      job->pending_reason = WaitingReason(registry_, nproc, min, holds);
+      const bool holds = HoldSlotsFor(registry_, pool, nproc, min, held);
+      job->pending_reason = WaitingReason(registry_, pool, nproc, min, holds);
       if (holds) {
         unplaceable.clear();  // Fewer slots for those behind it.
       } else {
@@ -174,7 +176,8 @@ void Rounds::Schedule(Outbox& out) {
     const int room = job->spec.max_nodes() - static_cast<int>(job->placed.size());
     if (room <= 0) continue;
     std::vector<std::string> picked =
-        PickNodes(registry_, job->spec.nproc_per_node(), room, job->placed.list(), held);
+        PickNodes(registry_, job->spec.pool(), job->spec.nproc_per_node(), room,
+                  job->placed.list(), held);
     if (picked.empty()) continue;
     Place(*job, picked);
     Reconcile(out, *job);
