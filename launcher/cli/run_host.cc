@@ -1,5 +1,8 @@
 #include "launcher/cli/run_host.h"
 
+#include <cstdint>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -15,6 +18,11 @@ absl::StatusOr<std::string> RendezvousToken(const RunOptions& o, const EnvLookup
   absl::StatusOr<std::string> named =
       auth::NamedToken(env, "", o.rdzv_conf.token_file, "--rdzv-conf token_file");
   if (!named.ok() || !named->empty()) return named;
+  if (o.external_rendezvous()) {
+    return absl::InvalidArgumentError(
+        "--rdzv-backend elastrun needs the service's token: --rdzv-conf token_file=FILE, "
+        "$ELASTRUN_TOKEN_FILE or $ELASTRUN_TOKEN");
+  }
   *derived = true;
   return absl::StrCat("elastrun-run-", o.run_id);
 }
@@ -49,16 +57,33 @@ rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& o,
   return so;
 }
 
+namespace {
+
+// Whether the service takes `s` as a name: [A-Za-z0-9._-]{1,64}.
+bool IsServiceName(const std::string& s) {
+  bool ok = !s.empty() && s.size() <= 64;
+  for (char c : s) ok = ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
+  return ok;
+}
+
+}  // namespace
+
+std::string RunPool(const std::string& run_id) {
+  const std::string pool = absl::StrCat("run.", run_id);
+  if (IsServiceName(pool)) return pool;
+  // FNV-1a: the same on every node and every build.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : run_id) h = (h ^ c) * 1099511628211ull;
+  return absl::StrCat("run.", absl::Hex(h, absl::kZeroPad16));
+}
+
 v1::JobSpec MultinodeJobSpec(const RunOptions& o, int nproc,
                              const std::vector<std::string>& argv) {
   v1::JobSpec spec;
   // The job id is "<name>-<n>"; a run id the service refuses as a name
   // (not [A-Za-z0-9._-]{1,64}) only changes that id, not the run's.
-  bool name_ok = !o.run_id.empty() && o.run_id.size() <= 64;
-  for (char c : o.run_id) {
-    name_ok = name_ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
-  }
-  spec.set_name(name_ok ? o.run_id : "run");
+  spec.set_name(IsServiceName(o.run_id) ? o.run_id : "run");
+  if (o.external_rendezvous()) spec.set_pool(RunPool(o.run_id));
   // The workers' TORCHELASTIC_RUN_ID is the run's id, as under torchrun.
   spec.set_run_id(o.run_id);
   spec.set_min_nodes(o.nnodes.min);

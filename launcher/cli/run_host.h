@@ -3,7 +3,9 @@
 // the Coordinator, leases, rounds, restarts, root cause) in its own
 // process, in memory, for this one run, as torchrun's c10d backend hosts
 // its store on that node. Every node, the host too, then takes part
-// through that service as an elastrund would (run_multinode.h).
+// through that service as an elastrund would (run_multinode.h). With the
+// elastrun backend no node hosts it: the run is a job of a service that
+// runs apart.
 #ifndef ELASTRUN_LAUNCHER_CLI_RUN_HOST_H_
 #define ELASTRUN_LAUNCHER_CLI_RUN_HOST_H_
 
@@ -33,7 +35,13 @@ absl::StatusOr<std::string> RendezvousToken(const RunOptions& options,
 rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& options,
                                                 const std::string& token);
 
-// The run as a job of the embedded service: the nodes, workers, restarts
+// The pool of run `run_id`'s nodes at a running service (the elastrun
+// backend), also its SubmitRequest.request_id: "run.<run id>", or for a run
+// id the service does not take as a name, "run.<16 hex digits>" of it.
+std::string RunPool(const std::string& run_id);
+
+// The run as a job of the embedded service (or, with the elastrun backend,
+// of the running one, in RunPool's pool): the nodes, workers, restarts
 // and timeouts of the flags; `argv` the host's program (every node runs
 // its own command line: run_multinode.cc). Waits for nodes: the others
 // register after the host.

@@ -57,6 +57,32 @@ TEST(RunHostTest, TokenFromConfFileVariableOrDerived) {
               HasSubstr("--rdzv-conf token_file"));
 }
 
+TEST(RunHostTest, ARunAtARunningServiceIsInAPoolOfItsOwnAndNeedsItsToken) {
+  RunOptions o = Options({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
+                          "127.0.0.1:1,127.0.0.1:2", "--rdzv-id", "job7", "w"});
+  EXPECT_EQ(RunPool("job7"), "run.job7");
+  EXPECT_EQ(MultinodeJobSpec(o, 2, {"w"}).pool(), "run.job7");
+  // A run id the service does not take as a name: a fixed digest of it,
+  // the same on every node, another for another id.
+  EXPECT_EQ(RunPool("j+1"), RunPool("j+1"));
+  EXPECT_THAT(RunPool("j+1"), ::testing::MatchesRegex("run\\.[0-9a-f]{16}"));
+  EXPECT_NE(RunPool("j+1"), RunPool("j+2"));
+  EXPECT_EQ(RunPool(std::string(61, 'a')).size(), 20u);
+  // The embedded service's job is in the default pool.
+  EXPECT_EQ(MultinodeJobSpec(Options({"--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+                                      "--rdzv-id", "job7", "w"}),
+                             2, {"w"})
+                .pool(),
+            "");
+  // No token is derived for a service that has its own.
+  bool derived = false;
+  auto token = RendezvousToken(o, Env({}), &derived);
+  ASSERT_FALSE(token.ok());
+  EXPECT_THAT(std::string(token.status().message()),
+              HasSubstr("--rdzv-backend elastrun needs the service's token"));
+  EXPECT_EQ(*RendezvousToken(o, Env({{"ELASTRUN_TOKEN", "cluster"}}), &derived), "cluster");
+}
+
 TEST(RunHostTest, JobSpecAndServerOptionsFollowTheFlags) {
   RunOptions o = Options({"--nnodes", "2:5", "--max-restarts", "3", "--rdzv-endpoint",
                           "127.0.0.1:29999", "--rdzv-id", "j+1", "--rdzv-conf",

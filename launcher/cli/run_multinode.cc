@@ -21,6 +21,8 @@
 #include "absl/time/clock.h"
 #include "common/files.h"
 #include "common/host.h"
+#include "common/status_macros.h"
+#include "common/tls.h"
 #include "common/strings.h"
 #include "glog/logging.h"
 #include "grpc/support/log.h"
@@ -66,7 +68,27 @@ struct NodeSetup {
   std::string advertise;  // MASTER_ADDR when this node holds rank 0
   std::string run_dir;    // logs: <run_dir>/<job>/attempt_<round>/<local_rank>/
   bool hosting = false;   // this node hosts the rendezvous
+  // The elastrun backend's TLS to the service ($ELASTRUN_TLS_*); null
+  // credentials: plaintext.
+  tls::TlsFiles tls;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
+
+// The elastrun backend's TLS files from $ELASTRUN_TLS_CA, _CERT, _KEY and
+// _SERVER_NAME, as the CLI reads them; their files checked now.
+absl::Status ServiceTls(NodeSetup& n) {
+  for (auto [field, var] : {std::pair{&n.tls.ca, "ELASTRUN_TLS_CA"},
+                            std::pair{&n.tls.cert, "ELASTRUN_TLS_CERT"},
+                            std::pair{&n.tls.key, "ELASTRUN_TLS_KEY"},
+                            std::pair{&n.tls.server_name, "ELASTRUN_TLS_SERVER_NAME"}}) {
+    if (std::optional<std::string> v = GetEnv(var)) *field = *v;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      tls::MakeChannelCredentials(n.tls);
+  if (!credentials.ok()) return credentials.status();
+  n.credentials = *std::move(credentials);
+  return absl::OkStatus();
+}
 
 // An error is a usage error.
 absl::StatusOr<NodeSetup> PrepareNode(const RunOptions& o) {
@@ -79,12 +101,12 @@ absl::StatusOr<NodeSetup> PrepareNode(const RunOptions& o) {
   absl::StatusOr<std::string> token = RendezvousToken(o, GetEnv, &n.derived_token);
   if (!token.ok()) return token.status();
   n.token = *token;
+  if (o.external_rendezvous()) RETURN_IF_ERROR(ServiceTls(n));
+  // The route to the service's first replica gives this node's address.
+  const std::string first = o.rdzv_endpoint.substr(0, o.rdzv_endpoint.find(','));
   std::string host;
   int port = 0;
-  if (absl::Status s = SplitHostPort(o.rdzv_endpoint, "--rdzv-endpoint", &host, &port);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(SplitHostPort(first, "--rdzv-endpoint", &host, &port));
   if (!o.local_addr.empty()) {
     n.advertise = o.local_addr;
   } else if (IsLoopbackHost(host)) {
@@ -139,6 +161,8 @@ std::unique_ptr<JobsClient> NewRunJobsClient(const RunOptions& o, const NodeSetu
   ServiceOptions service;
   service.address = o.rdzv_endpoint;
   service.token = n.token;
+  service.tls = n.tls;
+  service.credentials = n.credentials;
   service.rpc_timeout = absl::Seconds(2);
   service.retry_for = absl::ZeroDuration();
   return NewGrpcJobsClient(service);
@@ -214,7 +238,9 @@ std::optional<int> Register(const RunOptions& o, const SessionOptions& session_o
   if (absl::IsCancelled(claimed)) {
     Say(absl::StrCat("no rendezvous at ", o.rdzv_endpoint, " within join_timeout ",
                      absl::FormatDuration(o.rdzv_conf.join_timeout),
-                     ": is the node it names running the same command?"));
+                     o.external_rendezvous()
+                         ? ": is elastrun-rendezvous running there?"
+                         : ": is the node it names running the same command?"));
   } else {
     Say(absl::StrCat("the rendezvous at ", o.rdzv_endpoint,
                      " refused this node: ", claimed.message()));
@@ -257,7 +283,7 @@ int RunMultinode(const RunOptions& o) {
   // holds no lock.
   const RunCgroup cgroup = MakeRunCgroup();
   absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>> hosted =
-      MaybeHostRendezvous(o, n.token);
+      o.external_rendezvous() ? nullptr : MaybeHostRendezvous(o, n.token);
   if (!hosted.ok()) {
     Say(std::string(hosted.status().message()));
     return 1;
@@ -274,7 +300,10 @@ int RunMultinode(const RunOptions& o) {
   }
   Say(absl::StrCat("run ", o.run_id, ": node ", n.node_id, " (", n.advertise, "), ",
                    n.nproc, " worker(s), nnodes ", o.nnodes.min, ":", o.nnodes.max,
-                   ", rendezvous ", *hosted != nullptr ? "hosted here at " : "at ",
+                   ", rendezvous ",
+                   *hosted != nullptr          ? "hosted here at "
+                   : o.external_rendezvous() ? "service at "
+                                             : "at ",
                    o.rdzv_endpoint,
                    n.derived_token ? " (token derived from the run id)" : "",
                    ", logs in ", n.run_dir));
@@ -282,6 +311,8 @@ int RunMultinode(const RunOptions& o) {
   GrpcClientOptions client_options;
   client_options.target = o.rdzv_endpoint;
   client_options.token = n.token;
+  client_options.tls = n.tls;
+  client_options.credentials = n.credentials;
   // A call to a lost host must not outlast the host's own timeout: this
   // node's shutdown waits for the session's call in flight.
   client_options.deadline =
@@ -293,13 +324,25 @@ int RunMultinode(const RunOptions& o) {
   session_options.incarnation = NewIncarnation();
   session_options.addr = n.advertise;
   session_options.slots = n.nproc;
+  // At a running service the run's nodes are a pool of their own: its job
+  // is placed on them alone, and no other job on them.
+  if (o.external_rendezvous()) session_options.pool = RunPool(o.run_id);
   // The host may start after this node: look for it often.
   session_options.initial_backoff = absl::Milliseconds(20);
   session_options.max_backoff = absl::Milliseconds(250);
   if (std::optional<int> exit = Register(o, session_options, client.get(), &stop))
     return *exit;
   std::unique_ptr<JobsClient> jobs = NewRunJobsClient(o, n);
-  if (job_id.empty()) {
+  if (o.external_rendezvous()) {
+    absl::StatusOr<std::string> submitted =
+        SubmitRunJob(o, n.nproc, WorkerArgv(o, "python3"), jobs.get(), &stop);
+    if (!submitted.ok()) {
+      if (int sig = stop.WaitFor(absl::ZeroDuration()); sig > 0) return 128 + sig;
+      Say(std::string(submitted.status().message()));
+      return 1;
+    }
+    job_id = *submitted;
+  } else if (job_id.empty()) {
     if (std::optional<int> exit = JoinRunJob(o, n, jobs.get(), &stop, &job_id))
       return *exit;
   }

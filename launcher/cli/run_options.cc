@@ -81,13 +81,17 @@ constexpr FlagDef kFlags[] = {
      "node hosts the rendezvous, ranks in joining order;\n"
      "static: a fixed --nnodes N, node --node-rank R is\n"
      "group rank R, the rendezvous at --master-addr:\n"
-     "--master-port (29500) on node rank 0; others refused"},
+     "--master-port (29500) on node rank 0; elastrun: a\n"
+     "running elastrun-rendezvous service (its replicas\n"
+     "over etcd: no node is a single point); others\n"
+     "refused"},
     {"--rdzv-endpoint", "HOST[:PORT]",
      "several nodes: the rendezvous, hosted by the node\n"
      "whose address HOST is (the first to bind PORT; see\n"
      "is_host), the same on every node (port 29400 if\n"
      "not given). Naming this node with --nnodes 1: this\n"
-     "node alone"},
+     "node alone. With --rdzv-backend elastrun: the\n"
+     "service, HOST:PORT[,HOST:PORT...] (every replica)"},
     {"--node-rank", "R",
      "the static backend's node rank: this node's group\n"
      "rank (0 <= R < N); with one node only 0"},
@@ -119,10 +123,11 @@ absl::Status ApplyRendezvous(const std::string& flag, const std::string& value,
                              RunOptions& o) {
   if (flag == "rdzv-endpoint") return ParseRdzvEndpoint(value, shown, is_this_host, o);
   if (flag == "rdzv-backend") {
-    if (value != "c10d" && value != "static") {
+    if (value != "c10d" && value != "static" && value != "elastrun") {
       return absl::InvalidArgumentError(absl::StrCat(
-          shown, " ", value, ": only c10d (the endpoint's node hosts the rendezvous) ",
-          "and static (--master-addr/--master-port, node rank 0 hosts) are accepted"));
+          shown, " ", value, ": only c10d (the endpoint's node hosts the rendezvous), ",
+          "static (--master-addr/--master-port, node rank 0 hosts) and elastrun (a ",
+          "running elastrun-rendezvous service) are accepted"));
     }
     o.rdzv_backend = value;
   } else if (flag == "start-method") {
@@ -520,6 +525,19 @@ again. The rendezvous token comes from --rdzv-conf token_file=FILE,
 $ELASTRUN_TOKEN or $ELASTRUN_TOKEN_FILE (the first given); without one it
 is derived from the run id, and then, as with torchrun, whoever reaches the endpoint and
 knows the id may join: keep that network private.
+
+With a rendezvous that outlives any node (torchrun's etcd backend), give
+a running elastrun-rendezvous service, e.g. three replicas over etcd:
+  elastrun run --nnodes 2:4 --nproc-per-node 8 --rdzv-backend elastrun \
+      --rdzv-endpoint rdzv1:29400,rdzv2:29400,rdzv3:29400 --rdzv-id job7 train.py
+No node hosts anything: the run is one job of the service (submitted once,
+by whichever node comes first), placed on the run's nodes alone (their own
+pool), and a node or a replica that is lost is only lost. The token is the
+service's ($ELASTRUN_TOKEN_FILE, $ELASTRUN_TOKEN or token_file=FILE; none
+is derived); TLS from $ELASTRUN_TLS_CA, _CERT, _KEY, _SERVER_NAME as for
+the CLI. While the service does not answer the workers go on; the run gives
+up after join_timeout without it. A run id the service has seen end is not
+run again: give each run its own.
 
 Flags are torchrun's: each is also spelled with underscores
 (--nproc_per_node), may be shortened to an unambiguous prefix

@@ -84,14 +84,19 @@ struct RunOptions {
   bool master_addr_given = false;
   // --standalone: this node alone (the default for --nnodes 1).
   bool standalone = false;
-  // --rdzv-backend: c10d (default) or static.
+  // --rdzv-backend: c10d (default), static, or elastrun (a running
+  // elastrun-rendezvous service).
   std::string rdzv_backend = "c10d";
-  // --rdzv-endpoint HOST:PORT (port 29400 when not given); empty: none.
+  // --rdzv-endpoint HOST:PORT (port 29400 when not given); with the
+  // elastrun backend HOST:PORT[,HOST:PORT...]; empty: none.
   std::string rdzv_endpoint;
   // Whether the endpoint's host is this node (an address of it).
   bool endpoint_is_this_host = true;
   // --rdzv-conf.
   RendezvousConf rdzv_conf;
+  // The elastrun backend: the rendezvous is a service already running (its
+  // replicas, for HA), not hosted by a node of the run.
+  bool external_rendezvous() const { return rdzv_backend == "elastrun"; }
   // --node-rank; -1: not given. The static backend's group rank of this
   // node.
   int node_rank = -1;

@@ -277,6 +277,45 @@ TEST(RunOptionsTest, GpuCountHonoursCudaVisibleDevices) {
   EXPECT_FALSE(ResolveNprocPerNode("gpu", 8, VisibleGpuCount("", 4)).ok());
 }
 
+TEST(RunOptionsTest, ElastrunBackendNamesARunningServiceByEveryReplica) {
+  // Several endpoints (the replicas), each with torchrun's default port
+  // where none is given; no node hosts, even one that an endpoint names.
+  auto o = Parse({"--nnodes", "2:3", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
+                  "me, r2:29501,[::1]", "--rdzv-id", "j1", "w"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->multinode);
+  EXPECT_TRUE(o->external_rendezvous());
+  EXPECT_EQ(o->rdzv_endpoint, "me:29400,r2:29501,[::1]:29400");
+  EXPECT_FALSE(o->endpoint_is_this_host);
+  // One node joining the service is the multi-node form too.
+  auto one = Parse({"--rdzv-backend", "elastrun", "--rdzv-endpoint", "me:29400", "w"});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(one->multinode);
+  EXPECT_EQ(one->rdzv_endpoint, "me:29400");
+  // is_host means nothing there, and is said to.
+  auto host = Parse({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint", "me",
+                     "--rdzv-conf", "is_host=1", "w"});
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_FALSE(host->rdzv_conf.is_host.has_value());
+  ASSERT_EQ(host->warnings.size(), 1u);
+  EXPECT_THAT(host->warnings[0], HasSubstr("--rdzv-conf is_host is ignored"));
+
+  EXPECT_THAT(Error(Parse({"--rdzv-backend", "elastrun", "w"})),
+              HasSubstr("--rdzv-backend elastrun needs --rdzv-endpoint HOST:PORT[,HOST:PORT"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-endpoint", "me,r2", "w"})),
+              HasSubstr("several endpoints are the replicas of a running elastrun-rendezvous "
+                        "service: add --rdzv-backend elastrun"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
+                           "me,[]", "w"})),
+              HasSubstr("'[]' names no host"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
+                           "me,:29400", "w"})),
+              HasSubstr("\":29400\" is not HOST:PORT"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
+                           "me,r2:port", "w"})),
+              HasSubstr("--rdzv-endpoint"));
+}
+
 TEST(RunOptionsTest, StartMethodAndBackendBeyondOneNodeAreRefused) {
   EXPECT_TRUE(Parse({"--start-method", "spawn", "w"}).ok());
   for (const char* method : {"fork", "forkserver"}) {

@@ -4,6 +4,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 
@@ -67,25 +69,79 @@ absl::Status CheckStatic(RunOptions& o, const HostCheck& is_this_host) {
   return absl::OkStatus();
 }
 
+// The elastrun backend: a service that runs apart, named by the endpoint.
+absl::Status CheckExternal(RunOptions& o) {
+  if (o.rdzv_endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "--rdzv-backend elastrun needs --rdzv-endpoint HOST:PORT[,HOST:PORT...]: the "
+        "running elastrun-rendezvous service (each of its replicas), the same on every "
+        "node");
+  }
+  if (o.rdzv_conf.is_host.has_value()) {
+    o.warnings.push_back(IgnoredWarning(
+        "--rdzv-conf is_host", "with --rdzv-backend elastrun no node hosts the rendezvous"));
+    o.rdzv_conf.is_host.reset();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string IgnoredWarning(const std::string& shown, const std::string& why) {
   return absl::StrCat(shown, " is ignored: ", why);
 }
 
+namespace {
+
+// One HOST[:PORT] as HOST:PORT (torchrun's default port 29400); sets *host.
+absl::StatusOr<std::string> OneEndpoint(absl::string_view value, const std::string& shown,
+                                        std::string* host) {
+  *host = std::string(value);
+  int port = 29400;
+  if (absl::StartsWith(value, "[") && absl::EndsWith(value, "]")) {
+    *host = std::string(value.substr(1, value.size() - 2));  // [v6] without a port
+  } else if (absl::StrContains(value, ':')) {
+    RETURN_IF_ERROR(SplitHostPort(value, shown, host, &port));
+  }
+  if (host->empty()) return std::string();
+  return absl::StrContains(*host, ':') ? absl::StrCat("[", *host, "]:", port)
+                                       : absl::StrCat(*host, ":", port);
+}
+
+}  // namespace
+
 // --rdzv-endpoint HOST[:PORT]: kept as HOST:PORT (torchrun's default port
-// 29400), with whether HOST is this node.
+// 29400), with whether HOST is this node. The elastrun backend's may list
+// several, the service's replicas.
 absl::Status ParseRdzvEndpoint(const std::string& value, const std::string& shown,
                                const HostCheck& is_this_host, RunOptions& o) {
-  std::string host = value;
-  int port = 29400;
-  if (absl::StrContains(value, ':')) {
-    RETURN_IF_ERROR(SplitHostPort(value, shown, &host, &port));
+  if (absl::StrContains(value, ',')) {
+    if (!o.external_rendezvous()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          shown, " ", value, ": several endpoints are the replicas of a running ",
+          "elastrun-rendezvous service: add --rdzv-backend elastrun (c10d and static ",
+          "take one, the node that hosts the rendezvous)"));
+    }
+    std::vector<std::string> endpoints;
+    for (absl::string_view e : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
+      std::string host;
+      ASSIGN_OR_RETURN(std::string endpoint,
+                       OneEndpoint(absl::StripAsciiWhitespace(e), shown, &host));
+      if (endpoint.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(shown, " ", value, ": '", e,
+                                                       "' names no host"));
+      }
+      endpoints.push_back(std::move(endpoint));
+    }
+    o.rdzv_endpoint = absl::StrJoin(endpoints, ",");
+    o.endpoint_is_this_host = false;
+    return absl::OkStatus();
   }
-  if (host.empty()) return absl::OkStatus();
-  o.rdzv_endpoint = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", port)
-                                                 : absl::StrCat(host, ":", port);
-  o.endpoint_is_this_host = is_this_host(host);
+  std::string host;
+  ASSIGN_OR_RETURN(std::string endpoint, OneEndpoint(value, shown, &host));
+  if (endpoint.empty()) return absl::OkStatus();
+  o.rdzv_endpoint = std::move(endpoint);
+  o.endpoint_is_this_host = !o.external_rendezvous() && is_this_host(host);
   return absl::OkStatus();
 }
 
@@ -105,7 +161,7 @@ absl::Status ParseRdzvConf(const std::string& value, const std::string& shown,
 }
 
 bool IsOneNode(const RunOptions& o) {
-  return o.nnodes.max <= 1 && o.endpoint_is_this_host;
+  return o.nnodes.max <= 1 && o.endpoint_is_this_host && !o.external_rendezvous();
 }
 
 absl::Status CheckNodesForm(RunOptions& o, const HostCheck& is_this_host) {
@@ -121,6 +177,7 @@ absl::Status CheckNodesForm(RunOptions& o, const HostCheck& is_this_host) {
                                  ? absl::StrCat(o.nnodes.max)
                                  : absl::StrCat(o.nnodes.min, ":", o.nnodes.max);
   if (o.rdzv_backend == "static") RETURN_IF_ERROR(CheckStatic(o, is_this_host));
+  if (o.external_rendezvous()) RETURN_IF_ERROR(CheckExternal(o));
   if (o.rdzv_endpoint.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--nnodes ", nnodes, " needs --rdzv-endpoint HOST:PORT, the same on every node: ",

@@ -30,6 +30,7 @@ v1::RegisterNodeRequest RegisterRequest(const SessionOptions& options,
   reg.set_addr(options.addr);
   reg.set_slots(options.slots);
   for (const auto& [k, v] : options.labels) (*reg.mutable_labels())[k] = v;
+  reg.set_pool(options.pool);
   for (const v1::RunningAttempt& a : running) *reg.add_running() = a;
   return reg;
 }

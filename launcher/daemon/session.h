@@ -33,6 +33,9 @@ struct SessionOptions {
   std::string addr;  // advertised address (MASTER_ADDR when rank 0)
   int slots = 1;
   std::map<std::string, std::string> labels;
+  // RegisterNodeRequest.pool: only that pool's jobs are placed here; empty:
+  // the default pool.
+  std::string pool;
   // Reconnect backoff: doubles from `initial_backoff` up to `max_backoff`.
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(2);
