@@ -259,6 +259,52 @@ TEST_F(HaE2eTest, KillingTheLeaderLosesNoJobNoLogLineAndTheNextFailureIsHandled)
   EXPECT_EQ(Leader(), leader);
 }
 
+// `elastrun run --rdzv-backend elastrun` given every replica: no node hosts
+// the rendezvous, so losing the leader replica loses nothing of the run.
+TEST_F(HaE2eTest, ARunAtTheReplicasOutlivesItsLeader) {
+  std::vector<testing::Subprocess*> nodes;
+  for (int h = 0; h < 2; ++h) {
+    auto node = testing::Subprocess::Start(
+        {testing::BinDir() + "/elastrun", "run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--max-restarts", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint", endpoints_,
+         "--rdzv-id", "harun", "--log-dir", absl::StrCat(dir_, "/run-", h), "--no-python",
+         "/bin/sh", "-c", kScript},
+        CliEnv());
+    ASSERT_TRUE(node.ok()) << node.status();
+    clients_.push_back(*std::move(node));
+    nodes.push_back(clients_.back().get());
+  }
+  auto both = [&] { return nodes[0]->Output() + nodes[1]->Output(); };
+  ASSERT_TRUE(PollUntil([&] {
+    const std::string out = both();
+    return absl::StrContains(out, "r0-a0-10") && absl::StrContains(out, "r1-a0-10");
+  })) << both()
+      << ReplicaOutput();
+
+  const int old = Leader();
+  replicas_[old]->Signal(SIGKILL);
+  ASSERT_TRUE(replicas_[old]->Wait(kDeadline).ok());
+  ASSERT_GE(WaitNewLeader(old), 0);
+  // The workers went on through the failover; the next failure is handled
+  // by the new leader: every node restarts, then the run succeeds.
+  ASSERT_FALSE(testing::WriteOwnerOnlyFile(dir_ + "/fail", "1").empty());
+  for (testing::Subprocess* node : nodes) {
+    ASSERT_TRUE(node->Wait(kDeadline).ok()) << both() << ReplicaOutput();
+    EXPECT_EQ(node->exit_code(), 0) << both() << ReplicaOutput();
+    EXPECT_TRUE(absl::StrContains(node->Output(), "run harun succeeded after 1 restart(s)"))
+        << node->Output();
+  }
+  const std::map<std::string, int> seen = Lines(both());
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_GT(ExpectEveryLineOnce(seen, rank, 0), 10) << both();
+    EXPECT_EQ(ExpectEveryLineOnce(seen, rank, 1), 20) << both();
+  }
+  // One job for the run, though both nodes submitted it.
+  absl::StatusOr<testing::RunResult> list = testing::Run(Cli({"list"}), CliEnv());
+  ASSERT_TRUE(list.ok() && list->exit_code == 0) << (list.ok() ? list->output : "");
+  EXPECT_EQ(CountOf(list->output, "harun-"), 1) << list->output;
+}
+
 TEST_F(HaE2eTest, ALeaderPausedPastItsLeaseIsFencedAndStepsDown) {
   ASSERT_NO_FATAL_FAILURE(StartTwoNodes());
   const int old = Leader();

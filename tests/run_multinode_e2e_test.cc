@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -28,6 +29,7 @@ namespace {
 
 using testing::BinDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::Subprocess;
 
 constexpr absl::Duration kDeadline = absl::Seconds(60);
@@ -385,6 +387,96 @@ TEST_P(MultinodeRunTest, TorchScriptAllReducesAcrossNodes) {
     EXPECT_THAT(out, HasSubstr("of 6 sum 21.0"));  // 1+2+...+6 over every rank
   }
 }
+
+// --rdzv-backend elastrun: a real elastrun-rendezvous started here, no node
+// hosting anything. On loopback only (the service runs outside the
+// namespaces).
+class ServiceRunTest : public MultinodeRunTest {
+ protected:
+  void StartService() {
+    auto service = Subprocess::Start({BinDir() + "/elastrun-rendezvous", "--listen",
+                                      endpoint_, "--token-file", token_file_},
+                                     {marker_});
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = *std::move(service);
+    const absl::Time deadline = absl::Now() + kDeadline;
+    while (service_->Output().find("listening on") == std::string::npos) {
+      ASSERT_LT(absl::Now(), deadline) << service_->Output();
+      ASSERT_FALSE(service_->exit_code().has_value()) << service_->Output();
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  void TearDown() override {
+    MultinodeRunTest::TearDown();
+    service_.reset();  // SIGKILLs it
+  }
+  // The flags of a run at the service: `nnodes`, 2 workers, id `id`.
+  std::vector<std::string> ServiceFlags(const std::string& nnodes, const std::string& id) {
+    return {"--nnodes",      nnodes,    "--nproc-per-node", "2",      "--rdzv-backend",
+            "elastrun",      "--rdzv-endpoint",             endpoint_, "--rdzv-id",
+            id,              "--rdzv-conf", "token_file=" + token_file_};
+  }
+  std::unique_ptr<Subprocess> service_;
+};
+
+TEST_P(ServiceRunTest, TwoRunsAtARunningServiceEachOnItsOwnNodes) {
+  ASSERT_NO_FATAL_FAILURE(StartService());
+  // Run a on two nodes (a world of 4), run b on one (2), at once, at one
+  // service: no node hosts, nothing crosses between the runs.
+  StartNode(0, ServiceFlags("2", "a"));
+  StartNode(1, ServiceFlags("2", "a"));
+  StartNode(2, ServiceFlags("1", "b"));
+  WaitFiles("w4-", 4);
+  WaitFiles("w2-", 2);
+  Go();
+  std::set<int> ranks;
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_EQ(ExitOf(h), 0) << AllOutput();
+    const std::string out = nodes_[h]->Output();
+    EXPECT_THAT(out, HasSubstr("rendezvous service at " + endpoint_));
+    EXPECT_THAT(out, HasSubstr("run a succeeded"));
+    EXPECT_THAT(out, Not(HasSubstr("WORLD_SIZE=2 ")));
+    for (int r : RanksIn(out)) EXPECT_TRUE(ranks.insert(r).second) << "rank " << r << " twice";
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3})) << AllOutput();
+  EXPECT_EQ(ExitOf(2), 0) << AllOutput();
+  EXPECT_EQ(RanksIn(nodes_[2]->Output()), (std::set<int>{0, 1}));
+  EXPECT_THAT(nodes_[2]->Output(), Not(HasSubstr("WORLD_SIZE=4 ")));
+  EXPECT_THAT(nodes_[2]->Output(), HasSubstr("run b succeeded"));
+  // Each run is one job there, though every node of a submitted it.
+  auto list = testing::Run({BinDir() + "/elastrun", "list", "--rendezvous", endpoint_},
+                           {"ELASTRUN_TOKEN_FILE=" + token_file_});
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->exit_code, 0) << list->output;
+  const std::string jobs = list->output;
+  EXPECT_EQ(std::count(jobs.begin(), jobs.end(), '\n'), 3) << jobs;  // a header and 2 jobs
+  EXPECT_THAT(jobs, HasSubstr("a-1"));
+  EXPECT_THAT(jobs, HasSubstr("b-2"));
+  // A run id the service has seen end is not run again.
+  StartNode(3, ServiceFlags("1", "b"));
+  EXPECT_EQ(ExitOf(3), 1) << AllOutput();
+  EXPECT_THAT(nodes_[3]->Output(),
+              HasSubstr("run b already ended at the rendezvous service (succeeded, job "
+                        "b-2): give each run its own --rdzv-id"));
+}
+
+TEST_P(ServiceRunTest, ANodeWithoutTheServicesTokenIsRefusedClearly) {
+  ASSERT_NO_FATAL_FAILURE(StartService());
+  std::vector<std::string> flags = ServiceFlags("1", "c");
+  flags.back() = "token_file=" + testing::WriteOwnerOnlyFile(dir_ + "/wrong", "wrong\n");
+  StartNode(0, flags);
+  EXPECT_EQ(ExitOf(0), 1) << AllOutput();
+  EXPECT_THAT(nodes_[0]->Output(), HasSubstr("refused this node"));
+  // No token at all: a usage error before anything starts.
+  flags.pop_back();
+  flags.pop_back();
+  StartNode(1, flags);
+  EXPECT_EQ(ExitOf(1), 2) << AllOutput();
+  EXPECT_THAT(nodes_[1]->Output(), HasSubstr("--rdzv-backend elastrun needs the service's token"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Nets, ServiceRunTest, ::testing::Values(Net::kLoopback),
+                         [](const ::testing::TestParamInfo<Net>&) { return "Loopback"; });
 
 INSTANTIATE_TEST_SUITE_P(Nets, MultinodeRunTest,
                          ::testing::Values(Net::kLoopback, Net::kNamespaces),
