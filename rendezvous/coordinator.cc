@@ -292,9 +292,8 @@ absl::StatusOr<v1::SubmitResponse> Coordinator::Submit(const v1::SubmitRequest& 
     if (!spec.wait_for_nodes()) {
       // Refused rather than queued: such a job would wait for ever, and the
       // user learns it now instead of from a job that never starts.
-      if (std::optional<std::string> why =
-              WhyNoNodesCanHold(registry_, spec.pool(), spec.nproc_per_node(),
-                                spec.min_nodes())) {
+      if (std::optional<std::string> why = WhyNoNodesCanHold(
+              registry_, spec.pool(), spec.nproc_per_node(), spec.min_nodes())) {
         LOG(INFO) << "job refused: " << *why;
         return absl::FailedPreconditionError(absl::StrCat(
             *why,

@@ -256,9 +256,10 @@ TEST_F(CoordinatorTest, APoolsJobRunsOnItsNodesAloneAndTheyTakeNoOther) {
   run.mutable_spec()->set_pool("run.mn2");
   absl::StatusOr<v1::SubmitResponse> refused = c_->Submit(run);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(refused.status().message(),
-              ::testing::HasSubstr("job needs 1 node(s) with 2 slots each in pool run.mn2; "
-                                   "registered there: none alive"));
+  EXPECT_THAT(
+      refused.status().message(),
+      ::testing::HasSubstr("job needs 1 node(s) with 2 slots each in pool run.mn2; "
+                           "registered there: none alive"));
   // Its own pool's nodes alone, never the default pool's free slots.
   run.mutable_spec()->set_pool("run.mn1");
   run.mutable_spec()->set_nproc_per_node(1);

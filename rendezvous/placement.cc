@@ -88,8 +88,9 @@ std::optional<std::string> WhyNoNodesCanHold(const NodeRegistry& registry,
                     Slots(alive[named].first), " each");
   }
   if (draining > 0) absl::StrAppend(&registered, "; ", draining, " draining");
-  return absl::StrFormat("job needs %d node(s) with %s each%s; registered%s: %s", min_nodes,
-                         Slots(nproc), pool.empty() ? "" : absl::StrCat(" in pool ", pool),
+  return absl::StrFormat("job needs %d node(s) with %s each%s; registered%s: %s",
+                         min_nodes, Slots(nproc),
+                         pool.empty() ? "" : absl::StrCat(" in pool ", pool),
                          pool.empty() ? "" : " there", registered);
 }
 
@@ -111,7 +112,8 @@ bool HoldSlotsFor(const NodeRegistry& registry, absl::string_view pool, int npro
 
 std::string WaitingReason(const NodeRegistry& registry, absl::string_view pool, int nproc,
                           int min_nodes, bool holds) {
-  if (std::optional<std::string> why = WhyNoNodesCanHold(registry, pool, nproc, min_nodes)) {
+  if (std::optional<std::string> why =
+          WhyNoNodesCanHold(registry, pool, nproc, min_nodes)) {
     return absl::StrCat("waiting for nodes: ", *why);
   }
   return absl::StrFormat(

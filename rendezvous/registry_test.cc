@@ -215,7 +215,8 @@ TEST(RegistryTest, BadRequestsNameTheField) {
   r.set_pool("run/1");
   st = reg.CheckRegister(r, absl::UnixEpoch()).status();
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
-  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("RegisterNode.pool: \"run/1\""));
+  EXPECT_THAT(std::string(st.message()),
+              ::testing::HasSubstr("RegisterNode.pool: \"run/1\""));
   r.set_pool("run.mn-1_b");
   EXPECT_TRUE(reg.CheckRegister(r, absl::UnixEpoch()).ok());
   EXPECT_FALSE(ValidateLeaseOptions({absl::Seconds(3), absl::Seconds(3)}).ok());

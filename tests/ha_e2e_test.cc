@@ -264,12 +264,27 @@ TEST_F(HaE2eTest, KillingTheLeaderLosesNoJobNoLogLineAndTheNextFailureIsHandled)
 TEST_F(HaE2eTest, ARunAtTheReplicasOutlivesItsLeader) {
   std::vector<testing::Subprocess*> nodes;
   for (int h = 0; h < 2; ++h) {
-    auto node = testing::Subprocess::Start(
-        {testing::BinDir() + "/elastrun", "run", "--nnodes", "2", "--nproc-per-node", "1",
-         "--max-restarts", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint", endpoints_,
-         "--rdzv-id", "harun", "--log-dir", absl::StrCat(dir_, "/run-", h), "--no-python",
-         "/bin/sh", "-c", kScript},
-        CliEnv());
+    auto node = testing::Subprocess::Start({testing::BinDir() + "/elastrun",
+                                            "run",
+                                            "--nnodes",
+                                            "2",
+                                            "--nproc-per-node",
+                                            "1",
+                                            "--max-restarts",
+                                            "2",
+                                            "--rdzv-backend",
+                                            "elastrun",
+                                            "--rdzv-endpoint",
+                                            endpoints_,
+                                            "--rdzv-id",
+                                            "harun",
+                                            "--log-dir",
+                                            absl::StrCat(dir_, "/run-", h),
+                                            "--no-python",
+                                            "/bin/sh",
+                                            "-c",
+                                            kScript},
+                                           CliEnv());
     ASSERT_TRUE(node.ok()) << node.status();
     clients_.push_back(*std::move(node));
     nodes.push_back(clients_.back().get());
@@ -291,7 +306,8 @@ TEST_F(HaE2eTest, ARunAtTheReplicasOutlivesItsLeader) {
   for (testing::Subprocess* node : nodes) {
     ASSERT_TRUE(node->Wait(kDeadline).ok()) << both() << ReplicaOutput();
     EXPECT_EQ(node->exit_code(), 0) << both() << ReplicaOutput();
-    EXPECT_TRUE(absl::StrContains(node->Output(), "run harun succeeded after 1 restart(s)"))
+    EXPECT_TRUE(
+        absl::StrContains(node->Output(), "run harun succeeded after 1 restart(s)"))
         << node->Output();
   }
   const std::map<std::string, int> seen = Lines(both());

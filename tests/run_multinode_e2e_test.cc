@@ -411,10 +411,12 @@ class ServiceRunTest : public MultinodeRunTest {
     service_.reset();  // SIGKILLs it
   }
   // The flags of a run at the service: `nnodes`, 2 workers, id `id`.
-  std::vector<std::string> ServiceFlags(const std::string& nnodes, const std::string& id) {
-    return {"--nnodes",      nnodes,    "--nproc-per-node", "2",      "--rdzv-backend",
-            "elastrun",      "--rdzv-endpoint",             endpoint_, "--rdzv-id",
-            id,              "--rdzv-conf", "token_file=" + token_file_};
+  std::vector<std::string> ServiceFlags(const std::string& nnodes,
+                                        const std::string& id) {
+    return {
+        "--nnodes",       nnodes,     "--nproc-per-node", "2",
+        "--rdzv-backend", "elastrun", "--rdzv-endpoint",  endpoint_,
+        "--rdzv-id",      id,         "--rdzv-conf",      "token_file=" + token_file_};
   }
   std::unique_ptr<Subprocess> service_;
 };
@@ -436,7 +438,8 @@ TEST_P(ServiceRunTest, TwoRunsAtARunningServiceEachOnItsOwnNodes) {
     EXPECT_THAT(out, HasSubstr("rendezvous service at " + endpoint_));
     EXPECT_THAT(out, HasSubstr("run a succeeded"));
     EXPECT_THAT(out, Not(HasSubstr("WORLD_SIZE=2 ")));
-    for (int r : RanksIn(out)) EXPECT_TRUE(ranks.insert(r).second) << "rank " << r << " twice";
+    for (int r : RanksIn(out))
+      EXPECT_TRUE(ranks.insert(r).second) << "rank " << r << " twice";
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3})) << AllOutput();
   EXPECT_EQ(ExitOf(2), 0) << AllOutput();
@@ -449,7 +452,8 @@ TEST_P(ServiceRunTest, TwoRunsAtARunningServiceEachOnItsOwnNodes) {
   ASSERT_TRUE(list.ok()) << list.status();
   EXPECT_EQ(list->exit_code, 0) << list->output;
   const std::string jobs = list->output;
-  EXPECT_EQ(std::count(jobs.begin(), jobs.end(), '\n'), 3) << jobs;  // a header and 2 jobs
+  EXPECT_EQ(std::count(jobs.begin(), jobs.end(), '\n'), 3)
+      << jobs;  // a header and 2 jobs
   EXPECT_THAT(jobs, HasSubstr("a-1"));
   EXPECT_THAT(jobs, HasSubstr("b-2"));
   // A run id the service has seen end is not run again.
@@ -472,7 +476,8 @@ TEST_P(ServiceRunTest, ANodeWithoutTheServicesTokenIsRefusedClearly) {
   flags.pop_back();
   StartNode(1, flags);
   EXPECT_EQ(ExitOf(1), 2) << AllOutput();
-  EXPECT_THAT(nodes_[1]->Output(), HasSubstr("--rdzv-backend elastrun needs the service's token"));
+  EXPECT_THAT(nodes_[1]->Output(),
+              HasSubstr("--rdzv-backend elastrun needs the service's token"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Nets, ServiceRunTest, ::testing::Values(Net::kLoopback),

@@ -62,7 +62,8 @@ namespace {
 // Whether the service takes `s` as a name: [A-Za-z0-9._-]{1,64}.
 bool IsServiceName(const std::string& s) {
   bool ok = !s.empty() && s.size() <= 64;
-  for (char c : s) ok = ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
+  for (char c : s)
+    ok = ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
   return ok;
 }
 

@@ -58,8 +58,9 @@ TEST(RunHostTest, TokenFromConfFileVariableOrDerived) {
 }
 
 TEST(RunHostTest, ARunAtARunningServiceIsInAPoolOfItsOwnAndNeedsItsToken) {
-  RunOptions o = Options({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
-                          "127.0.0.1:1,127.0.0.1:2", "--rdzv-id", "job7", "w"});
+  RunOptions o =
+      Options({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
+               "127.0.0.1:1,127.0.0.1:2", "--rdzv-id", "job7", "w"});
   EXPECT_EQ(RunPool("job7"), "run.job7");
   EXPECT_EQ(MultinodeJobSpec(o, 2, {"w"}).pool(), "run.job7");
   // A run id the service does not take as a name: a fixed digest of it,
@@ -80,7 +81,8 @@ TEST(RunHostTest, ARunAtARunningServiceIsInAPoolOfItsOwnAndNeedsItsToken) {
   ASSERT_FALSE(token.ok());
   EXPECT_THAT(std::string(token.status().message()),
               HasSubstr("--rdzv-backend elastrun needs the service's token"));
-  EXPECT_EQ(*RendezvousToken(o, Env({{"ELASTRUN_TOKEN", "cluster"}}), &derived), "cluster");
+  EXPECT_EQ(*RendezvousToken(o, Env({{"ELASTRUN_TOKEN", "cluster"}}), &derived),
+            "cluster");
 }
 
 TEST(RunHostTest, JobSpecAndServerOptionsFollowTheFlags) {

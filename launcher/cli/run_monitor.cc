@@ -87,11 +87,12 @@ int RunMonitor::Run(bool* finished) {
       }
       if (silent < give_up) continue;
       LOG(ERROR) << "the rendezvous is unreachable: " << s.status();
-      Say(absl::StrCat(external ? "lost the rendezvous service " : "lost the rendezvous host ",
-                       o_.rdzv_endpoint, " (no answer for ",
-                       absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
-                       "): the run cannot go on without it; this node's workers are ",
-                       "stopped. Start the run again on the nodes left"));
+      Say(absl::StrCat(
+          external ? "lost the rendezvous service " : "lost the rendezvous host ",
+          o_.rdzv_endpoint, " (no answer for ",
+          absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
+          "): the run cannot go on without it; this node's workers are ",
+          "stopped. Start the run again on the nodes left"));
       return 1;
     }
     last_answer = absl::Now();
@@ -128,8 +129,8 @@ absl::Status CheckRunJob(const RunOptions& o, int nproc, const v1::JobStatus& jo
         absl::StrCat("run ", o.run_id, " has --nnodes ", spec.min_nodes(), ":",
                      spec.max_nodes(), " --nproc-per-node ", spec.nproc_per_node(),
                      o.external_rendezvous() ? " at the service" : " at its host",
-                     ", this node ", mine.min_nodes(), ":", mine.max_nodes(), " and ", nproc,
-                     ": every node must give the same"));
+                     ", this node ", mine.min_nodes(), ":", mine.max_nodes(), " and ",
+                     nproc, ": every node must give the same"));
   }
   return absl::OkStatus();
 }
@@ -181,16 +182,17 @@ absl::StatusOr<std::string> SubmitRunJob(const RunOptions& o, int nproc,
   }
   if (!id.ok() || !job.ok()) {
     const absl::Status& st = id.ok() ? job.status() : id.status();
-    return absl::Status(st.code(), absl::StrCat("the rendezvous service at ", o.rdzv_endpoint,
-                                                " refused run ", o.run_id, ": ", st.message()));
+    return absl::Status(st.code(),
+                        absl::StrCat("the rendezvous service at ", o.rdzv_endpoint,
+                                     " refused run ", o.run_id, ": ", st.message()));
   }
   RETURN_IF_ERROR(CheckRunJob(o, nproc, *job));
   if (job->state() == v1::JOB_STATE_SUCCEEDED || job->state() == v1::JOB_STATE_FAILED ||
       job->state() == v1::JOB_STATE_CANCELLED) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "run ", o.run_id, " already ended at the rendezvous service (",
-        absl::AsciiStrToLower(JobStateName(job->state())), ", job ", job->job_id(),
-        "): give each run its own --rdzv-id"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", o.run_id, " already ended at the rendezvous service (",
+                     absl::AsciiStrToLower(JobStateName(job->state())), ", job ",
+                     job->job_id(), "): give each run its own --rdzv-id"));
   }
   return job->job_id();
 }

@@ -22,8 +22,8 @@
 #include "common/files.h"
 #include "common/host.h"
 #include "common/status_macros.h"
-#include "common/tls.h"
 #include "common/strings.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "grpc/support/log.h"
 #include "launcher/agent/agent.h"
@@ -298,15 +298,14 @@ int RunMultinode(const RunOptions& o) {
     }
     job_id = *submitted;
   }
-  Say(absl::StrCat("run ", o.run_id, ": node ", n.node_id, " (", n.advertise, "), ",
-                   n.nproc, " worker(s), nnodes ", o.nnodes.min, ":", o.nnodes.max,
-                   ", rendezvous ",
-                   *hosted != nullptr          ? "hosted here at "
-                   : o.external_rendezvous() ? "service at "
-                                             : "at ",
-                   o.rdzv_endpoint,
-                   n.derived_token ? " (token derived from the run id)" : "",
-                   ", logs in ", n.run_dir));
+  Say(absl::StrCat(
+      "run ", o.run_id, ": node ", n.node_id, " (", n.advertise, "), ", n.nproc,
+      " worker(s), nnodes ", o.nnodes.min, ":", o.nnodes.max, ", rendezvous ",
+      *hosted != nullptr        ? "hosted here at "
+      : o.external_rendezvous() ? "service at "
+                                : "at ",
+      o.rdzv_endpoint, n.derived_token ? " (token derived from the run id)" : "",
+      ", logs in ", n.run_dir));
 
   GrpcClientOptions client_options;
   client_options.target = o.rdzv_endpoint;

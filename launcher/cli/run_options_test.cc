@@ -293,26 +293,28 @@ TEST(RunOptionsTest, ElastrunBackendNamesARunningServiceByEveryReplica) {
   EXPECT_TRUE(one->multinode);
   EXPECT_EQ(one->rdzv_endpoint, "me:29400");
   // is_host means nothing there, and is said to.
-  auto host = Parse({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint", "me",
-                     "--rdzv-conf", "is_host=1", "w"});
+  auto host = Parse({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
+                     "me", "--rdzv-conf", "is_host=1", "w"});
   ASSERT_TRUE(host.ok()) << host.status();
   EXPECT_FALSE(host->rdzv_conf.is_host.has_value());
   ASSERT_EQ(host->warnings.size(), 1u);
   EXPECT_THAT(host->warnings[0], HasSubstr("--rdzv-conf is_host is ignored"));
 
-  EXPECT_THAT(Error(Parse({"--rdzv-backend", "elastrun", "w"})),
-              HasSubstr("--rdzv-backend elastrun needs --rdzv-endpoint HOST:PORT[,HOST:PORT"));
-  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-endpoint", "me,r2", "w"})),
-              HasSubstr("several endpoints are the replicas of a running elastrun-rendezvous "
-                        "service: add --rdzv-backend elastrun"));
-  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
-                           "me,[]", "w"})),
+  EXPECT_THAT(
+      Error(Parse({"--rdzv-backend", "elastrun", "w"})),
+      HasSubstr("--rdzv-backend elastrun needs --rdzv-endpoint HOST:PORT[,HOST:PORT"));
+  EXPECT_THAT(
+      Error(Parse({"--nnodes", "2", "--rdzv-endpoint", "me,r2", "w"})),
+      HasSubstr("several endpoints are the replicas of a running elastrun-rendezvous "
+                "service: add --rdzv-backend elastrun"));
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-backend", "elastrun",
+                           "--rdzv-endpoint", "me,[]", "w"})),
               HasSubstr("'[]' names no host"));
-  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
-                           "me,:29400", "w"})),
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-backend", "elastrun",
+                           "--rdzv-endpoint", "me,:29400", "w"})),
               HasSubstr("\":29400\" is not HOST:PORT"));
-  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-backend", "elastrun", "--rdzv-endpoint",
-                           "me,r2:port", "w"})),
+  EXPECT_THAT(Error(Parse({"--nnodes", "2", "--rdzv-backend", "elastrun",
+                           "--rdzv-endpoint", "me,r2:port", "w"})),
               HasSubstr("--rdzv-endpoint"));
 }
 

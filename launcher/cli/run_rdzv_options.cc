@@ -3,9 +3,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 
@@ -78,8 +78,9 @@ absl::Status CheckExternal(RunOptions& o) {
         "node");
   }
   if (o.rdzv_conf.is_host.has_value()) {
-    o.warnings.push_back(IgnoredWarning(
-        "--rdzv-conf is_host", "with --rdzv-backend elastrun no node hosts the rendezvous"));
+    o.warnings.push_back(
+        IgnoredWarning("--rdzv-conf is_host",
+                       "with --rdzv-backend elastrun no node hosts the rendezvous"));
     o.rdzv_conf.is_host.reset();
   }
   return absl::OkStatus();
@@ -128,8 +129,8 @@ absl::Status ParseRdzvEndpoint(const std::string& value, const std::string& show
       ASSIGN_OR_RETURN(std::string endpoint,
                        OneEndpoint(absl::StripAsciiWhitespace(e), shown, &host));
       if (endpoint.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(shown, " ", value, ": '", e,
-                                                       "' names no host"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(shown, " ", value, ": '", e, "' names no host"));
       }
       endpoints.push_back(std::move(endpoint));
     }
