@@ -278,6 +278,7 @@ std::string FormatJobStatus(const v1::JobStatus& s) {
   };
   if (!s.spec().run_id().empty())
     rows.insert(rows.begin() + 1, {"run id:", s.spec().run_id()});
+  if (!s.spec().pool().empty()) rows.push_back({"pool:", s.spec().pool()});
   if (IsSet(s.finish_time())) rows.push_back({"finished:", TimeText(s.finish_time())});
   if (!s.finish_reason().empty()) rows.push_back({"reason:", s.finish_reason()});
   if (s.has_root_cause()) rows.push_back({"root cause:", FormatFailure(s.root_cause())});
@@ -360,6 +361,7 @@ std::string FormatNodeList(const v1::ListNodesResponse& r) {
       notes.push_back(n.lost_reason());
     }
     if (n.draining()) notes.push_back("draining");
+    if (!n.pool().empty()) notes.push_back(absl::StrCat("pool ", n.pool()));
     if (!notes.empty()) absl::StrAppend(&state, " (", absl::StrJoin(notes, "; "), ")");
     rows.push_back({n.node_id(), n.addr(), state, absl::StrCat(n.slots()),
                     absl::StrCat(n.free_slots()),

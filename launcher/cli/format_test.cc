@@ -145,6 +145,9 @@ TEST(CliFormatTest, PendingJobTextSaysWhy) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr("run id:")));
   s.mutable_spec()->set_run_id("job-1@00c0ffee00c0ffee");
   EXPECT_THAT(FormatJobStatus(s), HasSubstr("run id:      job-1@00c0ffee00c0ffee\n"));
+  EXPECT_THAT(FormatJobStatus(s), ::testing::Not(HasSubstr("pool:")));
+  s.mutable_spec()->set_pool("run.j7");
+  EXPECT_THAT(FormatJobStatus(s), HasSubstr("pool:        run.j7\n"));
   // The service's own reason, when it gives one, also on the one-line form.
   s.set_pending_reason("waiting for nodes: job needs 1 node(s) with 2 slots each");
   EXPECT_THAT(FormatJobStatus(s),
@@ -256,7 +259,7 @@ TEST(CliFormatTest, NodesJsonAndText) {
   EXPECT_EQ(FormatNodeList(v1::ListNodesResponse()), "no nodes registered\n");
 }
 
-TEST(CliFormatTest, ADrainedNodeSaysSoInItsState) {
+TEST(CliFormatTest, ADrainedNodeOrOneOfAPoolSaysSoInItsState) {
   v1::ListNodesResponse r;
   v1::NodeInfo* a = r.add_nodes();
   a->set_node_id("a");
@@ -267,9 +270,14 @@ TEST(CliFormatTest, ADrainedNodeSaysSoInItsState) {
   b->set_state(v1::NODE_STATE_LOST);
   b->set_lost_reason("lease expired");
   b->set_draining(true);
+  v1::NodeInfo* c = r.add_nodes();
+  c->set_node_id("c");
+  c->set_state(v1::NODE_STATE_ALIVE);
+  c->set_pool("run.j7");  // a node of `elastrun run --rdzv-backend elastrun`
   const std::string text = FormatNodeList(r);
   EXPECT_THAT(text, HasSubstr("ALIVE (draining)"));
   EXPECT_THAT(text, HasSubstr("LOST (lease expired; draining)"));
+  EXPECT_THAT(text, HasSubstr("ALIVE (pool run.j7)"));
   EXPECT_EQ(ProtoJson(r)["nodes"][0]["draining"], true);
 }
 
