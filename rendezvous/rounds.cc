@@ -1,12 +1,12 @@
-// Rounds: placement, node loss and resync, timers, and the core's events
-// turned into commands. Joins and exit reports are in rounds_reports.cc.
+// Rounds: placing the jobs the scheduler picks, node loss and resync,
+// timers, and the core's events turned into commands. Joins and exit reports are in
+// rounds_reports.cc.
 #include "rendezvous/rounds.h"
 
 #include <algorithm>
-#include <tuple>
+#include <memory>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,6 +16,7 @@
 #include "rendezvous/job_events.h"
 #include "rendezvous/job_spec.h"
 #include "rendezvous/placement.h"
+#include "rendezvous/scheduler.h"
 
 namespace elastrun::rendezvous {
 void Rounds::Restored(Outbox& out) {
@@ -122,67 +123,23 @@ void Rounds::Unplace(JobRecord& job, const std::string& node_id) {
 
 void Rounds::Schedule(Outbox& out) {
   const absl::Time now = clock_.Now();
-  // Queued jobs in submission order, with backfill: one that cannot be
-  // placed now does not stop the ones behind it. It holds the slots it
-  // waits for, though (HoldSlotsFor), so a stream of smaller jobs cannot
-  // take them as they free up and starve it; a job waiting for nodes that
-  // are not registered holds nothing and so blocks no one.
-  HeldSlots held;
-  // Why jobs of a shape (pool, nproc, min, max) stay queued, while neither the
-  // held slots nor the nodes' change in this pass: a job of the same shape
-  // behind them gets the same answer without walking the nodes again (a
-  // queue of thousands made every submit and every event O(queue x nodes)).
-  absl::flat_hash_map<std::tuple<std::string, int, int, int>, std::string> unplaceable;
-  for (JobRecord* job : jobs_.by_seq()) {
-    if (job->core) continue;
-    const int nproc = job->spec.nproc_per_node();
-    const int min = job->spec.min_nodes();
-    const std::string& pool = job->spec.pool();
-    const std::tuple<std::string, int, int, int> shape{pool, nproc, min,
-                                                       job->spec.max_nodes()};
-    if (auto known = unplaceable.find(shape); known != unplaceable.end()) {
-      if (job->pending_reason != known->second) job->pending_reason = known->second;
-      continue;
-    }
-    std::vector<std::string> picked =
-        PickNodes(registry_, pool, nproc, job->spec.max_nodes(), {}, held);
-    if (static_cast<int>(picked.size()) < min) {
-      const bool holds = HoldSlotsFor(registry_, pool, nproc, min, held);
-      job->pending_reason = WaitingReason(registry_, pool, nproc, min, holds);
-      if (holds) {
-        unplaceable.clear();  // Fewer slots for those behind it.
-      } else {
-        unplaceable.emplace(shape, job->pending_reason);
-      }
-      continue;
-    }
-    unplaceable.clear();  // It takes nodes.
-    job->pending_reason.clear();
-    absl::StatusOr<std::unique_ptr<RendezvousCore>> core =
-        RendezvousCore::Create(job->id, RoundConfigFromSpec(job->spec), now);
-    CHECK(core.ok()) << "a validated spec gave a bad RoundConfig: " << core.status();
-    job->core = *std::move(core);
-    RecordEvent(*job, now, kEventRoundOpened, 0, "", -1,
-                absl::StrFormat("placed on %d nodes", picked.size()));
-    Place(*job, picked);
-    LOG(INFO) << "job " << job->id << " placed on " << picked.size() << " nodes";
-    Reconcile(out, *job);
-    jobs_.Persist(out, *job);
-  }
-  // Growing a placed job (replacement or scale-up) must not take held
-  // slots either.
-  for (JobRecord* job : jobs_.by_seq()) {
-    if (!job->core || job->core->finished()) continue;
-    const int room = job->spec.max_nodes() - static_cast<int>(job->placed.size());
-    if (room <= 0) continue;
-    std::vector<std::string> picked =
-        PickNodes(registry_, job->spec.pool(), job->spec.nproc_per_node(), room,
-                  job->placed.list(), held);
-    if (picked.empty()) continue;
-    Place(*job, picked);
-    Reconcile(out, *job);
-    jobs_.Persist(out, *job);
-  }
+  ScheduleJobs(registry_, jobs_,
+               [&](JobRecord& job, const std::vector<std::string>& nodes, bool first) {
+                 if (first) {
+                   absl::StatusOr<std::unique_ptr<RendezvousCore>> core =
+                       RendezvousCore::Create(job.id, RoundConfigFromSpec(job.spec), now);
+                   CHECK(core.ok())
+                       << "a validated spec gave a bad RoundConfig: " << core.status();
+                   job.core = *std::move(core);
+                   RecordEvent(job, now, kEventRoundOpened, 0, "", -1,
+                               absl::StrFormat("placed on %d nodes", nodes.size()));
+                   LOG(INFO) << "job " << job.id << " placed on " << nodes.size()
+                             << " nodes";
+                 }
+                 Place(job, nodes);
+                 Reconcile(out, job);
+                 jobs_.Persist(out, job);
+               });
 }
 
 void Rounds::NodeLost(Outbox& out, const std::string& node_id) {

@@ -1,6 +1,7 @@
-// Rounds and membership: places jobs on nodes, drives each placed job's
-// RendezvousCore with joins, exit reports, node losses and timers, and turns
-// the core's events into commands to nodes (join, start, stop, end).
+// Rounds and membership: places jobs on the nodes the scheduler picks
+// (scheduler.h), drives each placed job's RendezvousCore with joins, exit
+// reports, node losses and timers, and turns the core's events into
+// commands to nodes (join, start, stop, end).
 #ifndef ELASTRUN_RENDEZVOUS_ROUNDS_H_
 #define ELASTRUN_RENDEZVOUS_ROUNDS_H_
 
@@ -56,11 +57,9 @@ class Rounds {
   // finished work.
   void NodeReported(Outbox& out, const std::string& node_id);
 
-  // Places queued jobs on nodes with enough free slots, in submission
-  // order with backfill (a job that cannot be placed now does not block
-  // the ones behind it, but holds the slots it waits for: see
-  // HoldSlotsFor), sets each still-queued job's pending_reason, then grows
-  // placed jobs below max_nodes (replacement or scale-up).
+  // Places the jobs ScheduleJobs (scheduler.h) picks: a queued job's first
+  // round opens on its nodes, a placed one grows; their nodes are asked to
+  // join and the jobs written.
   void Schedule(Outbox& out);
 
   // The node was marked lost in the registry: every job it was placed on
