@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/certs.h"
 #include "tests/testing/subprocess.h"
 
 namespace elastrun {
@@ -393,10 +394,11 @@ TEST_P(MultinodeRunTest, TorchScriptAllReducesAcrossNodes) {
 // namespaces).
 class ServiceRunTest : public MultinodeRunTest {
  protected:
-  void StartService() {
-    auto service = Subprocess::Start({BinDir() + "/elastrun-rendezvous", "--listen",
-                                      endpoint_, "--token-file", token_file_},
-                                     {marker_});
+  void StartService(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {BinDir() + "/elastrun-rendezvous", "--listen",
+                                     endpoint_, "--token-file", token_file_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto service = Subprocess::Start(argv, {marker_});
     ASSERT_TRUE(service.ok()) << service.status();
     service_ = *std::move(service);
     const absl::Time deadline = absl::Now() + kDeadline;
@@ -454,14 +456,18 @@ TEST_P(ServiceRunTest, TwoRunsAtARunningServiceEachOnItsOwnNodes) {
   const std::string jobs = list->output;
   EXPECT_EQ(std::count(jobs.begin(), jobs.end(), '\n'), 3)
       << jobs;  // a header and 2 jobs
-  EXPECT_THAT(jobs, HasSubstr("a-1"));
-  EXPECT_THAT(jobs, HasSubstr("b-2"));
+  // Ids are "<name>-<n>", numbered in the order the runs were submitted.
+  EXPECT_TRUE(std::regex_search(jobs, std::regex("\\ba-[12] "))) << jobs;
+  EXPECT_TRUE(std::regex_search(jobs, std::regex("\\bb-[12] "))) << jobs;
   // A run id the service has seen end is not run again.
   StartNode(3, ServiceFlags("1", "b"));
   EXPECT_EQ(ExitOf(3), 1) << AllOutput();
-  EXPECT_THAT(nodes_[3]->Output(),
-              HasSubstr("run b already ended at the rendezvous service (succeeded, job "
-                        "b-2): give each run its own --rdzv-id"));
+  EXPECT_TRUE(std::regex_search(
+      nodes_[3]->Output(),
+      std::regex(
+          "run b already ended at the rendezvous service \\(succeeded, job b-[12]\\): "
+          "give each run its own --rdzv-id")))
+      << AllOutput();
 }
 
 TEST_P(ServiceRunTest, ANodeWithoutTheServicesTokenIsRefusedClearly) {
@@ -478,6 +484,29 @@ TEST_P(ServiceRunTest, ANodeWithoutTheServicesTokenIsRefusedClearly) {
   EXPECT_EQ(ExitOf(1), 2) << AllOutput();
   EXPECT_THAT(nodes_[1]->Output(),
               HasSubstr("--rdzv-backend elastrun needs the service's token"));
+}
+
+TEST_P(ServiceRunTest, ARunReachesAServiceWithMutualTlsByTheClisVariables) {
+  absl::StatusOr<testing::TestPki> pki = testing::MakeTestPki(dir_);
+  if (!pki.ok()) GTEST_SKIP() << pki.status().message();
+  ASSERT_NO_FATAL_FAILURE(StartService({"--tls-cert", pki->server_cert, "--tls-key",
+                                        pki->server_key, "--tls-ca", pki->ca_cert}));
+  Go();
+  StartNode(0, ServiceFlags("1", "tls"),
+            {"ELASTRUN_TLS_CA=" + pki->ca_cert, "ELASTRUN_TLS_CERT=" + pki->client_cert,
+             "ELASTRUN_TLS_KEY=" + pki->client_key});
+  EXPECT_EQ(ExitOf(0), 0) << AllOutput();
+  EXPECT_THAT(nodes_[0]->Output(), HasSubstr("run tls succeeded"));
+  // Without them: refused, saying that the service speaks TLS.
+  StartNode(1, ServiceFlags("1", "plain"));
+  EXPECT_EQ(ExitOf(1), 1) << AllOutput();
+  EXPECT_THAT(nodes_[1]->Output(), HasSubstr("speaks TLS"));
+  EXPECT_THAT(nodes_[1]->Output(), HasSubstr("ELASTRUN_TLS_CA"));
+  // A bad file: a usage error naming it, before anything starts.
+  StartNode(2, ServiceFlags("1", "bad"), {"ELASTRUN_TLS_CA=" + dir_ + "/missing.pem"});
+  EXPECT_EQ(ExitOf(2), 2) << AllOutput();
+  EXPECT_THAT(nodes_[2]->Output(),
+              HasSubstr("$ELASTRUN_TLS_CA " + dir_ + "/missing.pem"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Nets, ServiceRunTest, ::testing::Values(Net::kLoopback),

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/files.h"
@@ -85,7 +86,15 @@ absl::Status ServiceTls(NodeSetup& n) {
   }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       tls::MakeChannelCredentials(n.tls);
-  if (!credentials.ok()) return credentials.status();
+  if (!credentials.ok()) {
+    // Its text names the CLI's flags; here they are the variables.
+    return absl::InvalidArgumentError(
+        absl::StrReplaceAll(credentials.status().message(),
+                            {{"--tls-ca", "$ELASTRUN_TLS_CA"},
+                             {"--tls-cert", "$ELASTRUN_TLS_CERT"},
+                             {"--tls-key", "$ELASTRUN_TLS_KEY"},
+                             {"--tls-server-name", "$ELASTRUN_TLS_SERVER_NAME"}}));
+  }
   n.credentials = *std::move(credentials);
   return absl::OkStatus();
 }
