@@ -12,6 +12,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   # tests, configs, state
   libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev zlib1g-dev nlohmann-json3-dev libssl-dev
+  # tcmalloc: the rendezvous service's allocator (optional at build time)
+  libtcmalloc-minimal4
   # XXH3, header-only: the trainer's content digest of a training state
   libxxhash-dev
   # the detector: image decoding and encoding (stb_image, stb_image_write)
