@@ -39,6 +39,8 @@ PACKAGES=(
   libunwind-dev libunwind8 liblzma5
   libsqlite3-dev libsqlite3-0
   nlohmann-json3-dev libcli11-dev
+  # the service's allocator (elastrun-rendezvous links it when found)
+  libtcmalloc-minimal4
   # the detector: image decoding (stb), JPEG for its tests, and the state
   # digest (xxhash)
   libstb-dev libstb0 libjpeg62-turbo-dev libjpeg62-turbo libjpeg-dev libxxhash-dev libxxhash0
@@ -155,7 +157,7 @@ chmod +x "$OUT/build.sh"
 cat >"$OUT/README" <<EOF
 elastrun build kit: Debian 12 headers, CMake configs and shared libraries of
 elastrun's non-torch dependencies (gRPC, protobuf, Abseil, yaml-cpp, glog,
-gflags, SQLite, OpenSSL, zlib, c-ares, re2, nlohmann-json, CLI11, gtest),
+gflags, SQLite, OpenSSL, zlib, c-ares, re2, nlohmann-json, CLI11, gtest, tcmalloc),
 unpacked under usr/. Needs glibc >= 2.36 and libstdc++ from GCC >= 12.
 
 Copy this folder to the machine (any path: build.sh finds itself; the
