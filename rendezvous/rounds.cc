@@ -1,6 +1,6 @@
 // Rounds: placing the jobs the scheduler picks, node loss and resync,
-// timers, and the core's events turned into commands. Joins and exit reports are in
-// rounds_reports.cc.
+// timers, and the core's events turned into commands. Joins and exit
+// reports are in rounds_reports.cc.
 #include "rendezvous/rounds.h"
 
 #include <algorithm>
