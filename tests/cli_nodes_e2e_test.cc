@@ -123,5 +123,41 @@ TEST_F(CliNodesE2eTest, DrainKeepsNewJobsOffRemoveForgetsAndTheDaemonComesBackFr
   }
 }
 
+// A third daemon in pool "gpu": jobs submitted with --pool gpu run there
+// alone, jobs without one never do; `nodes` and `status` say which pool.
+TEST_F(CliNodesE2eTest, APoolsJobsRunOnItsNodesAloneAndOthersNeverThere) {
+  ASSERT_NO_FATAL_FAILURE(cluster_->StartDaemon({}, {"--pool", "gpu"}));  // node2
+  ASSERT_TRUE(PollUntil([&] { return cluster_->AliveNodes() == 3; }))
+      << cluster_->DaemonOutput();
+  EXPECT_THAT(Cli({"nodes"}).output, HasSubstr("ALIVE (pool gpu)"));
+
+  testing::RunResult r =
+      Cli({"submit", "--name", "trained", "--pool", "gpu", "--nproc-per-node", "2", "--",
+           "/bin/sh", "-c", "exec sleep 600"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string pooled(absl::StripTrailingAsciiWhitespace(r.output));
+  EXPECT_EQ(RunsOn(pooled), "node2");
+  EXPECT_THAT(Cli({"status", pooled}).output, HasSubstr("pool:        gpu\n"));
+  // node2 is full now, but a job of the default pool would not go there
+  // anyway: two such jobs take node0 and node1, a third waits.
+  const std::string a = SubmitSleeper("a");
+  const std::string b = SubmitSleeper("b");
+  EXPECT_NE(RunsOn(a), "node2");
+  EXPECT_NE(RunsOn(b), "node2");
+  // A pool no node serves: refused, naming it (or queued with
+  // --wait-for-nodes).
+  r = Cli({"submit", "--pool", "tpu", "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("in pool tpu; registered there: none alive"));
+  // A bad pool name is the CLI's usage error.
+  r = Cli({"submit", "--pool", "a b", "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--pool"));
+  for (const std::string& job : {pooled, a, b}) {
+    EXPECT_EQ(Cli({"cancel", job}).exit_code, 0);
+    cluster_->WaitFinished(job);
+  }
+}
+
 }  // namespace
 }  // namespace elastrun

@@ -86,6 +86,9 @@ constexpr FlagInfo kSubmitFlags[] = {
      "the workers' TORCHELASTIC_RUN_ID, what a training resumes\n"
      "by (default: JOB_ID@CLUSTER, unique to the job); an\n"
      "earlier job's continues its run"},
+    {"--pool", "NAME",
+     "run only on nodes of this pool (elastrund --pool;\n"
+     "default: the default pool, nodes given none)"},
     {"--export", "ALL|NONE|VAR[=VALUE],...",
      "workers' environment, as Slurm's --export: ALL (default)\n"
      "this shell's whole environment, but elastrun's tokens\n"

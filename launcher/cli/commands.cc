@@ -161,6 +161,7 @@ absl::StatusOr<v1::JobSpec> SpecFromArgs(const ParsedArgs& a) {
   take("--env", &f.env);
   take("--working-dir", &f.working_dir);
   take("--run-id", &f.run_id);
+  take("--pool", &f.pool);
   take("--last-call-timeout", &f.last_call_timeout);
   take("--join-timeout", &f.join_timeout);
   take("--hang-timeout", &f.hang_timeout);

@@ -179,6 +179,10 @@ absl::StatusOr<v1::JobSpec> SpecFromNode(const Node& raw) {
 
   spec.set_working_dir(n.Find("working_dir")->ScalarText());
   spec.set_run_id(n.Find("run_id")->ScalarText());
+  const Node& pool = *n.Find("pool");
+  if (absl::Status st = CheckName(pool.ScalarText()); !st.ok())
+    return At(pool, "pool", st);
+  spec.set_pool(pool.ScalarText());
   spec.set_wait_for_nodes(n.Find("wait_for_nodes")->as_bool());
 
   for (const char* field : {"last_call_timeout", "join_timeout"}) {
@@ -224,6 +228,9 @@ const Schema& JobSpecSchema() {
                     "The workers' TORCHELASTIC_RUN_ID, what a training resumes by; "
                     "empty: JOB_ID@CLUSTER, unique to the job. Give an earlier job's "
                     "to continue its run.")
+          .Optional("pool", Type::String(), "''",
+                    "Run only on nodes of this pool (elastrund --pool), "
+                    "[A-Za-z0-9._-]{0,64}; empty: the default pool.")
           .Optional("last_call_timeout", Type::String().OrNull(), "null",
                     "After MIN nodes joined a round, wait this long for more (1s).")
           .Optional("join_timeout", Type::String().OrNull(), "null",
@@ -322,6 +329,11 @@ absl::StatusOr<v1::JobSpec> ApplySpecFlags(const SpecFlags& flags, v1::JobSpec s
   }
   if (!flags.working_dir.empty()) spec.set_working_dir(flags.working_dir.back());
   if (!flags.run_id.empty()) spec.set_run_id(flags.run_id.back());
+  if (!flags.pool.empty()) {
+    if (absl::Status st = CheckName(flags.pool.back()); !st.ok())
+      return Flag("--pool", st);
+    spec.set_pool(flags.pool.back());
+  }
   if (!flags.last_call_timeout.empty()) {
     absl::StatusOr<google::protobuf::Duration> d =
         CheckTimeout(flags.last_call_timeout.back(), "--last-call-timeout", false);

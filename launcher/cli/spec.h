@@ -14,6 +14,7 @@
 //   env: {OMP_NUM_THREADS: "4"} # extra worker environment
 //   working_dir: /data/run      # worker's cwd on the node
 //   run_id: mlp-a               # TORCHELASTIC_RUN_ID (default: unique to the job)
+//   pool: gpu                   # only nodes of this pool (elastrund --pool)
 //   last_call_timeout: 1s       # wait for more than MIN nodes (default 1s)
 //   join_timeout: 10m           # a round below MIN fails the job (default 600s)
 //   wait_for_nodes: true        # queue it even if no registered node is big
@@ -60,6 +61,7 @@ struct SpecFlags {
   std::vector<std::string> env;                // --env K=V, in order
   std::vector<std::string> working_dir;        // --working-dir
   std::vector<std::string> run_id;             // --run-id
+  std::vector<std::string> pool;               // --pool
   std::vector<std::string> last_call_timeout;  // --last-call-timeout
   std::vector<std::string> join_timeout;       // --join-timeout
   std::vector<std::string> hang_timeout;       // --hang-timeout (DUR, 0, or off)

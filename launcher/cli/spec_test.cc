@@ -52,6 +52,7 @@ TEST(CliSpecTest, AllFieldsAndDefaults) {
       "env: {SEED: 7, MODE: fast}\n"
       "working_dir: /data\n"
       "run_id: mlp-a\n"
+      "pool: gpu\n"
       "last_call_timeout: 250ms\n"
       "join_timeout: 2\n"
       "wait_for_nodes: true\n");
@@ -64,6 +65,7 @@ TEST(CliSpecTest, AllFieldsAndDefaults) {
   EXPECT_THAT(s->env(), UnorderedElementsAre(Pair("SEED", "7"), Pair("MODE", "fast")));
   EXPECT_EQ(s->working_dir(), "/data");
   EXPECT_EQ(s->run_id(), "mlp-a");
+  EXPECT_EQ(s->pool(), "gpu");
   EXPECT_EQ(s->last_call_timeout().nanos(), 250000000);
   EXPECT_EQ(s->join_timeout().seconds(), 2);
   EXPECT_TRUE(s->wait_for_nodes());
@@ -140,6 +142,8 @@ TEST(CliSpecTest, ValueErrorsNameField) {
               HasSubstr("job.yaml:2:7: env.1A: \"1A\" is not a variable name"));
   EXPECT_THAT(ErrorOf(Yaml("command: [x]\njoin_timeout: 0\n")),
               HasSubstr("job.yaml:2:15: join_timeout: must be greater than 0"));
+  EXPECT_THAT(ErrorOf(Yaml("command: [x]\npool: 'a b'\n")),
+              HasSubstr("job.yaml:2:7: pool: \"a b\" has a character outside"));
   EXPECT_THAT(ErrorOf(Yaml("command: [x]\nlast_call_timeout: soon\n")),
               HasSubstr("job.yaml:2:20: last_call_timeout: 'soon' is not a duration"));
 }
@@ -180,6 +184,7 @@ TEST(CliSpecTest, FlagsBuildSpec) {
   f.env = {"A=1", "B=x=y"};
   f.working_dir = {"/w"};
   f.run_id = {"mlp-a"};
+  f.pool = {"gpu.a100"};
   f.join_timeout = {"30s"};
   f.hang_timeout = {"90s"};
   f.program = {"python", "train.py", "--epochs", "3"};
@@ -193,6 +198,7 @@ TEST(CliSpecTest, FlagsBuildSpec) {
   EXPECT_THAT(s->env(), UnorderedElementsAre(Pair("A", "1"), Pair("B", "x=y")));
   EXPECT_EQ(s->working_dir(), "/w");
   EXPECT_EQ(s->run_id(), "mlp-a");
+  EXPECT_EQ(s->pool(), "gpu.a100");
   EXPECT_EQ(s->join_timeout().seconds(), 30);
   EXPECT_EQ(s->hang_timeout().seconds(), 90);
   EXPECT_FALSE(s->wait_for_nodes());
@@ -233,6 +239,8 @@ TEST(CliSpecTest, FlagErrorsNameFlag) {
               HasSubstr("--env: \"NOVALUE\" is not NAME=VALUE"));
   EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.name = {"a/b"}; })),
               HasSubstr("--name: \"a/b\" has a character outside"));
+  EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.pool = {"gpu/a100"}; })),
+              HasSubstr("--pool: \"gpu/a100\" has a character outside"));
   EXPECT_THAT(ErrorOf(with([](SpecFlags& f) { f.join_timeout = {"0"}; })),
               HasSubstr("--join-timeout: must be greater than 0"));
   EXPECT_THAT(ErrorOf(ApplySpecFlags(SpecFlags(), DefaultJobSpec(), false)),

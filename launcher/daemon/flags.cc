@@ -1,6 +1,9 @@
 #include "launcher/daemon/flags.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -121,6 +124,12 @@ std::unique_ptr<CLI::App> NewDaemonApp(DaemonFlags* f, Raw* raw) {
       ->type_name("ADDR");
   app->add_option("--labels", raw->labels, "labels shown by `elastrun nodes`.")
       ->type_name("K=V,...");
+  app->add_option("--pool", f->pool,
+                  "the pool this node serves: only jobs submitted with\n"
+                  "the same --pool (job file: pool) run here, and\n"
+                  "those only on such nodes ([A-Za-z0-9._-], at most\n"
+                  "64; default: the default pool, jobs given none)")
+      ->type_name("NAME");
   app->add_option("--state-dir", f->state_dir,
                   "the daemon's own folder: logs and the agent socket\n"
                   "(default: /var/lib/elastrund/<node id> as root, else\n"
@@ -194,6 +203,14 @@ absl::Status Finish(const Raw& raw, const EnvLookup& env, const std::string& hos
       return absl::InvalidArgumentError(absl::StrCat("--labels: \"", kv, "\" is not key=value"));
     }
     f->labels[p.first] = p.second;
+  }
+  if (f->pool.size() > 64 || !std::all_of(f->pool.begin(), f->pool.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+               c == '_' || c == '-';
+      })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pool: \"", absl::CHexEscape(f->pool),
+                     "\" is not a pool name ([A-Za-z0-9._-], at most 64 characters)"));
   }
   absl::StatusOr<std::string> token = auth::NamedToken(env, f->token, raw.token_file);
   if (!token.ok()) return token.status();

@@ -28,6 +28,8 @@ struct DaemonFlags {
   std::string advertise_addr;
   // --labels k=v,...
   std::map<std::string, std::string> labels;
+  // --pool: only jobs of this pool are placed here; empty: the default pool.
+  std::string pool;
   // --state-dir: the daemon's own folder (logs, agent socket); default
   // DefaultStateDir().
   std::string state_dir;

@@ -41,15 +41,17 @@ Result Parse(const std::vector<std::string>& args,
 }
 
 TEST(DaemonFlagsTest, ValuesDefaultsAndEnvironment) {
-  Result r = Parse({"--rendezvous", "10.0.0.1:29400", "--slots=4", "--labels", "gpu=a100,zone=b",
-                    "--shutdown-timeout", "5s", "--standby", "--no-snapshots"},
-                   {{"ELASTRUN_TOKEN", "t"}});
+  Result r = Parse(
+      {"--rendezvous", "10.0.0.1:29400", "--slots=4", "--labels", "gpu=a100,zone=b",
+       "--pool", "gpu.a100", "--shutdown-timeout", "5s", "--standby", "--no-snapshots"},
+      {{"ELASTRUN_TOKEN", "t"}});
   ASSERT_EQ(r.code, std::nullopt) << r.err;
   EXPECT_EQ(r.flags.rendezvous_host, "10.0.0.1");
   EXPECT_EQ(r.flags.rendezvous_port, 29400);
   EXPECT_EQ(r.flags.node_id, "host1");
   EXPECT_EQ(r.flags.slots, 4);
   EXPECT_EQ(r.flags.labels, (std::map<std::string, std::string>{{"gpu", "a100"}, {"zone", "b"}}));
+  EXPECT_EQ(r.flags.pool, "gpu.a100");
   EXPECT_EQ(r.flags.shutdown_timeout, absl::Seconds(5));
   EXPECT_TRUE(r.flags.standby);
   EXPECT_TRUE(r.flags.no_snapshots);
@@ -115,13 +117,16 @@ TEST(DaemonFlagsTest, StateDirDefaultsByUserAndOverrides) {
 }
 
 TEST(DaemonFlagsTest, UsageErrorsNameTheFlagAndExit2) {
-  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+  for (const auto& [args, says] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--rendezvous", "h:1", "--slot", "2"}, "unknown flag --slot"},
            {{"--rendezvous"}, "--rendezvous needs a value"},
            {{}, "--rendezvous HOST:PORT (or $ELASTRUN_RENDEZVOUS) is required"},
            {{"--rendezvous", "nocolon"}, "--rendezvous"},
            {{"--rendezvous", "h:1", "--slots", "0"}, "--slots"},
            {{"--rendezvous", "h:1", "--labels", "a"}, "--labels: \"a\" is not key=value"},
+           {{"--rendezvous", "h:1", "--pool", "a b"},
+            "--pool: \"a b\" is not a pool name"},
            {{"--rendezvous", "h:1", "--shutdown-timeout", "x"}, "--shutdown-timeout"},
            {{"--rendezvous", "h:1", "--token-file", "/nonexistent/t"}, "--token-file"},
            {{"--rendezvous", "h:1", "--standby=maybe"}, "--standby"}}) {
@@ -137,9 +142,9 @@ TEST(DaemonFlagsTest, HelpListsEveryFlagAndVersionPrints) {
   EXPECT_EQ(help.code, 0);
   for (const char* flag :
        {"--rendezvous HOST:PORT", "--node-id ID", "--slots N", "--advertise-addr ADDR",
-        "--labels K=V,...", "--log-dir DIR", "--token TOKEN", "--token-file FILE",
-        "--shutdown-timeout DUR", "--standby", "--no-snapshots", "--cred-socket PATH",
-        "$ELASTRUN_TOKEN_FILE", "--version", "--help",
+        "--labels K=V,...", "--pool NAME", "--log-dir DIR", "--token TOKEN",
+        "--token-file FILE", "--shutdown-timeout DUR", "--standby", "--no-snapshots",
+        "--cred-socket PATH", "$ELASTRUN_TOKEN_FILE", "--version", "--help",
         "BASE/elastrun-UID/JOB@NODE/"}) {
     EXPECT_THAT(help.out, HasSubstr(flag));
   }

@@ -162,6 +162,7 @@ DaemonOptions MakeDaemonOptions(const DaemonFlags& flags, const std::string& age
 SessionOptions MakeSessionOptions(const DaemonFlags& flags, const std::string& advertise) {
   SessionOptions session_options;
   session_options.labels = flags.labels;
+  session_options.pool = flags.pool;
   session_options.node_id = flags.node_id;
   session_options.incarnation = NewIncarnation();
   session_options.addr = advertise;
