@@ -78,6 +78,16 @@ absl::StatusOr<IntRange> ParseRange(absl::string_view text, absl::string_view wh
   return r;
 }
 
+bool IsServiceName(absl::string_view text) {
+  if (text.size() > 64) return false;
+  for (char c : text) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
+        c != '-')
+      return false;
+  }
+  return true;
+}
+
 bool IsLoopbackHost(absl::string_view host) {
   if (host == "localhost" || host == "::1" || host == "[::1]") return true;
   return absl::StartsWith(host, "127.");

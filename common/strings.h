@@ -33,6 +33,10 @@ struct IntRange {
 };
 absl::StatusOr<IntRange> ParseRange(absl::string_view text, absl::string_view what);
 
+// Whether the rendezvous service takes `text` as a name (a job's name, a
+// request id, a pool): at most 64 characters of [A-Za-z0-9._-]; "" is one.
+bool IsServiceName(absl::string_view text);
+
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool IsLoopbackHost(absl::string_view host);
 

@@ -33,6 +33,16 @@ TEST(ParseDurationTest, SecondsAndUnits) {
   EXPECT_FALSE(ParseDuration("soon", "t").ok());
 }
 
+TEST(IsServiceNameTest, AtMost64OfLettersDigitsDotUnderscoreDash) {
+  EXPECT_TRUE(IsServiceName(""));
+  EXPECT_TRUE(IsServiceName("run.job-7_a"));
+  EXPECT_TRUE(IsServiceName(std::string(64, 'a')));
+  EXPECT_FALSE(IsServiceName(std::string(65, 'a')));
+  EXPECT_FALSE(IsServiceName("a b"));
+  EXPECT_FALSE(IsServiceName("gpu/a100"));
+  EXPECT_FALSE(IsServiceName("j+1"));
+}
+
 TEST(ParseRangeTest, SingleAndPair) {
   auto one = *ParseRange("2", "--nnodes");
   EXPECT_EQ(one.min, 2);

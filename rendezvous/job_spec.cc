@@ -21,6 +21,23 @@ bool IsNameChar(char c) {
          c == '-';
 }
 
+// OK for an empty `value` or one of [A-Za-z0-9._-]{1,64}; else
+// InvalidArgument naming `field`.
+absl::Status CheckName(absl::string_view field, const std::string& value) {
+  if (value.size() > static_cast<size_t>(kMaxJobNameLength)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d characters; at most %d", field, value.size(), kMaxJobNameLength));
+  }
+  for (char c : value) {
+    if (!IsNameChar(c)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: \"%s\" has a character outside [A-Za-z0-9._-]", field,
+                          absl::CHexEscape(value)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 bool IsEnvName(const std::string& name) {
   if (name.empty()) return false;
   if (absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
@@ -47,16 +64,7 @@ absl::Status CheckDuration(const google::protobuf::Duration& d, bool set,
 
 // The job's name and shape: nodes, workers per node.
 absl::Status CheckShape(const v1::JobSpec& spec) {
-  if (spec.name().size() > kMaxJobNameLength) {
-    return Bad("name", absl::StrFormat("%d characters; at most %d", spec.name().size(),
-                                       kMaxJobNameLength));
-  }
-  for (char c : spec.name()) {
-    if (!IsNameChar(c)) {
-      return Bad("name", absl::StrFormat("\"%s\" has a character outside [A-Za-z0-9._-]",
-                                         absl::CHexEscape(spec.name())));
-    }
-  }
+  RETURN_IF_ERROR(CheckName("spec.name", spec.name()));
   if (spec.min_nodes() < 1 || spec.min_nodes() > kMaxNodes) {
     return Bad("min_nodes", absl::StrFormat("%d is out of range; nnodes MIN must be in "
                                             "1..%d",
@@ -169,27 +177,6 @@ absl::Status CheckTimeouts(const v1::JobSpec& spec) {
                                                "off)",
                                                absl::FormatDuration(FromProto(h)),
                                                absl::FormatDuration(kWeek)));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-namespace {
-
-// OK for an empty `value` or one of [A-Za-z0-9._-]{1,64}; else
-// InvalidArgument naming `field`.
-absl::Status CheckName(absl::string_view field, const std::string& value) {
-  if (value.size() > static_cast<size_t>(kMaxJobNameLength)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %d characters; at most %d", field, value.size(), kMaxJobNameLength));
-  }
-  for (char c : value) {
-    if (!IsNameChar(c)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: \"%s\" has a character outside [A-Za-z0-9._-]", field,
-                          absl::CHexEscape(value)));
-    }
   }
   return absl::OkStatus();
 }

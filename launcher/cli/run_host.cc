@@ -2,7 +2,6 @@
 
 #include <cstdint>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -57,18 +56,6 @@ rendezvous::ServerOptions EmbeddedServerOptions(const RunOptions& o,
   return so;
 }
 
-namespace {
-
-// Whether the service takes `s` as a name: [A-Za-z0-9._-]{1,64}.
-bool IsServiceName(const std::string& s) {
-  bool ok = !s.empty() && s.size() <= 64;
-  for (char c : s)
-    ok = ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
-  return ok;
-}
-
-}  // namespace
-
 std::string RunPool(const std::string& run_id) {
   const std::string pool = absl::StrCat("run.", run_id);
   if (IsServiceName(pool)) return pool;
@@ -83,7 +70,7 @@ v1::JobSpec MultinodeJobSpec(const RunOptions& o, int nproc,
   v1::JobSpec spec;
   // The job id is "<name>-<n>"; a run id the service refuses as a name
   // (not [A-Za-z0-9._-]{1,64}) only changes that id, not the run's.
-  spec.set_name(IsServiceName(o.run_id) ? o.run_id : "run");
+  spec.set_name(!o.run_id.empty() && IsServiceName(o.run_id) ? o.run_id : "run");
   if (o.external_rendezvous()) spec.set_pool(RunPool(o.run_id));
   // The workers' TORCHELASTIC_RUN_ID is the run's id, as under torchrun.
   spec.set_run_id(o.run_id);

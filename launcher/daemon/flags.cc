@@ -1,7 +1,5 @@
 #include "launcher/daemon/flags.h"
 
-#include <algorithm>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -204,10 +202,7 @@ absl::Status Finish(const Raw& raw, const EnvLookup& env, const std::string& hos
     }
     f->labels[p.first] = p.second;
   }
-  if (f->pool.size() > 64 || !std::all_of(f->pool.begin(), f->pool.end(), [](char c) {
-        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
-               c == '_' || c == '-';
-      })) {
+  if (!IsServiceName(f->pool)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--pool: \"", absl::CHexEscape(f->pool),
                      "\" is not a pool name ([A-Za-z0-9._-], at most 64 characters)"));
